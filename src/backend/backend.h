@@ -1,0 +1,168 @@
+// The Backend interface: memory, streams, events and every op a decoder layer needs.
+//
+// Two implementations: backend/host (fp32 reference, runs everywhere, synchronous) and
+// backend/cuda (bf16 storage, fp32 accumulation, asynchronous on streams). Model recipes and
+// the engine are written once against this interface.
+//
+// Conventions for every op:
+//  - All Mats are row-major views (see tensor.h); "[T,C]" names rows x cols.
+//  - Activations and weights use compute_dtype() (f32 on host, bf16 on CUDA); gradients of
+//    weights ("dw", "dbias", "dtable") and statistics (rstd, lse, loss) are always f32.
+//  - "overwrite" outputs are fully written; "accumulate" outputs get += (zero them first).
+//  - Integer inputs (ids, labels, positions, cu_seqlens) are int32 arrays in backend memory.
+//  - Ops are enqueued on the given stream; the host backend runs them immediately.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/tensor.h"
+
+namespace sf {
+
+enum class BackendKind { host, cuda };
+
+// Owned backend memory. Freed by the backend that made it.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual void synchronize() = 0;  // wait on the host until all enqueued work is done
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& s) = 0;   // marks the current end of s
+  virtual void wait(Stream& s) = 0;     // s waits (device side) for the recorded point
+  virtual void synchronize() = 0;       // host waits for the recorded point
+  virtual bool query() = 0;             // true when the recorded work is done
+};
+
+enum class Trans : uint8_t { no, yes };
+
+// Causal grouped-query attention over packed sequences: token t of the flat batch belongs
+// to the sequence s with cu_seqlens[s] <= t < cu_seqlens[s+1], and attends only to tokens
+// of s at positions <= its own.
+struct AttentionShape {
+  int n_heads = 0;      // query heads
+  int n_kv_heads = 0;   // key/value heads; n_heads % n_kv_heads == 0
+  int head_dim = 0;
+  float scale = 0.f;    // usually 1/sqrt(head_dim)
+  int n_seqs = 0;       // sequences in cu_seqlens
+  int max_seqlen = 0;   // longest sequence (for kernel launch sizing)
+};
+
+struct AdamWStep {
+  float lr = 0.f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float weight_decay = 0.f;
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1.f;  // multiplies the gradient first (clipping, averaging)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual DType compute_dtype() const = 0;
+
+  // ---- memory ------------------------------------------------------------------------
+  // Throws Error(out_of_memory) naming `what` when the allocation fails.
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) = 0;
+  virtual size_t bytes_in_use() const = 0;
+  virtual size_t peak_bytes_in_use() const = 0;
+  // Copies between host memory and backend memory, ordered on stream s.
+  virtual void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(Stream& s, void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(Stream& s, void* dst, size_t bytes) = 0;
+
+  // ---- streams and events -----------------------------------------------------------
+  virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual Stream& default_stream() = 0;
+
+  // ---- GEMM ---------------------------------------------------------------------------
+  // c = alpha * op(a) @ op(b) + beta * c, with op(x) = x or x^T (row-major semantics).
+  // a, b in compute dtype; c in compute dtype or f32 (f32 for weight-gradient accumulation).
+  virtual void gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha,
+                    float beta) = 0;
+  // x[T,N] += bias[1,N] (overwrite of x in place).
+  virtual void bias_add(Stream& s, Mat x, Mat bias) = 0;
+  // dbias[1,N] (f32, accumulate) += column sums of dy[T,N].
+  virtual void bias_backward(Stream& s, Mat dbias, Mat dy) = 0;
+
+  // ---- embedding ----------------------------------------------------------------------
+  // out[T,C] (overwrite) = table[ids[t], :].
+  virtual void embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) = 0;
+  // dtable[V,C] (f32, accumulate) [ids[t], :] += dout[t, :].
+  virtual void embedding_backward(Stream& s, Mat dtable, const int32_t* ids, Mat dout) = 0;
+
+  // ---- RMSNorm -----------------------------------------------------------------------
+  // out = x * rstd * w, rstd[t] = 1/sqrt(mean(x[t]^2) + eps) (f32, overwrite, may be null).
+  // Per-head norms (Qwen3 q_norm/k_norm) pass x as [T*H, D] views.
+  virtual void rmsnorm_forward(Stream& s, Mat out, float* rstd, Mat x, Mat w, float eps) = 0;
+  // Fused residual: sum = a + b (overwrite), out = rmsnorm(sum).
+  virtual void add_rmsnorm_forward(Stream& s, Mat sum, Mat out, float* rstd, Mat a, Mat b,
+                                   Mat w, float eps) = 0;
+  // dx (overwrite) = d(rmsnorm)/dx^T dout + (dres if non-empty: the residual branch);
+  // dw[1,C] (f32, accumulate) += sum_t dout * x * rstd. dx may alias dres.
+  virtual void rmsnorm_backward(Stream& s, Mat dx, Mat dw, Mat dout, Mat x, Mat w,
+                                const float* rstd, Mat dres) = 0;
+
+  // ---- RoPE (rotate-half convention of Hugging Face) -----------------------------------
+  // In place on x[T, H*D] (may be strided): for each head and i < D/2, angle =
+  // pos[t] * inv_freq[i], (x_i, x_{i+D/2}) rotated by +angle (forward) or -angle (backward).
+  // inv_freq is f32 [D/2] in backend memory (already includes llama3 scaling).
+  virtual void rope_forward(Stream& s, Mat x, int n_heads, int head_dim, const int32_t* pos,
+                            const float* inv_freq) = 0;
+  virtual void rope_backward(Stream& s, Mat dx, int n_heads, int head_dim,
+                             const int32_t* pos, const float* inv_freq) = 0;
+
+  // ---- attention -------------------------------------------------------------------------
+  // out[T, Hq*D] (overwrite), lse[Hq, T] (f32, overwrite: log-sum-exp of scaled scores).
+  virtual void attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v,
+                                 const AttentionShape& shape, const int32_t* cu_seqlens) = 0;
+  // dq, dk, dv (overwrite) from dout, the forward's out and lse.
+  virtual void attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
+                                  const float* lse, Mat q, Mat k, Mat v,
+                                  const AttentionShape& shape, const int32_t* cu_seqlens) = 0;
+
+  // ---- SwiGLU ---------------------------------------------------------------------------
+  // out[T,F] (overwrite) = silu(gate) * up.
+  virtual void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) = 0;
+  // dgate, dup (overwrite); they may alias gate, up.
+  virtual void swiglu_backward(Stream& s, Mat dgate, Mat dup, Mat dout, Mat gate, Mat up) = 0;
+
+  // ---- LM head + cross-entropy, fused and chunked over tokens ---------------------------
+  // For each token t with labels[t] != -100: loss_t = logsumexp(h[t] W^T) - (h[t] W^T)[label].
+  // loss_sum (f32 scalar in backend memory, accumulate) += sum_t loss_t.
+  // If dh is non-empty: dh[T,C] (overwrite) = grad_scale * dL/dh; if dw is non-empty:
+  // dw[V,C] (f32, accumulate) += grad_scale * dL/dW. Logits are formed scratch.rows tokens at
+  // a time in scratch[chunk, V] (f32); the [T, V] logits are never materialised.
+  virtual void lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h, Mat w,
+                            const int32_t* labels, float grad_scale, Mat scratch) = 0;
+
+  // ---- elementwise, reductions, optimizer -----------------------------------------------
+  // dst (overwrite) = src converted to dst.dtype (same shape).
+  virtual void cast(Stream& s, Mat dst, Mat src) = 0;
+  // dst += alpha * src (dst f32 or compute dtype; src any float type).
+  virtual void axpy(Stream& s, Mat dst, Mat src, float alpha) = 0;
+  // out (f32 scalar in backend memory, accumulate) += sum of squares of x.
+  virtual void sum_squares(Stream& s, float* out, Mat x) = 0;
+  // One AdamW step on n f32 parameters resident in backend memory; also writes a
+  // compute-dtype copy of the new weights to `weights_out` if non-null.
+  virtual void adamw(Stream& s, float* param, float* m, float* v, const float* grad,
+                     void* weights_out, int64_t n, const AdamWStep& step) = 0;
+};
+
+}  // namespace sf
