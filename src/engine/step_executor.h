@@ -1,0 +1,44 @@
+// What the trainer asks of an execution strategy: run one optimizer step (forward, backward
+// and AdamW over a list of micro-batches) and evaluate. Implementations: ResidentExecutor
+// (everything on one backend; the plain reference step) and the sliding-window engine.
+// Both keep the persistent state in a ParamStore, so checkpoints do not care which runs.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "engine/param_store.h"
+#include "model/batch.h"
+
+namespace sf {
+
+struct OptimHyper {
+  double lr = 1e-5;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float max_grad_norm = 0.0f;  // <= 0: no clipping
+};
+
+struct StepStats {
+  double loss_sum = 0;     // summed cross-entropy over valid labels
+  int64_t n_valid = 0;     // labels that counted
+  int64_t n_tokens = 0;    // tokens processed (incl. unlabelled)
+  double grad_norm = 0;    // global L2 norm before clipping
+  double clip_coef = 1;    // factor applied to the gradients
+  double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // Gradient accumulation over `micro`: the loss is the mean over every valid label of every
+  // micro-batch, exactly as if they were one batch. Increments params().step.
+  virtual StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) = 0;
+  // Summed loss over the valid labels of b (no gradients).
+  virtual double eval_loss_sum(const Batch& b) = 0;
+  virtual ParamStore& params() = 0;
+  // After params().master was changed from outside (load, resume): refresh device copies.
+  virtual void params_changed() = 0;
+  virtual const char* name() const = 0;
+};
+
+}  // namespace sf
