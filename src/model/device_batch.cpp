@@ -1,0 +1,46 @@
+// DeviceBatch: one buffer laid out as tokens | labels | positions | cu_seqlens | inv_freq.
+#include "model/device_batch.h"
+
+#include "core/error.h"
+
+namespace sf {
+
+DeviceBatch::DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens)
+    : be_(be), cfg_(cfg), max_tokens_(max_tokens) {
+  SF_CHECK(max_tokens > 0, "DeviceBatch for ", max_tokens, " tokens");
+  inv_freq_host_ = rope_inv_freq(cfg);
+  // 4 int32 arrays (cu_seqlens has max_tokens + 1 entries) then the f32 frequencies; each
+  // array starts 64-element aligned.
+  auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
+  const int64_t a = up(max_tokens), c = up(max_tokens + 1);
+  const int64_t total = 3 * a + c + up(int64_t(inv_freq_host_.size()));
+  buf_ = be.alloc(size_t(total) * 4, "batch inputs");
+  auto* p = static_cast<int32_t*>(buf_->data());
+  in_.tokens = p;
+  in_.labels = p + a;
+  in_.positions = p + 2 * a;
+  in_.cu_seqlens = p + 3 * a;
+  in_.inv_freq = reinterpret_cast<const float*>(p + 3 * a + c);
+  be.copy_to_device(s, const_cast<float*>(in_.inv_freq), inv_freq_host_.data(),
+                    inv_freq_host_.size() * 4);
+}
+
+const BatchInputs& DeviceBatch::upload(Stream& s, const Batch& b) {
+  b.validate(cfg_.vocab_size);
+  SF_REQUIRE(b.n_tokens() > 0, "empty batch");
+  SF_REQUIRE(b.n_tokens() <= max_tokens_, "batch of ", b.n_tokens(),
+             " tokens exceeds the capacity of ", max_tokens_, " tokens it was sized for");
+  for (int i = 0; i < b.n_seqs(); ++i)
+    SF_REQUIRE(b.cu_seqlens[i + 1] > b.cu_seqlens[i], "batch sequence ", i, " is empty");
+  const size_t T = size_t(b.n_tokens());
+  be_.copy_to_device(s, const_cast<int32_t*>(in_.tokens), b.tokens.data(), T * 4);
+  be_.copy_to_device(s, const_cast<int32_t*>(in_.labels), b.labels.data(), T * 4);
+  be_.copy_to_device(s, const_cast<int32_t*>(in_.positions), b.positions.data(), T * 4);
+  be_.copy_to_device(s, const_cast<int32_t*>(in_.cu_seqlens), b.cu_seqlens.data(),
+                     b.cu_seqlens.size() * 4);
+  in_.n_tokens = b.n_tokens();
+  in_.attn = attention_shape(cfg_, b.n_seqs(), b.max_seqlen());
+  return in_;
+}
+
+}  // namespace sf

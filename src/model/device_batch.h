@@ -1,0 +1,38 @@
+// DeviceBatch: owns the backend copy of one batch (or chunk) of tokens and the RoPE inverse
+// frequencies, and hands out the BatchInputs the recipes read.
+//
+// upload() enqueues copy_to_device on the given stream: the host Batch must stay alive and
+// unchanged until that stream has run the copies (synchronize it, or record an event), and a
+// new upload must not be enqueued while ops reading the previous one may still run.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "io/model_config.h"
+#include "model/batch.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+class DeviceBatch {
+ public:
+  // Room for up to max_tokens tokens (and as many sequences). Uploads inv_freq on `s`.
+  DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens);
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+
+  // Validates b against the vocabulary and capacity, then copies its arrays.
+  const BatchInputs& upload(Stream& s, const Batch& b);
+  const BatchInputs& inputs() const { return in_; }
+  int64_t max_tokens() const { return max_tokens_; }
+
+ private:
+  Backend& be_;
+  ModelConfig cfg_;
+  int64_t max_tokens_;
+  std::unique_ptr<Buffer> buf_;
+  std::vector<float> inv_freq_host_;  // kept alive for the asynchronous first copy
+  BatchInputs in_;
+};
+
+}  // namespace sf

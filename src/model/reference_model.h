@@ -1,0 +1,78 @@
+// ReferenceModel: the whole model resident in backend memory, no offloading. It is the
+// ground truth the sliding-window engine is tested against, and a trainer for models that
+// fit. Built only from the recipes of model/recipes.h, so it runs on any Backend.
+//
+// Owns: per unit, the compute-dtype weights and the f32 gradients (flat, ModelLayout order);
+// every layer input of a batch ([L+1, max_tokens, C]: x_0 = embeddings ... x_L = head input);
+// one gradient buffer [max_tokens, C] that flows through all layers; one scratch buffer shared
+// by LayerActs and HeadActs; the loss scalar; the uploaded batch.
+//
+// Gradients ACCUMULATE across forward_backward calls until zero_grads(), so gradient
+// accumulation over micro-batches is repeated calls. Every call synchronizes the backend's
+// default stream before returning (it reads the loss back).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "model/device_batch.h"
+#include "model/param_layout.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+class ReferenceModel {
+ public:
+  // head_chunk_rows: tokens per lm-head logits chunk (scratch [rows, V] f32).
+  ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
+                 int64_t head_chunk_rows = 256);
+  ReferenceModel(const ReferenceModel&) = delete;
+  ReferenceModel& operator=(const ReferenceModel&) = delete;
+  ~ReferenceModel();
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelLayout& layout() const { return layout_; }
+  int n_units() const { return int(layout_.units.size()); }
+  int64_t max_tokens() const { return max_tokens_; }
+
+  // fp32 -> compute dtype, the whole flat unit (layout_.units[unit].numel elements).
+  void set_unit_weights(int unit, const float* fp32);
+  // compute dtype -> fp32 (the weights as the model sees them, e.g. bf16-rounded).
+  void get_unit_weights(int unit, float* out);
+  // The unit's f32 gradient buffer (numel elements).
+  void get_unit_grads(int unit, float* out);
+  void zero_grads();
+
+  // Summed cross-entropy over the batch's valid labels (no gradients).
+  double forward(const Batch& b);
+  // Same loss; gradients of grad_scale * loss accumulate into the gradient buffers.
+  double forward_backward(const Batch& b, float grad_scale);
+
+  // Bound views, for tests of the recipes against the model's own buffers.
+  LayerWeights layer_weights(int layer) const;
+  LayerGrads layer_grads(int layer) const;
+  EmbeddingWeights embedding_weights() const;
+  EmbeddingGrads embedding_grads() const;
+  HeadWeights head_weights() const;
+  HeadGrads head_grads() const;
+
+ private:
+  // Upload b and run embedding + all layers; returns the head input x_L.
+  const BatchInputs& run_forward(const Batch& b);
+  Mat x_at(int i, int64_t T) const;  // layer input i for T tokens
+  double read_loss();
+  void check_unit(int unit) const;
+
+  Backend& be_;
+  Stream& s_;
+  ModelConfig cfg_;
+  ModelLayout layout_;
+  int64_t max_tokens_, head_chunk_rows_;
+  DType cd_;
+  std::vector<std::unique_ptr<Buffer>> weights_, grads_;
+  std::unique_ptr<Buffer> xs_, dx_, scratch_, loss_;
+  std::unique_ptr<DeviceBatch> batch_;
+};
+
+}  // namespace sf
