@@ -8,15 +8,9 @@
 #include <vector>
 
 #include "model/param_layout.h"
+#include "optim/adamw.h"  // ParamRange
 
 namespace sf {
-
-// A contiguous parameter range of one unit and whether weight decay applies to it.
-struct ParamRange {
-  int64_t offset = 0;
-  int64_t numel = 0;
-  bool decay = true;
-};
 
 // Anonymous zero-filled host memory (mmap), released on destruction.
 class HostArray {

@@ -1,0 +1,140 @@
+// The subcommands: flags -> options structs -> library calls.
+#include "cli/commands.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "core/error.h"
+#include "engine/param_store.h"
+#include "io/model_config.h"
+#include "model/model_init.h"
+#include "model/model_presets.h"
+#include "train/model_dir.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace sf::cli {
+
+namespace {
+
+// Where the bundled example lives: next to the source tree this binary was built from, or
+// installed beside the binary.
+fs::path examples_dir() {
+  fs::path src = fs::path(SF_SOURCE_DIR) / "examples";
+  if (fs::exists(src / "sotu")) return src;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p / "examples" / "sotu")) return p / "examples";
+  SF_FAIL(input, "the bundled example (examples/sotu) was not found next to ", SF_SOURCE_DIR,
+          " or the binary; pass --model and --tokens");
+}
+
+DType parse_save_dtype(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "float16") return DType::f16;
+  if (s == "f32" || s == "float32") return DType::f32;
+  SF_FAIL(input, "--dtype \"", s, "\" is unknown; use bf16, f16 or f32");
+}
+
+}  // namespace
+
+void add_init_command(CLI::App& app) {
+  struct Opts {
+    std::string size = "tiny";
+    std::string config;
+    std::string out;
+    std::string dtype = "bf16";
+    std::string tokenizer;
+    uint64_t seed = 1234;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
+  cmd->add_option("--size", o->size, "named shape: " + [] {
+    std::string s;
+    for (auto& n : model_preset_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }());
+  cmd->add_option("--from-config", o->config, "a config.json to take the shape from");
+  cmd->add_option("--out", o->out, "output model directory")->required();
+  cmd->add_option("--dtype", o->dtype, "saved weight dtype: bf16, f16, f32");
+  cmd->add_option("--tokenizer", o->tokenizer, "copy tokenizer files from this directory");
+  cmd->add_option("--seed", o->seed, "random seed");
+  cmd->callback([o] {
+    ModelConfig cfg = o->config.empty() ? model_preset(o->size) : load_config(o->config);
+    ModelLayout layout = ModelLayout::build(cfg);
+    ParamStore store(layout);  // reuses the trainer's memory type; m/v stay untouched
+    for (int u = 0; u < store.n_units(); ++u)
+      init_unit(layout.units[size_t(u)], store.master(u), o->seed);
+    SaveModelOptions so;
+    so.dtype = parse_save_dtype(o->dtype);
+    so.tokenizer_dir = o->tokenizer;
+    std::vector<const float*> w;
+    for (int u = 0; u < store.n_units(); ++u) w.push_back(store.master(u));
+    save_model_dir(o->out, cfg, layout, w, so);
+    std::cout << "wrote " << o->out << ": " << arch_name(cfg.arch) << ", "
+              << double(cfg.num_parameters()) / 1e6 << "M parameters\n";
+  });
+}
+
+void add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto sched = std::make_shared<std::string>("cosine");
+  auto dtype = std::make_shared<std::string>("bf16");
+  auto* cmd = app.add_subcommand("train", "fine-tune every parameter of a model");
+  cmd->add_option("--model", o->model_dir, "Hugging Face model directory (default: bundled example)");
+  cmd->add_option("--tokens", o->tokens_file, "training data: uint32 token ids (llm.c .bin or raw)");
+  cmd->add_option("--out", o->out_dir, "output directory (model/ and metrics.jsonl)");
+  cmd->add_option("--example-size", o->example_size, "model shape for the bundled example");
+  cmd->add_option("--steps", o->steps, "optimizer steps");
+  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step");
+  cmd->add_option("--lr", o->schedule.lr, "peak learning rate")->default_val(3e-4);
+  cmd->add_option("--lr-schedule", *sched, "constant, cosine or linear");
+  cmd->add_option("--warmup-steps", o->schedule.warmup_steps, "linear warmup steps");
+  cmd->add_option("--min-lr-ratio", o->schedule.min_lr_ratio, "final lr / peak lr");
+  cmd->add_option("--weight-decay", o->hyper.weight_decay, "decoupled weight decay (not on norms/biases)");
+  cmd->add_option("--beta1", o->hyper.beta1);
+  cmd->add_option("--beta2", o->hyper.beta2);
+  cmd->add_option("--adam-eps", o->hyper.eps);
+  cmd->add_option("--max-grad-norm", o->hyper.max_grad_norm, "global-norm clipping (0: off)")->default_val(1.0);
+  cmd->add_option("--seed", o->seed, "seed for initialisation and data order");
+  cmd->add_option("--eval-every", o->eval_every, "steps between evaluations (0: at the end)");
+  cmd->add_option("--eval-fraction", o->eval_fraction, "tail of the tokens held out for eval");
+  cmd->add_option("--backend", o->backend, "auto, host or cuda");
+  cmd->add_option("--dtype", *dtype, "dtype of the saved model: bf16, f16, f32");
+  cmd->add_flag("--quiet", o->quiet, "no per-step log");
+  cmd->callback([o, sched, dtype] {
+    o->schedule.kind = LrSchedule::parse_kind(*sched);
+    o->schedule.total_steps = o->steps;
+    o->save_dtype = parse_save_dtype(*dtype);
+    if (o->model_dir.empty()) o->examples_dir = examples_dir();
+    run_training(*o, std::cout);
+  });
+}
+
+void add_info_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("info", "describe a model directory");
+  cmd->add_option("--model", *dir, "Hugging Face model directory")->required();
+  cmd->callback([dir] {
+    ModelConfig c = load_config(fs::path(*dir) / "config.json");
+    int64_t n = c.num_parameters();
+    std::cout << "architecture   " << arch_name(c.arch) << "\n"
+              << "parameters     " << n << " (" << std::fixed << std::setprecision(2)
+              << double(n) / 1e9 << " B)\n"
+              << "layers         " << c.num_hidden_layers << "\n"
+              << "hidden         " << c.hidden_size << ", ffn " << c.intermediate_size << "\n"
+              << "heads          " << c.num_attention_heads << " q, " << c.num_key_value_heads
+              << " kv, head_dim " << c.head_dim << "\n"
+              << "vocab          " << c.vocab_size << (c.tie_word_embeddings ? " (tied)" : "")
+              << "\n"
+              << "training state " << double(n) * 12 / double(1 << 30)
+              << " GiB host (fp32 master + AdamW m, v)\n";
+  });
+}
+
+}  // namespace sf::cli

@@ -1,0 +1,11 @@
+// Each subcommand registers its flags and a callback that calls into the library.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace sf::cli {
+
+void add_init_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace sf::cli

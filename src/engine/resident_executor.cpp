@@ -1,0 +1,62 @@
+#include "engine/resident_executor.h"
+
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+ResidentExecutor::ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens)
+    : be_(be), model_(be, cfg, max_tokens), store_(model_.layout()),
+      name_("resident on " + be.name()) {
+  for (int u = 0; u < store_.n_units(); ++u) grads_.emplace_back(size_t(store_.numel(u)));
+}
+
+void ResidentExecutor::params_changed() {
+  for (int u = 0; u < store_.n_units(); ++u) model_.set_unit_weights(u, store_.master(u));
+}
+
+StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  StepStats st;
+  for (auto& b : micro) {
+    st.n_valid += b.n_valid_labels();
+    st.n_tokens += b.n_tokens();
+  }
+  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
+  // The mean over every label of every micro-batch: scale each one's gradient by 1/n_valid.
+  const float grad_scale = float(1.0 / double(st.n_valid));
+  model_.zero_grads();
+  for (auto& b : micro) st.loss_sum += model_.forward_backward(b, grad_scale);
+
+  ThreadPool& pool = host_pool();
+  double sumsq = 0;
+  for (int u = 0; u < store_.n_units(); ++u) {
+    model_.get_unit_grads(u, grads_[size_t(u)].data());
+    sumsq += sum_squares(grads_[size_t(u)].data(), store_.numel(u), &pool);
+  }
+  st.grad_norm = std::sqrt(sumsq);
+  if (!std::isfinite(st.grad_norm)) {
+    st.clip_coef = 0;  // a non-finite gradient: skip the update, keep the weights
+    return st;
+  }
+  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
+
+  AdamWStep s;
+  s.lr = float(h.lr);
+  s.beta1 = h.beta1;
+  s.beta2 = h.beta2;
+  s.eps = h.eps;
+  s.weight_decay = h.weight_decay;
+  s.step = store_.step + 1;
+  s.grad_scale = st.clip_coef;
+  for (int u = 0; u < store_.n_units(); ++u)
+    adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), grads_[size_t(u)].data(),
+                        nullptr, store_.numel(u), store_.ranges(u), s, &pool);
+  store_.step += 1;
+  params_changed();
+  return st;
+}
+
+}  // namespace sf

@@ -1,0 +1,57 @@
+#include "train/model_dir.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "model/weights_io.h"
+
+namespace sf {
+
+namespace fs = std::filesystem;
+
+void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "tokenizer.model", "vocab.json",
+                           "merges.txt", "chat_template.jinja"}) {
+    fs::path src = from / name;
+    if (!fs::exists(src)) continue;
+    write_file_atomic(to / name, read_file(src));
+  }
+}
+
+void replace_dir(const fs::path& tmp, const fs::path& dir) {
+  fsync_dir(tmp);
+  fs::path old = dir;
+  old += ".old." + std::to_string(::getpid());
+  bool had_old = fs::exists(dir);
+  if (had_old) fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fsync_dir(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
+  if (had_old) fs::remove_all(old);
+}
+
+void save_model_dir(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,
+                    const std::vector<const float*>& unit_weights, const SaveModelOptions& opt) {
+  fs::path tmp = dir;
+  tmp += ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  if (ec) SF_FAIL(io, tmp.string(), ": cannot create directory (", ec.message(), ")");
+  try {
+    ModelConfig out = config;
+    out.torch_dtype = opt.dtype;
+    save_config(out, tmp / "config.json");
+    save_model_weights(tmp, out, layout, unit_weights, opt.dtype, opt.max_shard_bytes);
+    if (!opt.tokenizer_dir.empty()) copy_tokenizer_files(opt.tokenizer_dir, tmp);
+    replace_dir(tmp, dir);
+  } catch (...) {
+    fs::remove_all(tmp, ec);  // the previous `dir` is untouched
+    throw;
+  }
+}
+
+}  // namespace sf
