@@ -2,6 +2,7 @@
 // Synchronous: an op is complete when its call returns; streams and events only keep the
 // engine's ordering code identical on both backends. Memory is 64-byte aligned host memory.
 #pragma once
+#include <algorithm>
 #include <atomic>
 
 #include "backend/backend.h"
@@ -62,5 +63,32 @@ class HostBackend final : public Backend {
   std::atomic<size_t> in_use_{0}, peak_{0};
   std::unique_ptr<Stream> default_stream_;
 };
+
+// Helpers shared by the host op files (src/backend/host/host_*.cpp); not a public API.
+namespace host_detail {
+// SF_CHECKs that m is an f32 view with ld >= cols and data when non-empty, naming op/arg.
+void check_f32(const Mat& m, const char* op, const char* arg);
+// SF_CHECKs m's shape.
+void check_shape(const Mat& m, int64_t rows, int64_t cols, const char* op, const char* arg);
+inline float* frow(const Mat& m, int64_t r) { return static_cast<float*>(m.data) + r * m.ld; }
+// Rows per parallel range so that one range holds at least ~16K elements: small ops then
+// run inline instead of waking the pool.
+inline int64_t row_grain(int64_t cols) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+}
+// sum_i a[i]*b[i] in double, four partial sums in a fixed order (deterministic).
+inline double dot_d(const float* a, const float* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += double(a[i]) * b[i];
+    s1 += double(a[i + 1]) * b[i + 1];
+    s2 += double(a[i + 2]) * b[i + 2];
+    s3 += double(a[i + 3]) * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += double(a[i]) * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+}  // namespace host_detail
 
 }  // namespace sf
