@@ -78,6 +78,9 @@ class Backend {
   // ---- memory ------------------------------------------------------------------------
   // Throws Error(out_of_memory) naming `what` when the allocation fails.
   virtual std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) = 0;
+  // Host memory that copies to/from this backend can use asynchronously (pinned on CUDA).
+  // Default: ordinary aligned host memory, not counted in bytes_in_use().
+  virtual std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what);
   virtual size_t bytes_in_use() const = 0;
   virtual size_t peak_bytes_in_use() const = 0;
   // Copies between host memory and backend memory, ordered on stream s.
