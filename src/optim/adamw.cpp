@@ -77,7 +77,6 @@ template <class G>
 void run(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
          std::span<const ParamRange> ranges, const AdamWStep& s, ThreadPool* pool,
          CpuIsa isa) {
-  SF_CHECK(n >= 0, "AdamW: negative element count ", n);
   const Kernel<G> kernel = pick(isa, g);
   const AdamWConstants cd = adamw_constants(s, true), cn = adamw_constants(s, false);
   ok::Consts consts[2];
@@ -85,17 +84,11 @@ void run(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
   std::memcpy(&consts[0], &cn, sizeof cn);
   std::memcpy(&consts[1], &cd, sizeof cd);
 
+  check_param_ranges(ranges, n, "AdamW");
   std::vector<Task> tasks;
-  int64_t prev_end = 0;
-  for (const ParamRange& r : ranges) {
-    SF_CHECK(r.offset >= prev_end && r.numel >= 0 && r.offset + r.numel <= n,
-             "AdamW: parameter range [", r.offset, ", ", r.offset + r.numel,
-             ") overlaps the previous one (ending at ", prev_end,
-             "), is unsorted or lies outside the buffer of ", n, " elements");
-    prev_end = r.offset + r.numel;
-    for (int64_t b = r.offset; b < prev_end; b += kAdamWChunk)
-      tasks.push_back({b, std::min(prev_end, b + kAdamWChunk), r.decay});
-  }
+  for (const ParamRange& r : ranges)
+    for (int64_t b = r.offset; b < r.offset + r.numel; b += kAdamWChunk)
+      tasks.push_back({b, std::min(r.offset + r.numel, b + kAdamWChunk), r.decay});
   if (tasks.empty()) return;
   SF_CHECK(p && m && v && g, "AdamW: null p/m/v/grad pointer for ", n, " elements");
 

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"  // AdamWStep (header only: sf_optim still links sf_core only)
 #include "optim/cpu_isa.h"
+#include "optim/param_range.h"
 
 namespace sf {
 
@@ -53,18 +54,9 @@ void adamw_update(float* p, float* m, float* v, const uint16_t* grad_bf16, uint1
                   int64_t n, const AdamWStep& s, ThreadPool* pool,
                   CpuIsa isa = CpuIsa::automatic);
 
-// A parameter group inside a flat buffer: elements [offset, offset + numel), with or without
-// weight decay. The caller builds these from a unit's ParamSlots (offset, numel(), decay);
-// elements outside every range (alignment padding) are not touched, bf16_out included.
-struct ParamRange {
-  int64_t offset = 0;
-  int64_t numel = 0;
-  bool decay = true;
-};
-
-// One AdamW step on the ranges of flat buffers of n elements (all the ranges in one parallel
-// sweep). Ranges must be sorted by offset, disjoint and inside [0, n) (Error(internal)
-// otherwise). Same arithmetic and guarantees as adamw_update.
+// One AdamW step on the ranges (param_range.h) of flat buffers of n elements, all in one
+// parallel sweep; decay = false ranges use weight_decay 0. Elements outside the ranges,
+// bf16_out included, are not touched. Same arithmetic and guarantees as adamw_update.
 void adamw_update_ranges(float* p, float* m, float* v, const float* grad, uint16_t* bf16_out,
                          int64_t n, std::span<const ParamRange> ranges, const AdamWStep& s,
                          ThreadPool* pool, CpuIsa isa = CpuIsa::automatic);

@@ -37,38 +37,66 @@ BlockFn<uint16_t> pick(CpuIsa isa, const uint16_t*) {
 // Blocks per parallel task: 4 blocks = 1 MiB of f32, plenty to amortise scheduling.
 constexpr int64_t kBlocksPerTask = 4;
 
+// Sum over ranges in order of (sum over the range's blocks in order, from 0.0): exactly
+// what summing sum_squares() of each range in turn gives.
 template <class G>
-double run(const G* g, int64_t n, ThreadPool* pool, CpuIsa isa) {
-  SF_CHECK(n >= 0, "sum_squares: negative element count ", n);
+double run(const G* g, int64_t n, std::span<const ParamRange> ranges, ThreadPool* pool,
+           CpuIsa isa) {
   const BlockFn<G> block = pick(isa, g);
-  if (n == 0) return 0.0;
+  check_param_ranges(ranges, n, "sum_squares");
+  struct Block {
+    int64_t begin, size;
+  };
+  std::vector<Block> blocks;
+  std::vector<size_t> first;  // first block of each range, then blocks.size()
+  for (const ParamRange& r : ranges) {
+    first.push_back(blocks.size());
+    for (int64_t b = 0; b < r.numel; b += kSumSquaresBlock)
+      blocks.push_back({r.offset + b, std::min(kSumSquaresBlock, r.numel - b)});
+  }
+  first.push_back(blocks.size());
+  if (blocks.empty()) return 0.0;
   SF_CHECK(g, "sum_squares: null gradient pointer for ", n, " elements");
-  const int64_t n_blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
-  std::vector<double> sums(static_cast<size_t>(n_blocks));
+
+  std::vector<double> sums(blocks.size());
+  const int64_t n_blocks = int64_t(blocks.size());
   auto one_task = [&](int64_t t) {
     const int64_t b1 = std::min(n_blocks, (t + 1) * kBlocksPerTask);
-    for (int64_t b = t * kBlocksPerTask; b < b1; ++b) {
-      const int64_t off = b * kSumSquaresBlock;
-      sums[size_t(b)] = block(g + off, std::min(kSumSquaresBlock, n - off));
-    }
+    for (int64_t b = t * kBlocksPerTask; b < b1; ++b)
+      sums[size_t(b)] = block(g + blocks[size_t(b)].begin, blocks[size_t(b)].size);
   };
   const int64_t n_tasks = (n_blocks + kBlocksPerTask - 1) / kBlocksPerTask;
   if (pool && n_tasks > 1)
     pool->run_tasks(n_tasks, one_task);
   else
     for (int64_t t = 0; t < n_tasks; ++t) one_task(t);
+  // Fixed order, independent of who computed which block.
   double total = 0.0;
-  for (double s : sums) total += s;  // block order: independent of who computed what
+  for (size_t r = 0; r + 1 < first.size(); ++r) {
+    double range_sum = 0.0;
+    for (size_t b = first[r]; b < first[r + 1]; ++b) range_sum += sums[b];
+    total += range_sum;
+  }
   return total;
 }
 
 }  // namespace
 
 double sum_squares(const float* g, int64_t n, ThreadPool* pool, CpuIsa isa) {
-  return run(g, n, pool, isa);
+  const ParamRange all{0, n, true};
+  return run(g, n, {&all, 1}, pool, isa);
 }
 double sum_squares(const uint16_t* g_bf16, int64_t n, ThreadPool* pool, CpuIsa isa) {
-  return run(g_bf16, n, pool, isa);
+  const ParamRange all{0, n, true};
+  return run(g_bf16, n, {&all, 1}, pool, isa);
+}
+double sum_squares_ranges(const float* g, int64_t n, std::span<const ParamRange> ranges,
+                          ThreadPool* pool, CpuIsa isa) {
+  return run(g, n, ranges, pool, isa);
+}
+double sum_squares_ranges(const uint16_t* g_bf16, int64_t n,
+                          std::span<const ParamRange> ranges, ThreadPool* pool, CpuIsa isa) {
+  return run(g_bf16, n, ranges, pool, isa);
 }
 
 float clip_coefficient(double total_norm, double max_norm) {

@@ -8,8 +8,10 @@
 // gradients themselves are never rewritten.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "optim/cpu_isa.h"
+#include "optim/param_range.h"
 
 namespace sf {
 
@@ -22,6 +24,13 @@ double sum_squares(const float* g, int64_t n, ThreadPool* pool = nullptr,
                    CpuIsa isa = CpuIsa::automatic);
 double sum_squares(const uint16_t* g_bf16, int64_t n, ThreadPool* pool = nullptr,
                    CpuIsa isa = CpuIsa::automatic);
+// The sum over the ranges (param_range.h; decay ignored) of a flat buffer of n elements,
+// skipping padding: bitwise what adding sum_squares() of each range in range order gives,
+// computed in one parallel sweep.
+double sum_squares_ranges(const float* g, int64_t n, std::span<const ParamRange> ranges,
+                          ThreadPool* pool = nullptr, CpuIsa isa = CpuIsa::automatic);
+double sum_squares_ranges(const uint16_t* g_bf16, int64_t n, std::span<const ParamRange> ranges,
+                          ThreadPool* pool = nullptr, CpuIsa isa = CpuIsa::automatic);
 
 // min(1, max_norm / (total_norm + 1e-6)), the factor torch's clip_grad_norm_ multiplies the
 // gradients by; 1 when max_norm <= 0 (clipping off). A non-finite total_norm gives NaN,

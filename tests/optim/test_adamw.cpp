@@ -164,8 +164,9 @@ TEST_P(AdamWIsa, BitwiseEqualToScalar) {
         EXPECT_TRUE(same_bits(a.m, b.m));
         EXPECT_TRUE(same_bits(a.v, b.v));
         EXPECT_EQ(a.out, b.out);
-        if (with_out)  // and the copy is bf16 of the new weights
+        if (with_out) {  // and the copy is bf16 of the new weights
           for (size_t i = 0; i < a.p.size(); i += 997) ASSERT_EQ(b.out[i], f32_to_bf16(b.p[i]));
+        }
       }
     }
   }
@@ -303,7 +304,9 @@ TEST(AdamW, DecayChangesTheResult) {
                       s, nullptr);
   for (int i = 0; i < 64; ++i) {
     // p * (1 - lr * wd) moves |p| by ~3e-5 * |p|: p values near 0 may round equal.
-    if (std::abs(b.p[size_t(i)]) > 0.1f) EXPECT_LT(std::abs(a.p[size_t(i)]), std::abs(b.p[size_t(i)]));
+    if (std::abs(b.p[size_t(i)]) > 0.1f) {
+      EXPECT_LT(std::abs(a.p[size_t(i)]), std::abs(b.p[size_t(i)]));
+    }
     EXPECT_EQ(a.m[size_t(i)], b.m[size_t(i)]);  // moments do not see decay
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "optim/grad_norm.h"
 #include "test_util.h"
@@ -77,4 +78,30 @@ TEST(ClipCoefficient, FollowsTorchClipGradNorm) {
   EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0f);     // zero gradients
   EXPECT_TRUE(std::isnan(clip_coefficient(INFINITY, 1.0)));  // caller must skip the step
   EXPECT_TRUE(std::isnan(clip_coefficient(NAN, 1.0)));
+}
+
+// Ranges skip padding and equal the per-range sums added in order, for any pool and ISA.
+TEST(SumSquares, RangesEqualPerRangeSumsInOrder) {
+  const int64_t n = 5 * kSumSquaresBlock + 1000;
+  auto g = test::random_vec(size_t(n), 91, -1.f, 1.f);
+  const std::vector<ParamRange> ranges = {
+      {0, 7, false}, {64, 3 * kSumSquaresBlock + 5, true}, {3 * kSumSquaresBlock + 128, 900, false},
+      {5 * kSumSquaresBlock, 1000, true}};
+  double want = 0;
+  for (const ParamRange& r : ranges) want += sum_squares(g.data() + r.offset, r.numel);
+  // Garbage in the padding must not count.
+  std::vector<bool> covered(size_t(n), false);
+  for (const ParamRange& r : ranges)
+    for (int64_t i = 0; i < r.numel; ++i) covered[size_t(r.offset + i)] = true;
+  for (size_t i = 0; i < size_t(n); ++i)
+    if (!covered[i]) g[i] = 1e30f;
+  ThreadPool four(4);
+  for (CpuIsa isa : kIsas) {
+    if (!cpu_isa_supported(isa)) continue;
+    SCOPED_TRACE(cpu_isa_name(isa));
+    EXPECT_EQ(sum_squares_ranges(g.data(), n, ranges, nullptr, isa), want);
+    EXPECT_EQ(sum_squares_ranges(g.data(), n, ranges, &four, isa), want);
+  }
+  const std::vector<ParamRange> bad = {{10, 5, true}, {12, 5, true}};
+  EXPECT_THROW(sum_squares_ranges(g.data(), n, bad), Error);
 }

@@ -1,0 +1,192 @@
+// bench_adamw: throughput of the host AdamW step (src/optim/adamw.h) for each CPU ISA and
+// thread count, with f32 and bf16 gradients, plus the gradient sum of squares; not a test.
+//
+//   build-x/bin/bench_adamw [--mparams 256] [--threads 1,2,4] [--isa scalar,avx2,avx512]
+//                           [--iters 5] [--no-out]
+//
+// Prints, per configuration, the median over iters of: G params/s and the DRAM traffic it
+// implies in GB/s, counting per parameter p, m, v read and written (24 bytes), the gradient
+// read (4 f32 / 2 bf16) and the bf16 weight copy written (2, unless --no-out). A "stream"
+// row moves the same bytes with trivial arithmetic: the memory roofline the optimizer
+// should approach (it is DRAM-bound when the two are close).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
+
+using namespace sf;
+
+namespace {
+
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+template <class T>
+std::unique_ptr<T[], Free> alloc(int64_t n) {
+  const size_t bytes = (size_t(n) * sizeof(T) + 4095) / 4096 * 4096;
+  T* p = static_cast<T*>(std::aligned_alloc(4096, bytes));
+  SF_REQUIRE(p, "bench_adamw: cannot allocate ", bytes >> 20, " MiB; lower --mparams");
+  return std::unique_ptr<T[], Free>(p);
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t e = s.find(',', pos);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(std::atoi(s.substr(pos, e - pos).c_str()));
+    pos = e + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t e = s.find(',', pos);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(pos, e - pos));
+    pos = e + 1;
+  }
+  return out;
+}
+
+template <class F>
+double median_seconds(int iters, F&& f) {
+  f();  // warm-up (page faults, caches, thread start)
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void row(const char* what, const char* isa, int threads, int64_t n, double bytes_per, double s) {
+  std::printf("%-16s %-7s %3d threads  %7.3f G params/s  %7.2f GB/s  (%.1f ms)\n", what, isa,
+              threads, double(n) / s * 1e-9, double(n) * bytes_per / s * 1e-9, s * 1e3);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  double mparams = 256;
+  std::vector<int> threads;
+  std::vector<std::string> isas;
+  int iters = 5;
+  bool with_out = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      SF_REQUIRE(i + 1 < argc, "bench_adamw: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--mparams") mparams = std::atof(next().c_str());
+    else if (a == "--threads") threads = parse_ints(next());
+    else if (a == "--isa") isas = split(next());
+    else if (a == "--iters") iters = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--no-out") with_out = false;
+    else SF_REQUIRE(false, "bench_adamw: unknown flag ", a,
+                    " (flags: --mparams M --threads 1,2 --isa scalar,avx2,avx512 --iters N --no-out)");
+  }
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads.empty()) {  // 1, 2, 4, ... and the core count
+    for (int t = 1; t < hw; t *= 2) threads.push_back(t);
+    threads.push_back(hw);
+  }
+  if (isas.empty())
+    for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512})
+      if (cpu_isa_supported(isa)) isas.push_back(std::string(cpu_isa_name(isa)));
+
+  const int64_t n = int64_t(mparams * 1e6) / 64 * 64;
+  std::printf("bench_adamw: %.0fM params, %d hardware threads, bf16 out %s, median of %d\n",
+              double(n) / 1e6, hw, with_out ? "on" : "off", iters);
+  auto p = alloc<float>(n), m = alloc<float>(n), v = alloc<float>(n), g = alloc<float>(n);
+  auto gh = alloc<uint16_t>(n), out = alloc<uint16_t>(n);
+  {
+    // First touch in parallel (NUMA placement follows the workers), non-trivial values.
+    ThreadPool init(hw);
+    init.parallel_for(n, [&](int64_t b, int64_t e) {
+      uint32_t x = uint32_t(b) * 2654435761u + 1;
+      for (int64_t i = b; i < e; ++i) {
+        x = x * 1664525u + 1013904223u;
+        const float r = float(x >> 8) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
+        p[i] = r;
+        m[i] = r * 0.01f;
+        v[i] = r * r * 1e-4f;
+        g[i] = r * 0.1f;
+        gh[i] = f32_to_bf16(g[i]);
+        out[i] = 0;
+      }
+    }, 4096);
+  }
+  uint16_t* outp = with_out ? out.get() : nullptr;
+  const double out_bytes = with_out ? 2 : 0;
+  AdamWStep s;
+  s.lr = 1e-5f;
+  s.weight_decay = 0.01f;
+
+  for (int t : threads) {
+    ThreadPool pool(t);
+    // Roofline: the same bytes as the f32-gradient step, trivial arithmetic.
+    const double st = median_seconds(iters, [&] {
+      pool.run_tasks((n + kAdamWChunk - 1) / kAdamWChunk, [&](int64_t k) {
+        const int64_t b = k * kAdamWChunk, e = std::min(n, b + kAdamWChunk);
+        float* __restrict pp = p.get();
+        float* __restrict mm = m.get();
+        float* __restrict vv = v.get();
+        const float* __restrict gg = g.get();
+        for (int64_t i = b; i < e; ++i) {
+          const float x = gg[i] * 1e-30f;
+          pp[i] += x;
+          mm[i] += x;
+          vv[i] += x;
+        }
+        if (outp) std::memset(outp + b, 0, size_t(e - b) * 2);
+      });
+    });
+    row("stream", "-", t, n, 28 + out_bytes, st);
+    for (const std::string& name : isas) {
+      const CpuIsa isa = parse_cpu_isa(name);
+      if (!cpu_isa_supported(isa)) {
+        std::printf("%s: not supported by this CPU, skipped\n", name.c_str());
+        continue;
+      }
+      s.step = 1;
+      const double f = median_seconds(iters, [&] {
+        adamw_update(p.get(), m.get(), v.get(), g.get(), outp, n, s, &pool, isa);
+        ++s.step;
+      });
+      row("adamw f32 grad", name.c_str(), t, n, 28 + out_bytes, f);
+      const double b = median_seconds(iters, [&] {
+        adamw_update(p.get(), m.get(), v.get(), gh.get(), outp, n, s, &pool, isa);
+        ++s.step;
+      });
+      row("adamw bf16 grad", name.c_str(), t, n, 26 + out_bytes, b);
+      double sink = 0;
+      const double q = median_seconds(iters, [&] { sink += sum_squares(g.get(), n, &pool, isa); });
+      row("sumsq f32", name.c_str(), t, n, 4, q);
+      if (sink < 0) std::printf("impossible\n");
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_adamw: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,21 @@
+// ParamRange: one parameter group inside a flat per-unit buffer, as the optimizer sees it.
+// sf_optim does not depend on sf_model; the caller builds these from a unit's ParamSlots:
+//     for (const ParamSlot& s : unit.params) ranges.push_back({s.offset, s.numel(), s.decay});
+#pragma once
+#include <cstdint>
+#include <span>
+
+namespace sf {
+
+// Elements [offset, offset + numel) of the buffer, with or without weight decay. Elements
+// outside every range (alignment padding) are neither read nor written.
+struct ParamRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+  bool decay = true;  // false: norms and biases (weight_decay treated as 0)
+};
+
+// Throws Error(internal) unless the ranges are sorted by offset, disjoint and inside [0, n).
+void check_param_ranges(std::span<const ParamRange> ranges, int64_t n, const char* who);
+
+}  // namespace sf
