@@ -2,9 +2,12 @@
 // Contract (backend.h): c = alpha * op(a) @ op(b) + beta * c, row-major, every Mat with its
 // own row stride ld. c is overwritten when beta == 0 (BLAS semantics: c is then not read, so
 // NaN/garbage in c does not propagate), accumulated otherwise.
-// Determinism: OpenBLAS splits sgemm over threads along M/N, never along K, so each element of
-// c is the same dot-product sequence whatever the thread count. OpenBLAS gets as many threads as
-// host_pool() (SF_NUM_THREADS), set once.
+// Determinism: c is cut into fixed tiles (kTileM x kTileN, independent of the thread count),
+// each tile is one single-threaded cblas_sgemm call, and host_pool() runs the tiles. OpenBLAS's
+// own threading is switched off because its multi-threaded driver blocks the inner dimension
+// differently from its single-threaded one (results changed between SF_NUM_THREADS=1 and 2);
+// with fixed tiles every element of c is the same sequence of operations whatever the thread
+// count. Packing overhead of the tiling is (kTileM + kTileN) / (2 kTileM kTileN) < 1%.
 #include <cblas.h>
 
 #include <climits>
@@ -34,6 +37,10 @@ void check_shape(const Mat& m, int64_t rows, int64_t cols, const char* op, const
 
 using namespace host_detail;
 
+namespace {
+constexpr int64_t kTileM = 128, kTileN = 512;
+}  // namespace
+
 void HostBackend::gemm(Stream&, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha,
                        float beta) {
   check_f32(a, "gemm", "a");
@@ -56,13 +63,25 @@ void HostBackend::gemm(Stream&, Mat c, Mat a, Trans ta, Mat b, Trans tb, float a
   SF_CHECK(M < INT_MAX && N < INT_MAX && K < INT_MAX && a.ld < INT_MAX && b.ld < INT_MAX &&
                c.ld < INT_MAX,
            "host gemm: dimensions exceed the 32-bit BLAS interface");
-  static std::once_flag threads_once;
-  std::call_once(threads_once, [] { openblas_set_num_threads(host_pool().size()); });
+  static std::once_flag single_thread_once;
+  std::call_once(single_thread_once, [] { openblas_set_num_threads(1); });
   // BLAS wants ld >= the row length even for a single row.
   auto ld = [](const Mat& m) { return int(std::max<int64_t>(std::max<int64_t>(m.ld, m.cols), 1)); };
-  cblas_sgemm(CblasRowMajor, ta == Trans::yes ? CblasTrans : CblasNoTrans,
-              tb == Trans::yes ? CblasTrans : CblasNoTrans, int(M), int(N), int(K), alpha,
-              a.as<const float>(), ld(a), b.as<const float>(), ld(b), beta, c.as<float>(), ld(c));
+  const int lda = ld(a), ldb = ld(b), ldc = ld(c);
+  const auto cta = ta == Trans::yes ? CblasTrans : CblasNoTrans;
+  const auto ctb = tb == Trans::yes ? CblasTrans : CblasNoTrans;
+  const float* ap = a.as<const float>();
+  const float* bp = b.as<const float>();
+  const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
+  host_pool().run_tasks(tiles_m * tiles_n, [&](int64_t tile) {
+    const int64_t i0 = (tile / tiles_n) * kTileM, j0 = (tile % tiles_n) * kTileN;
+    const int64_t m = std::min(kTileM, M - i0), n = std::min(kTileN, N - j0);
+    // Rows i0.. of op(a) and columns j0.. of op(b), as pointers into the stored matrices.
+    const float* at = ta == Trans::no ? ap + i0 * a.ld : ap + i0;
+    const float* bt = tb == Trans::no ? bp + j0 : bp + j0 * b.ld;
+    cblas_sgemm(CblasRowMajor, cta, ctb, int(m), int(n), int(K), alpha, at, lda, bt, ldb, beta,
+                static_cast<float*>(c.ptr(i0, j0)), ldc);
+  });
 }
 
 }  // namespace sf
