@@ -1,0 +1,636 @@
+// Flash attention forward and backward with bf16 tensor-core MMAs (mma.sync m16n8k16, sm_80+),
+// fp32 accumulation and online softmax (contracts in attention.cuh).
+//
+// Tiles: 4 warps per block, each warp owns 16 rows of a 64-row tile. Operand tiles sit in
+// shared memory as [rows, D] bf16 with the 16-byte chunk index XOR-swizzled by (row & 7), so
+// ldmatrix reads 8 rows of one chunk column without bank conflicts. Global -> shared copies
+// use cp.async (16 bytes, zero-filled past the end of the sequence).
+//
+// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
+//   A 16x16 (row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B 16x8 (k x n):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C 16x8 f32:          c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// so an accumulator pair of n-tiles (2j, 2j+1) is, packed to bf16, the A operand of the next
+// product over those 16 columns (the FA2 register trick).
+#include <cmath>
+#include <mutex>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/common.cuh"
+
+namespace sf::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kTile = 64;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+struct AttnArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  int64_t ldq, ldk, ldv;
+  const bf16* out;   // backward: the forward's output
+  const bf16* dout;  // backward
+  int64_t ldo, lddo;
+  bf16* o;           // forward: out; backward: dq (also the delta stash)
+  bf16* dk;
+  bf16* dv;
+  int64_t ld_o, lddk, lddv;
+  float* lse;        // [Hq, T]
+  const int32_t* cu;
+  int64_t T;
+  int group;         // Hq / Hkv
+  float scale, scale_log2;
+};
+
+// ---- PTX wrappers -----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a * b
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// ---- shared-memory tiles ----------------------------------------------------------------------
+
+// Element offset of (row, 8-element chunk) in a swizzled [rows, D] tile.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// Copies rows [0, n_valid) of a ROWS x D tile starting at g (row stride ld) into smem; rows past
+// n_valid are zero-filled (`safe` is any valid global address for the masked copies).
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(bf16* smem, const bf16* g, int64_t ld, int n_valid,
+                                          const bf16* safe) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < ROWS * CH; i += kThreads) {
+    const int r = i / CH, c = i % CH;
+    const bool ok = r < n_valid;
+    cp_async16(smem_addr(smem + swz<D>(r, c)), ok ? g + r * ld + c * 8 : safe, ok);
+  }
+}
+
+// A fragment: rows [r0, r0+16), columns [8*kc, 8*kc+16) of a row-major tile.
+template <int D>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* tile, int r0, int kc,
+                                       int lane) {
+  const int r = r0 + (lane & 15), c = kc + (lane >> 4);
+  ldsm_x4(a, smem_addr(tile + swz<D>(r, c)));
+}
+// B fragments for two n-tiles from a tile stored [n, k] (rows = n): n in [n0, n0+16),
+// k in [8*kc, 8*kc+16). b[0], b[1] serve n-tile n0; b[2], b[3] serve n0+8.
+template <int D>
+__device__ __forceinline__ void frag_b(uint32_t (&b)[4], const bf16* tile, int n0, int kc,
+                                       int lane) {
+  const int r = n0 + (lane & 7) + ((lane >> 4) << 3), c = kc + ((lane >> 3) & 1);
+  ldsm_x4(b, smem_addr(tile + swz<D>(r, c)));
+}
+// B fragments for two n-tiles from a tile stored [k, n] (rows = k): k in [k0, k0+16),
+// n in [8*nc, 8*nc+16). b[0], b[1] serve n-tile nc; b[2], b[3] serve nc+1.
+template <int D>
+__device__ __forceinline__ void frag_bt(uint32_t (&b)[4], const bf16* tile, int k0, int nc,
+                                        int lane) {
+  const int r = k0 + (lane & 7) + (((lane >> 3) & 1) << 3), c = nc + (lane >> 4);
+  ldsm_x4_t(b, smem_addr(tile + swz<D>(r, c)));
+}
+
+// s[16 x 8*NT] (+)= A-tile rows [ra, ra+16) @ B-tile^T, B stored [n, k] with n in [0, 8*NT).
+template <int D, int NT>
+__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* at, int ra,
+                                        const bf16* bt, int lane) {
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    uint32_t a[4];
+    frag_a<D>(a, at, ra, kc * 2, lane);
+#pragma unroll
+    for (int nb = 0; nb < NT / 2; ++nb) {
+      uint32_t b[4];
+      frag_b<D>(b, bt, nb * 16, kc * 2, lane);
+      mma(s[2 * nb], a, b[0], b[1]);
+      mma(s[2 * nb + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[16 x D] += P[16 x 16*KB] (A fragments in registers) @ B-tile, B stored [k, n=D].
+template <int D, int KB>
+__device__ __forceinline__ void mma_pv(float (&acc)[D / 8][4], const uint32_t (&p)[KB][4],
+                                       const bf16* bt, int lane) {
+#pragma unroll
+  for (int kb = 0; kb < KB; ++kb)
+#pragma unroll
+    for (int dc = 0; dc < D / 16; ++dc) {
+      uint32_t b[4];
+      frag_bt<D>(b, bt, kb * 16, dc * 2, lane);
+      mma(acc[2 * dc], p[kb], b[0], b[1]);
+      mma(acc[2 * dc + 1], p[kb], b[2], b[3]);
+    }
+}
+
+// Packs accumulator n-tile pairs into A fragments.
+template <int NT>
+__device__ __forceinline__ void to_a_frags(uint32_t (&p)[NT / 2][4], const float (&s)[NT][4]) {
+#pragma unroll
+  for (int kb = 0; kb < NT / 2; ++kb) {
+    p[kb][0] = pack_bf16(s[2 * kb][0], s[2 * kb][1]);
+    p[kb][1] = pack_bf16(s[2 * kb][2], s[2 * kb][3]);
+    p[kb][2] = pack_bf16(s[2 * kb + 1][0], s[2 * kb + 1][1]);
+    p[kb][3] = pack_bf16(s[2 * kb + 1][2], s[2 * kb + 1][3]);
+  }
+}
+
+template <int N, int M>
+__device__ __forceinline__ void zero(float (&x)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) x[i][j] = 0.f;
+}
+
+// Stores a warp's [16 x D] accumulator (times mul) as bf16 rows r0 + g (+8) of dst, rows
+// >= n_valid skipped.
+template <int D>
+__device__ __forceinline__ void store_rows(bf16* dst, int64_t ld, int r0, int n_valid,
+                                           const float (&acc)[D / 8][4], float mul0, float mul1,
+                                           int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + half * 8;
+    if (r >= n_valid) continue;
+    const float mul = half ? mul1 : mul0;
+    bf16* row = dst + int64_t(r) * ld + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8) =
+          pack_bf16(acc[dt][2 * half] * mul, acc[dt][2 * half + 1] * mul);
+  }
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+// grid (query tiles, sequences, query heads); the heaviest (last) query tiles start first.
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_forward_kernel(AttnArgs p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* Ks = Qs + kTile * D;
+  bf16* Vs = Ks + kTile * D;
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int q0 = tile * kTile;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  const bf16* qg = p.q + int64_t(start + q0) * p.ldq + h * D;
+  const bf16* kg = p.k + int64_t(start) * p.ldk + hk * D;
+  const bf16* vg = p.v + int64_t(start) * p.ldv + hk * D;
+  load_tile<D, kTile>(Qs, qg, p.ldq, min(kTile, len - q0), p.q);
+  load_tile<D, kTile>(Ks, kg, p.ldk, min(kTile, len), p.k);
+  cp_async_commit();
+
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  uint32_t qf[D / 16][4];
+  const int row0 = q0 + warp * 16 + g;  // query index of accumulator rows g (and +8)
+  const int nkb = tile + 1;             // key tiles 0..tile (causal; tiles are equal)
+
+  for (int j = 0; j < nkb; ++j) {
+    cp_async_wait_all();
+    __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
+    if (j == 0)
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) frag_a<D>(qf[kc], Qs, warp * 16, kc * 2, lane);
+    load_tile<D, kTile>(Vs, vg + int64_t(j) * kTile * p.ldv, p.ldv, min(kTile, len - j * kTile),
+                        p.v);
+    cp_async_commit();
+
+    float s[kTile / 8][4];
+    zero(s);
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+#pragma unroll
+      for (int nb = 0; nb < kTile / 16; ++nb) {
+        uint32_t b[4];
+        frag_b<D>(b, Ks, nb * 16, kc * 2, lane);
+        mma(s[2 * nb], qf[kc], b[0], b[1]);
+        mma(s[2 * nb + 1], qf[kc], b[2], b[3]);
+      }
+
+    // Scale into log2 units; mask the future on the diagonal tile.
+    const bool diag = j == tile;
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * p.scale_log2;
+        if (diag && j * kTile + nt * 8 + 2 * t4 + (e & 1) > row0 + (e >> 1) * 8) x = -INFINITY;
+        s[nt][e] = x;
+      }
+    // Online softmax for rows g (e = 0, 1) and g + 8 (e = 2, 3).
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * ri], s[nt][2 * ri + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[ri], mx);
+      const float base = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2f(m[ri] - base);
+      m[ri] = m_new;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        const float p0 = exp2f(s[nt][2 * ri] - base), p1 = exp2f(s[nt][2 * ri + 1] - base);
+        s[nt][2 * ri] = p0;
+        s[nt][2 * ri + 1] = p1;
+        rs += p0 + p1;
+      }
+      l[ri] = l[ri] * alpha + rs;  // per-thread partial; the quad is summed at the end
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * ri] *= alpha;
+        o[dt][2 * ri + 1] *= alpha;
+      }
+    }
+    uint32_t pf[kTile / 16][4];
+    to_a_frags<kTile / 8>(pf, s);
+
+    cp_async_wait_all();
+    __syncthreads();  // V_j landed; every warp is done with K_j
+    if (j + 1 < nkb) {
+      load_tile<D, kTile>(Ks, kg + int64_t(j + 1) * kTile * p.ldk, p.ldk,
+                          min(kTile, len - (j + 1) * kTile), p.k);
+      cp_async_commit();
+    }
+    mma_pv<D, kTile / 16>(o, pf, Vs, lane);
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float lt = l[ri];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[ri] = 1.f / lt;
+    const int r = row0 + ri * 8;
+    if (t4 == 0 && r < len)
+      p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, len - q0, o,
+                inv[0], inv[1], lane);
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+// delta[t, h] = dout[t, h, :] . out[t, h, :], one warp per (token, head), into the dq stash.
+template <int D>
+__global__ void attn_delta_kernel(AttnArgs p, int n_heads) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= p.T * n_heads) return;
+  const int64_t t = w / n_heads;
+  const int h = int(w - t * n_heads);
+  const bf16* o = p.out + t * p.ldo + h * D;
+  const bf16* d = p.dout + t * p.lddo + h * D;
+  float acc = 0.f;
+#pragma unroll
+  for (int c = lane * 2; c < D; c += 64) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + c));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d + c));
+    acc += a.x * b.x + a.y * b.y;
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) reinterpret_cast<float*>(p.o + t * p.ld_o)[h] = acc;
+}
+
+// dk, dv for one key tile of one kv head; grid (key tiles, sequences, kv heads). Query tiles of
+// BQ rows; light early key tiles (which see the most queries) start first.
+template <int D, int BQ>
+__global__ void __launch_bounds__(kThreads) attn_dkdv_kernel(AttnArgs p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem_raw);
+  bf16* Vs = Ks + kTile * D;
+  bf16* Qs = Vs + kTile * D;
+  bf16* dOs = Qs + BQ * D;
+  float* lse_s = reinterpret_cast<float*>(dOs + BQ * D);  // [BQ], log2 units
+  float* dl_s = lse_s + BQ;                               // [BQ]
+  const int seq = blockIdx.y, hk = blockIdx.z;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int k0 = blockIdx.x * kTile;
+  if (k0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  load_tile<D, kTile>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
+                      min(kTile, len - k0), p.k);
+  load_tile<D, kTile>(Vs, p.v + int64_t(start + k0) * p.ldv + hk * D, p.ldv,
+                      min(kTile, len - k0), p.v);
+  cp_async_commit();
+
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+  const int krow0 = k0 + warp * 16 + g;  // key index of accumulator rows g (and +8)
+
+  for (int gi = 0; gi < p.group; ++gi) {
+    const int h = hk * p.group + gi;
+    for (int q0 = (k0 / BQ) * BQ; q0 < len; q0 += BQ) {
+      __syncthreads();  // every warp is done with the previous Q/dO tile
+      const int nq = min(BQ, len - q0);
+      load_tile<D, BQ>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
+      load_tile<D, BQ>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq, p.dout);
+      cp_async_commit();
+      for (int i = threadIdx.x; i < BQ; i += kThreads) {
+        const bool ok = i < nq;
+        const int64_t tq = start + q0 + i;
+        lse_s[i] = ok ? p.lse[int64_t(h) * p.T + tq] * kLog2e : INFINITY;
+        dl_s[i] = ok ? reinterpret_cast<const float*>(p.o + tq * p.ld_o)[h] : 0.f;
+      }
+      cp_async_wait_all();
+      __syncthreads();
+
+      // S^T = K Q^T: rows = this warp's 16 keys, columns = BQ queries.
+      float st[BQ / 8][4];
+      zero(st);
+      mma_abt<D, BQ / 8>(st, Ks, warp * 16, Qs, lane);
+      // P^T = exp(scale * s - lse); zero where the key is after the query or past the end.
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t4 + (e & 1);
+          const float pv = exp2f(st[nt][e] * p.scale_log2 - lse_s[qi]);
+          st[nt][e] = krow0 + (e >> 1) * 8 > q0 + qi ? 0.f : pv;
+        }
+      uint32_t pf[BQ / 16][4];
+      to_a_frags<BQ / 8>(pf, st);
+      mma_pv<D, BQ / 16>(dv, pf, dOs, lane);  // dV += P^T dO
+
+      // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta).
+      float dp[BQ / 8][4];
+      zero(dp);
+      mma_abt<D, BQ / 8>(dp, Vs, warp * 16, dOs, lane);
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t4 + (e & 1);
+          dp[nt][e] = st[nt][e] * (dp[nt][e] - dl_s[qi]);
+        }
+      to_a_frags<BQ / 8>(pf, dp);
+      mma_pv<D, BQ / 16>(dk, pf, Qs, lane);  // dK += dS^T Q
+    }
+  }
+  store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
+                p.scale, p.scale, lane);
+  store_rows<D>(p.dv + int64_t(start + k0) * p.lddv + hk * D, p.lddv, warp * 16, len - k0, dv,
+                1.f, 1.f, lane);
+}
+
+// dq for one query tile of one head; grid (query tiles, sequences, query heads), heavy first.
+template <int D, int BK>
+__global__ void __launch_bounds__(kThreads) attn_dq_kernel(AttnArgs p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* dOs = Qs + kTile * D;
+  bf16* Ks = dOs + kTile * D;
+  bf16* Vs = Ks + BK * D;
+  float* dl_s = reinterpret_cast<float*>(Vs + BK * D);  // [kTile]
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int nq = min(kTile, len - q0);
+
+  load_tile<D, kTile>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
+  load_tile<D, kTile>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq, p.dout);
+  cp_async_commit();
+  {
+    // delta for the tile's rows: two threads per row, each half of D, from global memory.
+    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+    float acc = 0.f;
+    if (r < nq) {
+      const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
+      const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
+#pragma unroll
+      for (int c = 0; c < D / 2; c += 8) {
+        float a[8], b[8];
+        load8(o + c, a);
+        load8(d + c, b);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (half == 0) dl_s[r] = acc;
+  }
+  __syncthreads();
+  float lse2[2], delta[2];
+  const int row0 = q0 + warp * 16 + g;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int r = row0 + ri * 8;
+    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
+    delta[ri] = dl_s[warp * 16 + g + ri * 8];
+  }
+
+  float dq[D / 8][4];
+  zero(dq);
+  const int kend = min(len, q0 + kTile);
+  for (int kb0 = 0; kb0 < kend; kb0 += BK) {
+    __syncthreads();  // every warp is done with the previous K/V tile
+    const int nk = min(BK, len - kb0);
+    load_tile<D, BK>(Ks, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk, nk, p.k);
+    load_tile<D, BK>(Vs, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv, nk, p.v);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[BK / 8][4];
+    zero(s);
+    mma_abt<D, BK / 8>(s, Qs, warp * 16, Ks, lane);  // S = Q K^T
+    float dp[BK / 8][4];
+    zero(dp);
+    mma_abt<D, BK / 8>(dp, dOs, warp * 16, Vs, lane);  // dP = dO V^T
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ri = e >> 1;
+        const int kidx = kb0 + nt * 8 + 2 * t4 + (e & 1);
+        float pv = exp2f(s[nt][e] * p.scale_log2 - lse2[ri]);
+        if (kidx > row0 + ri * 8) pv = 0.f;
+        dp[nt][e] = pv * (dp[nt][e] - delta[ri]);
+      }
+    uint32_t dsf[BK / 16][4];
+    to_a_frags<BK / 8>(dsf, dp);
+    mma_pv<D, BK / 16>(dq, dsf, Ks, lane);  // dQ += dS K
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
+                p.scale, lane);
+}
+
+// ---- host helpers ---------------------------------------------------------------------------
+
+// Backward tile sizes: the dk/dv kernel holds two [16 x D] f32 accumulators per warp, so the
+// query tile shrinks at D = 128 to stay within the register file.
+template <int D>
+constexpr int dkdv_bq() { return D == 128 ? 32 : 64; }
+template <int D>
+constexpr int dq_bk() { return 64; }
+
+template <class K>
+void set_smem(K kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(bytes)));
+}
+
+void check_qkv(const Mat& m, int64_t rows, int64_t cols, const char* op, const char* arg) {
+  check_mat(m, DType::bf16, rows, cols, op, arg);
+  SF_REQUIRE(m.rows <= 1 || m.ld % 8 == 0, "cuda ", op, ": ", arg, " row stride ", m.ld,
+             " must be a multiple of 8 elements (16-byte rows)");
+  SF_REQUIRE(reinterpret_cast<uintptr_t>(m.data) % 16 == 0, "cuda ", op, ": ", arg,
+             " must be 16-byte aligned");
+}
+
+AttnArgs make_args(Mat q, Mat k, Mat v, const AttentionShape& sh, const int32_t* cu,
+                   const char* op) {
+  SF_CHECK(sh.n_heads > 0 && sh.n_kv_heads > 0 && sh.n_heads % sh.n_kv_heads == 0, "cuda ", op,
+           ": n_heads ", sh.n_heads, " must be a positive multiple of n_kv_heads ",
+           sh.n_kv_heads);
+  SF_REQUIRE(sh.head_dim == 64 || sh.head_dim == 128, "cuda ", op, ": head_dim ", sh.head_dim,
+             " is not supported on the GPU (64 or 128)");
+  SF_CHECK(sh.n_seqs >= 1 && sh.n_seqs < 65536 && cu != nullptr, "cuda ", op,
+           ": need cu_seqlens for 1..65535 sequences, got n_seqs = ", sh.n_seqs);
+  SF_CHECK(sh.max_seqlen >= 0, "cuda ", op, ": max_seqlen ", sh.max_seqlen);
+  const int64_t T = q.rows;
+  check_qkv(q, T, int64_t(sh.n_heads) * sh.head_dim, op, "q");
+  check_qkv(k, T, int64_t(sh.n_kv_heads) * sh.head_dim, op, "k");
+  check_qkv(v, T, int64_t(sh.n_kv_heads) * sh.head_dim, op, "v");
+  AttnArgs a{};
+  a.q = q.as<const bf16>();
+  a.k = k.as<const bf16>();
+  a.v = v.as<const bf16>();
+  a.ldq = q.ld;
+  a.ldk = k.ld;
+  a.ldv = v.ld;
+  a.cu = cu;
+  a.T = T;
+  a.group = sh.n_heads / sh.n_kv_heads;
+  a.scale = sh.scale;
+  a.scale_log2 = sh.scale * kLog2e;
+  return a;
+}
+
+template <int D>
+void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  const size_t smem = 3 * size_t(kTile) * D * sizeof(bf16);
+  static std::once_flag once;  // per instantiation: the attribute belongs to the function
+  std::call_once(once, [&] { set_smem(attn_forward_kernel<D>, smem); });
+  const dim3 grid((sh.max_seqlen + kTile - 1) / kTile, sh.n_seqs, sh.n_heads);
+  attn_forward_kernel<D><<<grid, kThreads, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  constexpr int BQ = dkdv_bq<D>(), BK = dq_bk<D>();
+  const size_t smem_kv = (2 * size_t(kTile) + 2 * BQ) * D * sizeof(bf16) + 2 * BQ * sizeof(float);
+  const size_t smem_q = (2 * size_t(kTile) + 2 * BK) * D * sizeof(bf16) + kTile * sizeof(float);
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    set_smem(attn_dkdv_kernel<D, BQ>, smem_kv);
+    set_smem(attn_dq_kernel<D, BK>, smem_q);
+  });
+  const int64_t warps = a.T * sh.n_heads;
+  attn_delta_kernel<D><<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(a, sh.n_heads);
+  CUDA_CHECK_LAUNCH();
+  const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
+  attn_dkdv_kernel<D, BQ><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+  attn_dq_kernel<D, BK><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_q, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
+                              const AttentionShape& sh, const int32_t* cu) {
+  NVTX_RANGE("attention_forward");
+  AttnArgs a = make_args(q, k, v, sh, cu, "attention_forward");
+  check_qkv(out, q.rows, q.cols, "attention_forward", "out");
+  SF_CHECK(lse != nullptr || q.rows == 0, "cuda attention_forward: lse is null (the GPU kernel "
+           "always writes it)");
+  if (q.rows == 0 || sh.max_seqlen == 0) return;
+  a.o = out.as<bf16>();
+  a.ld_o = out.ld;
+  a.lse = lse;
+  if (sh.head_dim == 64) forward<64>(s, a, sh);
+  else forward<128>(s, a, sh);
+}
+
+void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
+                               const float* lse, Mat q, Mat k, Mat v, const AttentionShape& sh,
+                               const int32_t* cu) {
+  NVTX_RANGE("attention_backward");
+  const char* op = "attention_backward";
+  AttnArgs a = make_args(q, k, v, sh, cu, op);
+  check_qkv(dq, q.rows, q.cols, op, "dq");
+  check_qkv(dout, q.rows, q.cols, op, "dout");
+  check_qkv(out, q.rows, q.cols, op, "out");
+  check_qkv(dk, k.rows, k.cols, op, "dk");
+  check_qkv(dv, v.rows, v.cols, op, "dv");
+  SF_CHECK(lse != nullptr || q.rows == 0, "cuda attention_backward: lse is null");
+  if (q.rows == 0 || sh.max_seqlen == 0) return;
+  a.out = out.as<const bf16>();
+  a.ldo = out.ld;
+  a.dout = dout.as<const bf16>();
+  a.lddo = dout.ld;
+  a.o = dq.as<bf16>();
+  a.ld_o = dq.ld;
+  a.dk = dk.as<bf16>();
+  a.lddk = dk.ld;
+  a.dv = dv.as<bf16>();
+  a.lddv = dv.ld;
+  a.lse = const_cast<float*>(lse);
+  if (sh.head_dim == 64) backward<64>(s, a, sh);
+  else backward<128>(s, a, sh);
+}
+
+}  // namespace sf::cuda

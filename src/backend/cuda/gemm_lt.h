@@ -1,0 +1,46 @@
+// GEMM through cuBLASLt with row-major semantics (the Backend::gemm contract):
+//   c = alpha * op(a) @ op(b) + beta * c,  a, b bf16;  c bf16 or f32;  fp32 accumulation.
+// One handle per GemmLt. Descriptors, layouts and the heuristic's algorithm are cached per
+// problem (shape, transposes, strides, dtypes, pointer alignment), so a call allocates
+// nothing; the workspace is the caller's (one per stream, allocated once).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/backend.h"
+
+namespace sf::cuda {
+
+class GemmLt {
+ public:
+  GemmLt();
+  ~GemmLt();
+  GemmLt(const GemmLt&) = delete;
+  GemmLt& operator=(const GemmLt&) = delete;
+
+  void run(cudaStream_t s, void* workspace, size_t workspace_bytes, Mat c, Mat a, Trans ta, Mat b,
+           Trans tb, float alpha, float beta);
+  size_t cached_plans() const;
+
+ private:
+  struct Key {
+    int64_t m, n, k, lda, ldb, ldc;
+    int ta, tb, c_dtype, align_a, align_b, align_c;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Plan;
+  const Plan& plan_for(const Key& key, size_t workspace_bytes);
+
+  cublasLtHandle_t handle_ = nullptr;
+  mutable std::mutex mu_;
+  std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans_;
+};
+
+}  // namespace sf::cuda

@@ -1,0 +1,309 @@
+// RMSNorm forward (optionally fused with the residual add) and backward (contracts in
+// norm.cuh). A "group" is one D-wide slice of a row; TPG threads own a group (a warp for small
+// D, 128 or 512 threads for hidden sizes), each thread a fixed set of VW-wide column chunks, so
+// every element is read and written by the same thread: that is what makes the in-place
+// aliasing (sum = a, dx = dout/x/dres) safe. Sums of squares and dot products are f32.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/norm.cuh"
+
+namespace sf::cuda {
+namespace {
+
+struct NormArgs {
+  bf16* out;          // forward: out; backward: dx
+  int64_t ld_out;
+  bf16* sum;          // forward with add: the residual sum
+  int64_t ld_sum;
+  const bf16* a;      // forward: x or a; backward: dout
+  int64_t ld_a;
+  const bf16* b;      // forward: b; backward: x
+  int64_t ld_b;
+  const bf16* dres;   // backward: residual gradient (may be null)
+  int64_t ld_dres;
+  const bf16* w;      // [D]
+  float* rstd;        // forward: out (may be null); backward: in
+  float* dw_partial;  // backward: [gridDim.x, D] or null
+  int64_t n_groups;   // T * G
+  int G, D;
+  float eps;
+};
+
+template <int TPG>
+constexpr int block_threads() { return TPG < 256 ? 256 : TPG; }
+
+// Sum over the TPG threads of one group; `red` holds block_threads/32 floats.
+template <int TPG>
+__device__ __forceinline__ float group_sum(float x, float* red) {
+  x = warp_sum(x);
+  if constexpr (TPG == 32) {
+    return x;
+  } else {
+    constexpr int WPG = TPG / 32;  // warps per group
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[warp] = x;
+    __syncthreads();
+    const int first = (warp / WPG) * WPG;
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < WPG; ++i) t += red[first + i];
+    __syncthreads();
+    return t;
+  }
+}
+
+// ---- kernels ------------------------------------------------------------------------------
+
+template <int VW, int TPG, bool ADD>
+__global__ void __launch_bounds__(block_threads<TPG>())
+    rmsnorm_forward_kernel(NormArgs p) {
+  constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+  __shared__ float red[BS / 32];
+  const int sg = threadIdx.x / TPG, li = threadIdx.x % TPG;
+  // Every thread of the block runs the same number of iterations (group_sum syncs the block).
+  for (int64_t base = int64_t(blockIdx.x) * GPB; base < p.n_groups;
+       base += int64_t(gridDim.x) * GPB) {
+    const int64_t gi = base + sg;
+    const bool active = gi < p.n_groups;
+    const int64_t t = active ? gi / p.G : 0, gcol = active ? (gi % p.G) * p.D : 0;
+    const bf16* xa = p.a + t * p.ld_a + gcol;
+    const bf16* xb = ADD ? p.b + t * p.ld_b + gcol : nullptr;
+    bf16* xs = ADD ? p.sum + t * p.ld_sum + gcol : nullptr;
+    float ss = 0.f;
+    if (active)
+      for (int c = li * VW; c < p.D; c += TPG * VW) {
+        float v[VW];
+        loadv<VW>(xa + c, v);
+        if constexpr (ADD) {
+          float u[VW];
+          loadv<VW>(xb + c, u);
+#pragma unroll
+          for (int k = 0; k < VW; ++k) v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + u[k]));
+          storev<VW>(xs + c, v);
+        }
+#pragma unroll
+        for (int k = 0; k < VW; ++k) ss += v[k] * v[k];
+      }
+    ss = group_sum<TPG>(ss, red);
+    if (!active) continue;
+    const float r = 1.f / sqrtf(ss / float(p.D) + p.eps);
+    const bf16* x = ADD ? xs : xa;
+    bf16* o = p.out + t * p.ld_out + gcol;
+    for (int c = li * VW; c < p.D; c += TPG * VW) {
+      float v[VW], w[VW];
+      loadv<VW>(x + c, v);
+      loadv<VW>(p.w + c, w);
+#pragma unroll
+      for (int k = 0; k < VW; ++k) v[k] = w[k] * (v[k] * r);
+      storev<VW>(o + c, v);
+    }
+    if (li == 0 && p.rstd) p.rstd[gi] = r;
+  }
+}
+
+// Backward: dx = r * (w*dout - xhat * mean(dout*w*xhat)) (+ dres), xhat = x*r.
+// dw partials of this block's groups accumulate in shared memory (GPB rows of D floats, each
+// element owned by one thread), then the block writes its [D] partial row.
+template <int VW, int TPG>
+__global__ void __launch_bounds__(block_threads<TPG>())
+    rmsnorm_backward_kernel(NormArgs p) {
+  constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+  __shared__ float red[BS / 32];
+  extern __shared__ float acc[];  // [GPB][D] when dw_partial
+  const int sg = threadIdx.x / TPG, li = threadIdx.x % TPG;
+  const bool want_dw = p.dw_partial != nullptr;
+  if (want_dw) {
+    for (int i = threadIdx.x; i < GPB * p.D; i += BS) acc[i] = 0.f;
+    __syncthreads();
+  }
+  float* my_acc = acc + sg * p.D;
+  for (int64_t base = int64_t(blockIdx.x) * GPB; base < p.n_groups;
+       base += int64_t(gridDim.x) * GPB) {
+    const int64_t gi = base + sg;
+    const bool active = gi < p.n_groups;
+    const int64_t t = active ? gi / p.G : 0, gcol = active ? (gi % p.G) * p.D : 0;
+    const bf16* dout = p.a + t * p.ld_a + gcol;
+    const bf16* x = p.b + t * p.ld_b + gcol;
+    const float r = active ? p.rstd[gi] : 0.f;
+    float s = 0.f;
+    if (active)
+      for (int c = li * VW; c < p.D; c += TPG * VW) {
+        float d[VW], xv[VW], w[VW];
+        loadv<VW>(dout + c, d);
+        loadv<VW>(x + c, xv);
+        loadv<VW>(p.w + c, w);
+#pragma unroll
+        for (int k = 0; k < VW; ++k) s += d[k] * w[k] * (xv[k] * r);
+      }
+    s = group_sum<TPG>(s, red);
+    if (!active) continue;
+    const float mean = s / float(p.D);
+    bf16* dx = p.out + t * p.ld_out + gcol;
+    const bf16* dres = p.dres ? p.dres + t * p.ld_dres + gcol : nullptr;
+    for (int c = li * VW; c < p.D; c += TPG * VW) {
+      float d[VW], xv[VW], w[VW], rr[VW];
+      loadv<VW>(dout + c, d);
+      loadv<VW>(x + c, xv);
+      loadv<VW>(p.w + c, w);
+      if (dres) loadv<VW>(dres + c, rr);
+#pragma unroll
+      for (int k = 0; k < VW; ++k) {
+        const float xhat = xv[k] * r;
+        if (want_dw) my_acc[c + k] += d[k] * xhat;
+        float v = r * (w[k] * d[k] - xhat * mean);
+        if (dres) v += rr[k];
+        xv[k] = v;
+      }
+      storev<VW>(dx + c, xv);
+    }
+  }
+  if (!want_dw) return;
+  __syncthreads();
+  for (int c = threadIdx.x; c < p.D; c += BS) {
+    float v = 0.f;
+#pragma unroll
+    for (int g = 0; g < GPB; ++g) v += acc[g * p.D + c];
+    p.dw_partial[int64_t(blockIdx.x) * p.D + c] = v;
+  }
+}
+
+// ---- host helpers ---------------------------------------------------------------------------
+
+// Threads per group: enough that each thread holds a few chunks.
+int pick_tpg(int64_t chunks) { return chunks <= 64 ? 32 : (chunks <= 512 ? 128 : 512); }
+
+template <class F>
+void dispatch_tpg(int tpg, bool vec, F&& f) {
+  auto with_vw = [&](auto vw) {
+    if (tpg == 32) f(vw, std::integral_constant<int, 32>{});
+    else if (tpg == 128) f(vw, std::integral_constant<int, 128>{});
+    else f(vw, std::integral_constant<int, 512>{});
+  };
+  if (vec) with_vw(std::integral_constant<int, 8>{});
+  else with_vw(std::integral_constant<int, 1>{});
+}
+
+int64_t norm_groups(const Mat& x, const Mat& w, const char* op) {
+  SF_CHECK(w.dtype == DType::bf16 && w.rows == 1 && w.cols > 0 && x.cols % w.cols == 0, "cuda ",
+           op, ": weight is ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "], x is [",
+           x.rows, ", ", x.cols, "]; need a bf16 [1, D] weight with x.cols a multiple of D");
+  SF_REQUIRE(w.cols <= (1 << 20), "cuda ", op, ": norm width ", w.cols, " is too large");
+  return x.cols / w.cols;
+}
+
+void forward_common(cudaStream_t s, Mat sum, Mat out, float* rstd, Mat a, Mat b, Mat w,
+                    float eps, bool add, const char* op) {
+  check_mat(a, DType::bf16, -1, -1, op, add ? "a" : "x");
+  check_mat(out, DType::bf16, a.rows, a.cols, op, "out");
+  if (add) {
+    check_mat(b, DType::bf16, a.rows, a.cols, op, "b");
+    check_mat(sum, DType::bf16, a.rows, a.cols, op, "sum");
+  }
+  const int64_t G = norm_groups(a, w, op), D = w.cols;
+  if (a.rows == 0) return;
+  NormArgs p{};
+  p.out = out.as<bf16>();
+  p.ld_out = out.ld;
+  p.a = a.as<const bf16>();
+  p.ld_a = a.ld;
+  if (add) {
+    p.b = b.as<const bf16>();
+    p.ld_b = b.ld;
+    p.sum = sum.as<bf16>();
+    p.ld_sum = sum.ld;
+  }
+  p.w = w.as<const bf16>();
+  p.rstd = rstd;
+  p.n_groups = a.rows * G;
+  p.G = int(G);
+  p.D = int(D);
+  p.eps = eps;
+  const bool vec = D % 8 == 0 && vec8_ok(a) && vec8_ok(out) && vec8_ok(w) &&
+                   (!add || (vec8_ok(b) && vec8_ok(sum)));
+  const int tpg = pick_tpg(vec ? D / 8 : D);
+  dispatch_tpg(tpg, vec, [&](auto vw, auto tp) {
+    constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value;
+    constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+    const unsigned grid = grid_for((p.n_groups + GPB - 1) / GPB, 1);
+    if (add)
+      rmsnorm_forward_kernel<VW, TPG, true><<<grid, BS, 0, s>>>(p);
+    else
+      rmsnorm_forward_kernel<VW, TPG, false><<<grid, BS, 0, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------
+
+void launch_rmsnorm_forward(cudaStream_t s, Mat out, float* rstd, Mat x, Mat w, float eps) {
+  NVTX_RANGE("rmsnorm_forward");
+  forward_common(s, Mat(), out, rstd, x, Mat(), w, eps, false, "rmsnorm_forward");
+}
+
+void launch_add_rmsnorm_forward(cudaStream_t s, Mat sum, Mat out, float* rstd, Mat a, Mat b,
+                                Mat w, float eps) {
+  NVTX_RANGE("add_rmsnorm_forward");
+  forward_common(s, sum, out, rstd, a, b, w, eps, true, "add_rmsnorm_forward");
+}
+
+void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Mat w,
+                             const float* rstd, Mat dres, const Workspace& ws) {
+  NVTX_RANGE("rmsnorm_backward");
+  const char* op = "rmsnorm_backward";
+  check_mat(x, DType::bf16, -1, -1, op, "x");
+  check_mat(dx, DType::bf16, x.rows, x.cols, op, "dx");
+  check_mat(dout, DType::bf16, x.rows, x.cols, op, "dout");
+  const bool has_dres = !dres.empty();
+  if (has_dres) check_mat(dres, DType::bf16, x.rows, x.cols, op, "dres");
+  const int64_t G = norm_groups(x, w, op), D = w.cols;
+  const bool want_dw = !dw.empty();
+  if (want_dw) check_mat(dw, DType::f32, 1, D, op, "dw");
+  SF_CHECK(rstd != nullptr || x.rows == 0, "cuda rmsnorm_backward: rstd is null");
+  if (x.rows == 0) return;
+  NormArgs p{};
+  p.out = dx.as<bf16>();
+  p.ld_out = dx.ld;
+  p.a = dout.as<const bf16>();
+  p.ld_a = dout.ld;
+  p.b = x.as<const bf16>();
+  p.ld_b = x.ld;
+  if (has_dres) {
+    p.dres = dres.as<const bf16>();
+    p.ld_dres = dres.ld;
+  }
+  p.w = w.as<const bf16>();
+  p.rstd = const_cast<float*>(rstd);
+  p.n_groups = x.rows * G;
+  p.G = int(G);
+  p.D = int(D);
+  const bool vec = D % 8 == 0 && vec8_ok(x) && vec8_ok(dx) && vec8_ok(dout) && vec8_ok(w) &&
+                   (!has_dres || vec8_ok(dres));
+  const int tpg = pick_tpg(vec ? D / 8 : D);
+  dispatch_tpg(tpg, vec, [&](auto vw, auto tp) {
+    constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value;
+    constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+    int64_t blocks = (p.n_groups + GPB - 1) / GPB;
+    blocks = std::min<int64_t>(blocks, 2 * sm_count());
+    size_t smem = 0;
+    if (want_dw) {
+      // One partial row of D floats per block in the workspace.
+      blocks = std::min<int64_t>(blocks, int64_t(ws.reduce_bytes / (sizeof(float) * D)));
+      SF_REQUIRE(blocks >= 1, "cuda rmsnorm_backward: norm width ", D,
+                 " exceeds the reduction workspace");
+      p.dw_partial = static_cast<float*>(ws.reduce);
+      smem = sizeof(float) * size_t(GPB) * size_t(D);
+      if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<VW, TPG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    }
+    rmsnorm_backward_kernel<VW, TPG><<<unsigned(blocks), BS, smem, s>>>(p);
+    CUDA_CHECK_LAUNCH();
+    if (want_dw) launch_colsum_finish(s, dw.as<float>(), p.dw_partial, int(blocks), D);
+  });
+}
+
+}  // namespace sf::cuda
