@@ -25,9 +25,10 @@ namespace {
 struct Reader {
   const json& j;
   const std::string& src;
+  std::string prefix = {};  // "rope_scaling." for a nested object, so messages name the path
 
   [[noreturn]] void bad(const std::string& field, const std::string& why) const {
-    SF_FAIL(input, src, ": field \"", field, "\" ", why);
+    SF_FAIL(input, src, ": field \"", prefix, field, "\" ", why);
   }
   const json* find(const std::string& f) const {
     auto it = j.find(f);
@@ -78,10 +79,14 @@ RopeScaling parse_rope_scaling(const Reader& r) {
   const json* v = r.find("rope_scaling");
   if (!v) return rs;
   if (!v->is_object()) r.bad("rope_scaling", "must be an object or null");
-  Reader sub{*v, r.src};
+  Reader sub{*v, r.src, "rope_scaling."};
   std::string type;
-  if (const json* t = sub.find("rope_type")) type = t->is_string() ? t->get<std::string>() : "";
-  else if (const json* t2 = sub.find("type")) type = t2->is_string() ? t2->get<std::string>() : "";
+  const char* type_key = sub.find("rope_type") ? "rope_type" : "type";
+  if (const json* t = sub.find(type_key)) {
+    // A non-string type used to read as "default" and silently drop the scaling.
+    if (!t->is_string()) sub.bad(type_key, cat("must be a string, got ", t->dump()));
+    type = t->get<std::string>();
+  }
   if (type == "default" || type.empty()) return rs;
   if (type == "llama3") {
     rs.type = RopeScaling::Type::llama3;
@@ -90,7 +95,7 @@ RopeScaling parse_rope_scaling(const Reader& r) {
     rs.high_freq_factor = sub.positive_number("high_freq_factor", 0, true);
     rs.original_max_position_embeddings = sub.positive_int("original_max_position_embeddings");
     if (!(rs.high_freq_factor > rs.low_freq_factor))
-      r.bad("rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+      sub.bad("high_freq_factor", "must be greater than low_freq_factor");
     return rs;
   }
   if (type == "linear") {
@@ -98,8 +103,7 @@ RopeScaling parse_rope_scaling(const Reader& r) {
     rs.factor = sub.positive_number("factor", 0, true);
     return rs;
   }
-  r.bad("rope_scaling.rope_type",
-        cat("is \"", type, "\"; supported: default, llama3, linear"));
+  sub.bad(type_key, cat("is \"", type, "\"; supported: default, llama3, linear"));
 }
 
 }  // namespace
@@ -119,8 +123,8 @@ ModelConfig config_from_json(const json& j, const std::string& source) {
   Reader r{j, source};
   ModelConfig c;
   const json* mt = r.find("model_type");
-  if (!mt || !mt->is_string())
-    r.bad("model_type", "is missing; expected one of llama, mistral, qwen2, qwen3");
+  if (!mt) r.bad("model_type", "is missing; expected one of llama, mistral, qwen2, qwen3");
+  if (!mt->is_string()) r.bad("model_type", cat("must be a string, got ", mt->dump()));
   std::string type = mt->get<std::string>();
   if (type == "llama") c.arch = Arch::llama;
   else if (type == "mistral") c.arch = Arch::mistral;
