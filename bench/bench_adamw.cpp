@@ -8,12 +8,14 @@
 // implies in GB/s, counting per parameter p, m, v read and written (24 bytes), the gradient
 // read (4 f32 / 2 bf16) and the bf16 weight copy written (2, unless --no-out). A "stream"
 // row moves the same bytes with trivial arithmetic: the memory roofline the optimizer
-// should approach (it is DRAM-bound when the two are close).
+// should approach (it is DRAM-bound when the two are close). "per core-s" divides by the
+// process CPU time instead of the wall time: the cost per core, robust to a shared machine.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,22 +66,38 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-template <class F>
-double median_seconds(int iters, F&& f) {
-  f();  // warm-up (page faults, caches, thread start)
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-void row(const char* what, const char* isa, int threads, int64_t n, double bytes_per, double s) {
-  std::printf("%-16s %-7s %3d threads  %7.3f G params/s  %7.2f GB/s  (%.1f ms)\n", what, isa,
-              threads, double(n) / s * 1e-9, double(n) * bytes_per / s * 1e-9, s * 1e3);
+// Median wall time and median process CPU time (all threads) of iters runs, after a
+// warm-up. CPU time shows the per-core cost even when other jobs share the machine.
+struct Timing {
+  double wall, cpu;
+};
+template <class F>
+Timing median_seconds(int iters, F&& f) {
+  f();  // warm-up (page faults, caches, thread start)
+  std::vector<double> w, c;
+  for (int i = 0; i < iters; ++i) {
+    const double c0 = cpu_seconds();
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    w.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    c.push_back(cpu_seconds() - c0);
+  }
+  std::sort(w.begin(), w.end());
+  std::sort(c.begin(), c.end());
+  return {w[w.size() / 2], c[c.size() / 2]};
+}
+
+void row(const char* what, const char* isa, int threads, int64_t n, double bytes_per, Timing t) {
+  std::printf("%-16s %-7s %3d threads  %7.3f G params/s  %7.2f GB/s  (%6.1f ms)  per core-s: "
+              "%6.3f G params\n",
+              what, isa, threads, double(n) / t.wall * 1e-9, double(n) * bytes_per / t.wall * 1e-9,
+              t.wall * 1e3, double(n) / t.cpu * 1e-9);
   std::fflush(stdout);
 }
 
@@ -145,7 +163,7 @@ int main(int argc, char** argv) try {
   for (int t : threads) {
     ThreadPool pool(t);
     // Roofline: the same bytes as the f32-gradient step, trivial arithmetic.
-    const double st = median_seconds(iters, [&] {
+    const Timing st = median_seconds(iters, [&] {
       pool.run_tasks((n + kAdamWChunk - 1) / kAdamWChunk, [&](int64_t k) {
         const int64_t b = k * kAdamWChunk, e = std::min(n, b + kAdamWChunk);
         float* __restrict pp = p.get();
@@ -169,18 +187,18 @@ int main(int argc, char** argv) try {
         continue;
       }
       s.step = 1;
-      const double f = median_seconds(iters, [&] {
+      const Timing f = median_seconds(iters, [&] {
         adamw_update(p.get(), m.get(), v.get(), g.get(), outp, n, s, &pool, isa);
         ++s.step;
       });
       row("adamw f32 grad", name.c_str(), t, n, 28 + out_bytes, f);
-      const double b = median_seconds(iters, [&] {
+      const Timing b = median_seconds(iters, [&] {
         adamw_update(p.get(), m.get(), v.get(), gh.get(), outp, n, s, &pool, isa);
         ++s.step;
       });
       row("adamw bf16 grad", name.c_str(), t, n, 26 + out_bytes, b);
       double sink = 0;
-      const double q = median_seconds(iters, [&] { sink += sum_squares(g.get(), n, &pool, isa); });
+      const Timing q = median_seconds(iters, [&] { sink += sum_squares(g.get(), n, &pool, isa); });
       row("sumsq f32", name.c_str(), t, n, 4, q);
       if (sink < 0) std::printf("impossible\n");
     }

@@ -45,7 +45,9 @@ AdamWConstants adamw_constants(const AdamWStep& s, bool decay);
 
 // One AdamW step on n contiguous parameters, all with weight decay s.weight_decay.
 // bf16_out may be null (no bf16 copy). pool may be null (runs on the calling thread).
-// Arrays need no particular alignment and must not overlap each other.
+// Arrays need no particular alignment and must not overlap each other. The SIMD kernels
+// write an aligned bf16_out with non-temporal stores (it is not read here, and in training it
+// goes to the GPU next), so it is not left in the CPU caches.
 void adamw_update(float* p, float* m, float* v, const float* grad, uint16_t* bf16_out,
                   int64_t n, const AdamWStep& s, ThreadPool* pool,
                   CpuIsa isa = CpuIsa::automatic);

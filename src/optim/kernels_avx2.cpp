@@ -30,7 +30,9 @@ __m256 load_grad(const uint16_t* g) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-template <class G, bool kOut>
+// kOut: 0 no bf16 copy, 1 unaligned stores, 2 non-temporal stores (out + i 16-byte aligned):
+// the copy is write-only here, so streaming it skips reading its lines in first.
+template <class G, int kOut>
 int64_t adamw_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
                    const Consts& c) {
   const __m256 gs = _mm256_set1_ps(c.grad_scale), b1 = _mm256_set1_ps(c.beta1),
@@ -51,16 +53,19 @@ int64_t adamw_body(float* p, float* m, float* v, const G* g, uint16_t* out, int6
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     _mm256_storeu_ps(p + i, pi);
-    if constexpr (kOut) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
+    if constexpr (kOut == 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
+    if constexpr (kOut == 2) _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
   }
+  if constexpr (kOut == 2) _mm_sfence();  // order the streamed stores before any later ones
   return i;
 }
 
 template <class G>
 int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
                   const Consts& c) {
-  return out ? adamw_body<G, true>(p, m, v, g, out, n, c)
-             : adamw_body<G, false>(p, m, v, g, out, n, c);
+  if (!out) return adamw_body<G, 0>(p, m, v, g, out, n, c);
+  if (reinterpret_cast<uintptr_t>(out) % 16 == 0) return adamw_body<G, 2>(p, m, v, g, out, n, c);
+  return adamw_body<G, 1>(p, m, v, g, out, n, c);
 }
 
 __m256 load8(const float* g) { return _mm256_loadu_ps(g); }

@@ -30,7 +30,9 @@ __m512 load_grad(const uint16_t* g) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-template <class G, bool kOut>
+// kOut: 0 no bf16 copy, 1 unaligned stores, 2 non-temporal stores (out + i 32-byte aligned):
+// the copy is write-only here, so streaming it skips reading its lines in first.
+template <class G, int kOut>
 int64_t adamw_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
                    const Consts& c) {
   const __m512 gs = _mm512_set1_ps(c.grad_scale), b1 = _mm512_set1_ps(c.beta1),
@@ -51,16 +53,19 @@ int64_t adamw_body(float* p, float* m, float* v, const G* g, uint16_t* out, int6
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
     _mm512_storeu_ps(p + i, pi);
-    if constexpr (kOut) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), to_bf16(pi));
+    if constexpr (kOut == 1) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), to_bf16(pi));
+    if constexpr (kOut == 2) _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), to_bf16(pi));
   }
+  if constexpr (kOut == 2) _mm_sfence();  // order the streamed stores before any later ones
   return i;
 }
 
 template <class G>
 int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
                   const Consts& c) {
-  return out ? adamw_body<G, true>(p, m, v, g, out, n, c)
-             : adamw_body<G, false>(p, m, v, g, out, n, c);
+  if (!out) return adamw_body<G, 0>(p, m, v, g, out, n, c);
+  if (reinterpret_cast<uintptr_t>(out) % 32 == 0) return adamw_body<G, 2>(p, m, v, g, out, n, c);
+  return adamw_body<G, 1>(p, m, v, g, out, n, c);
 }
 
 __m512d squares(const float* g) { return _mm512_cvtps_pd(_mm256_loadu_ps(g)); }

@@ -2,6 +2,7 @@
 // count invariance, parameter groups, bf16 gradients and output, argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -196,6 +197,32 @@ TEST_P(AdamWIsa, Bf16OutputRoundsLikeF32ToBf16) {
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::bit_cast<uint32_t>(st.p[i]), bits[i]) << i;
     ASSERT_EQ(st.out[i], f32_to_bf16(st.p[i])) << std::hex << bits[i];
+  }
+}
+
+// The bf16 copy is right for any alignment of the output array (the SIMD kernels stream
+// aligned outputs with non-temporal stores and store unaligned ones plainly), from threads.
+TEST_P(AdamWIsa, Bf16OutputAtAnyAlignment) {
+  const int64_t n = 2 * kAdamWChunk + 77;
+  ThreadPool pool(3);
+  State ref(size_t(n), 81);
+  const State orig = ref;
+  adamw_update(ref.p.data(), ref.m.data(), ref.v.data(), ref.g.data(), ref.out.data(), n,
+               some_step(), nullptr, CpuIsa::scalar);
+  std::vector<uint16_t> buf(size_t(n) + 64);
+  // Offset 0 of a 64-byte aligned address, then every misalignment of 2..30 bytes.
+  uint16_t* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) / 2;
+  for (int shift = 0; shift < 16; ++shift) {
+    SCOPED_TRACE(shift);
+    State st = orig;
+    std::fill(buf.begin(), buf.end(), uint16_t(0xdead));
+    adamw_update(st.p.data(), st.m.data(), st.v.data(), st.g.data(), base + shift, n,
+                 some_step(), &pool, GetParam());
+    ASSERT_TRUE(std::equal(ref.out.begin(), ref.out.end(), base + shift));
+    ASSERT_EQ(base[shift + n], 0xdead);  // nothing written past the end
+    if (shift > 0) {
+      ASSERT_EQ(base[shift - 1], 0xdead);
+    }
   }
 }
 
