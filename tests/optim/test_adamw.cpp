@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <limits>
 #include <random>
 #include <vector>
@@ -376,4 +378,13 @@ TEST(CpuIsa, ParsesNamesAndRejectsOthers) {
   EXPECT_THROW(parse_cpu_isa("sse9"), Error);
   EXPECT_NE(resolve_cpu_isa(CpuIsa::automatic), CpuIsa::automatic);
   EXPECT_TRUE(cpu_isa_supported(best_cpu_isa()));
+}
+
+// automatic means SF_ADAMW_ISA when set (run e.g. SF_ADAMW_ISA=scalar test_optim), else the
+// best the CPU has.
+TEST(CpuIsa, AutomaticFollowsEnvironment) {
+  const char* env = std::getenv("SF_ADAMW_ISA");
+  const CpuIsa want = env && *env && std::string(env) != "automatic" ? parse_cpu_isa(env)
+                                                                       : best_cpu_isa();
+  EXPECT_EQ(resolve_cpu_isa(CpuIsa::automatic), want);
 }
