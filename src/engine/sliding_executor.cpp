@@ -1,0 +1,435 @@
+#include "engine/sliding_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+struct SlidingWindowExecutor::Events {
+  std::vector<std::unique_ptr<Event>> slot_ready, slot_free;  // per weight slot
+  std::vector<std::unique_ptr<Event>> emb_done, off_done;     // per chunk
+  std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
+  std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
+  std::unique_ptr<Event> head_ready, head_done, fwd_done, offloads_done, layer0_done,
+      batch_ready;
+
+  Events(Backend& be, int n_slots, int n_chunks) {
+    auto make = [&](int n) {
+      std::vector<std::unique_ptr<Event>> v;
+      for (int i = 0; i < n; ++i) v.push_back(be.create_event());
+      return v;
+    };
+    slot_ready = make(n_slots);
+    slot_free = make(n_slots);
+    emb_done = make(n_chunks);
+    off_done = make(n_chunks);
+    for (int i = 0; i < 2; ++i) {
+      buf_ready[i] = be.create_event();
+      buf_free[i] = be.create_event();
+      grads_done[i] = be.create_event();
+      grads_copied[i] = be.create_event();
+    }
+    head_ready = be.create_event();
+    head_done = be.create_event();
+    fwd_done = be.create_event();
+    offloads_done = be.create_event();
+    layer0_done = be.create_event();
+    batch_ready = be.create_event();
+  }
+};
+
+SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg,
+                                             const EngineConfig& ec)
+    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec),
+      cd_(be.compute_dtype()), store_(layout_) {
+  SF_REQUIRE(ec.n_slots >= 2, "sliding window: at least 2 weight slots are needed");
+  SF_REQUIRE(ec.max_chunk_tokens > 0 && ec.max_chunks >= 1, "sliding window: empty chunks");
+  SF_CHECK(cd_ == DType::f32 || cd_ == DType::bf16, "compute dtype must be f32 or bf16");
+  name_ = cat("sliding window (", ec.n_slots, " slots) on ", be.name());
+  const int64_t C = cfg.hidden_size, V = cfg.vocab_size, Tc = ec.max_chunk_tokens;
+  const size_t es = dtype_size(cd_);
+  max_step_tokens_ = Tc * ec.max_chunks;
+  const size_t xbytes = size_t(max_step_tokens_) * size_t(C) * es;
+  const int n_units = int(layout_.units.size());
+  const int head_unit = n_units - 1;
+
+  compute_ = be.create_stream("compute");
+  h2d_ = be.create_stream("h2d");
+  d2h_ = be.create_stream("d2h");
+  ev_ = std::make_unique<Events>(be, ec.n_slots, ec.max_chunks);
+
+  // Host side: compute-dtype weight staging (only when it differs from the fp32 master),
+  // gradient landing buffers, embedding gather/scatter staging.
+  for (int u = 0; u < n_units; ++u) {
+    size_t n = size_t(layout_.units[size_t(u)].numel);
+    staging_.push_back(cd_ == DType::f32 ? nullptr : be.alloc_host(n * es, "weight staging"));
+    host_grads_.push_back(be.alloc_host(n * 4, "gradient landing buffer"));
+  }
+  if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
+  emb_stage_ = be.alloc_host(xbytes, "embedding staging");
+  dx_host_ = be.alloc_host(xbytes, "embedding gradient staging");
+  dx_f32_.resize(size_t(Tc * C));
+
+  // Device side, all allocated once.
+  int64_t max_layer = 0;
+  for (int k = 0; k < layout_.n_layers; ++k) max_layer = std::max(max_layer, layout_.layer(k).numel);
+  for (int s = 0; s < ec.n_slots; ++s)
+    slots_.push_back(be.alloc(size_t(max_layer) * es, cat("weight slot ", s)));
+  slot_unit_.assign(size_t(ec.n_slots), -1);
+  head_w_ = be.alloc(size_t(layout_.head().numel) * es, "head weights");
+  head_g_ = be.alloc(size_t(layout_.head().numel) * 4, "head gradients");
+  if (layout_.tied) {
+    table_w_ = be.alloc(size_t(V * C) * es, "tied embedding table");
+    table_g_ = be.alloc(size_t(V * C) * 4, "tied embedding table gradient");
+  }
+  for (int i = 0; i < 2; ++i) {
+    grad_[i] = be.alloc(size_t(max_layer) * 4, cat("layer gradient buffer ", i));
+    x_[i] = be.alloc(xbytes, cat("layer activations ", i));
+    xin_[i] = be.alloc(size_t(Tc * C) * es, cat("saved-input buffer ", i));
+  }
+  dx_ = be.alloc(xbytes, "activation gradient");
+  scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, Tc, cd_),
+                               head_acts_bytes(cfg, Tc, cd_, std::min(ec.head_chunk_rows, Tc))),
+                      "layer and head scratch");
+  loss_ = be.alloc(4, "loss");
+  for (int k = 0; k < layout_.n_layers; ++k)
+    act_store_.push_back(ec.activations_on_device
+                             ? be.alloc(xbytes, cat("saved inputs of layer ", k))
+                             : be.alloc_host(xbytes, cat("saved inputs of layer ", k)));
+  for (int c = 0; c < ec.max_chunks; ++c)
+    batches_.push_back(std::make_unique<DeviceBatch>(be, *h2d_, cfg, Tc));
+  h2d_->synchronize();
+  (void)head_unit;
+}
+
+SlidingWindowExecutor::~SlidingWindowExecutor() {
+  try {
+    updates_.wait_all();
+  } catch (...) {
+  }
+}
+
+ParamStore& SlidingWindowExecutor::params() {
+  updates_.wait_all();
+  return store_;
+}
+
+void SlidingWindowExecutor::params_changed() {
+  updates_.wait_all();
+  if (cd_ == DType::f32) return;  // weights load straight from the master
+  for (int u = 0; u < store_.n_units(); ++u) {
+    const float* src = store_.master(u);
+    auto* dst = static_cast<uint16_t*>(staging_[size_t(u)]->data());
+    host_pool().parallel_for(store_.numel(u), [&](int64_t b, int64_t e) {
+      convert_from_f32(src + b, dst + b, cd_, size_t(e - b));
+    }, 1 << 16);
+  }
+}
+
+const void* SlidingWindowExecutor::host_weights(int unit) const {
+  return cd_ == DType::f32 ? static_cast<const void*>(store_.master(unit))
+                           : staging_[size_t(unit)]->data();
+}
+
+Mat SlidingWindowExecutor::x_mat(int which, int chunk) const {
+  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
+  return Mat(x_[which]->data(), cd_, max_step_tokens_, cfg_.hidden_size).row_block(chunk_off_[size_t(chunk)], T);
+}
+Mat SlidingWindowExecutor::dx_mat(int chunk) const {
+  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
+  return Mat(dx_->data(), cd_, max_step_tokens_, cfg_.hidden_size).row_block(chunk_off_[size_t(chunk)], T);
+}
+Mat SlidingWindowExecutor::store_mat(int layer, int chunk) const {
+  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
+  return Mat(act_store_[size_t(layer)]->data(), cd_, max_step_tokens_, cfg_.hidden_size)
+      .row_block(chunk_off_[size_t(chunk)], T);
+}
+
+std::vector<Batch> SlidingWindowExecutor::make_chunks(std::span<const Batch> micro) const {
+  std::vector<Batch> chunks;
+  for (const Batch& b : micro) {
+    if (b.n_tokens() <= ec_.max_chunk_tokens) {
+      chunks.push_back(b);
+      continue;
+    }
+    Batch cur;
+    cur.cu_seqlens.push_back(0);
+    for (int s = 0; s < b.n_seqs(); ++s) {
+      int32_t s0 = b.cu_seqlens[size_t(s)], s1 = b.cu_seqlens[size_t(s) + 1];
+      SF_REQUIRE(s1 - s0 <= ec_.max_chunk_tokens, "a sequence of ", s1 - s0,
+                 " tokens is longer than the engine's chunk of ", ec_.max_chunk_tokens,
+                 " tokens; plan with a larger chunk or shorter sequences");
+      if (cur.n_tokens() + (s1 - s0) > ec_.max_chunk_tokens) {
+        chunks.push_back(std::move(cur));
+        cur = Batch();
+        cur.cu_seqlens.push_back(0);
+      }
+      for (int32_t t = s0; t < s1; ++t) {
+        cur.tokens.push_back(b.tokens[size_t(t)]);
+        cur.labels.push_back(b.labels[size_t(t)]);
+        cur.positions.push_back(b.positions[size_t(t)]);
+      }
+      cur.cu_seqlens.push_back(int32_t(cur.tokens.size()));
+    }
+    if (cur.n_tokens() > 0) chunks.push_back(std::move(cur));
+  }
+  SF_REQUIRE(int(chunks.size()) <= ec_.max_chunks, "the step has ", chunks.size(),
+             " chunks but the engine was planned for ", ec_.max_chunks,
+             "; lower --batch-size or --grad-accum, or re-plan");
+  return chunks;
+}
+
+void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
+                                 float grad_scale) {
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int head_unit = int(layout_.units.size()) - 1;
+  const int n_chunks = int(chunks.size());
+  Events& ev = *ev_;
+  auto acts_for = [&](int c) {
+    int64_t T = batches_[size_t(c)]->inputs().n_tokens;
+    return bind_layer_acts(cfg_, T, cd_, scratch_->data(), scratch_->bytes());
+  };
+  auto head_params = [&](Buffer& w, DType dt, Buffer* table) {
+    Mat t = table ? Mat(table->data(), dt, V, C) : Mat();
+    return bind_head(layout_.head(), w.data(), dt, t);
+  };
+
+  switch (op.kind) {
+    case OpKind::load_weights: {
+      if (op.unit == head_unit) {
+        updates_.wait(head_unit);
+        be_.copy_to_device(*h2d_, head_w_->data(), host_weights(head_unit), head_w_->bytes());
+        if (layout_.tied) {
+          updates_.wait(0);
+          be_.copy_to_device(*h2d_, table_w_->data(), host_weights(0), table_w_->bytes());
+        }
+        ev.head_ready->record(*h2d_);
+        return;
+      }
+      updates_.wait(op.unit);  // this unit's AdamW of the previous step
+      ev.slot_free[size_t(op.slot)]->wait(*h2d_);
+      size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
+      be_.copy_to_device(*h2d_, slots_[size_t(op.slot)]->data(), host_weights(op.unit), bytes);
+      ev.slot_ready[size_t(op.slot)]->record(*h2d_);
+      slot_unit_[size_t(op.slot)] = op.unit;
+      return;
+    }
+    case OpKind::embed_forward: {
+      updates_.wait(0);
+      const Batch& b = chunks[size_t(op.chunk)];
+      const int64_t T = b.n_tokens();
+      Mat table(store_.master(0), DType::f32, V, C);
+      Mat tmp(dx_f32_.data(), DType::f32, T, C);
+      host_.embedding_forward(host_.default_stream(), tmp, b.tokens.data(), table);
+      char* stage = static_cast<char*>(emb_stage_->data()) +
+                    size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
+      convert_from_f32(dx_f32_.data(), stage, cd_, size_t(T * C));
+      Mat x0 = x_mat(0, op.chunk);
+      be_.copy_to_device(*h2d_, x0.data, stage, x0.bytes());
+      ev.emb_done[size_t(op.chunk)]->record(*h2d_);
+      return;
+    }
+    case OpKind::layer_forward: {
+      const int k = op.layer, c = op.chunk;
+      ev.slot_ready[size_t(op.slot)]->wait(*compute_);
+      if (k == 0) ev.emb_done[size_t(c)]->wait(*compute_);
+      else ev.off_done[size_t(c)]->wait(*compute_);  // x_out held layer k-1's input
+      LayerWeights w = bind_layer(layout_.layer(k), slots_[size_t(op.slot)]->data(), cd_);
+      layer_forward(be_, *compute_, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(),
+                    x_mat(k % 2, c), x_mat((k + 1) % 2, c));
+      ev.slot_free[size_t(op.slot)]->record(*compute_);
+      ev.fwd_done->record(*compute_);
+      return;
+    }
+    case OpKind::offload_input: {
+      const int k = op.layer, c = op.chunk;
+      ev.fwd_done->wait(*d2h_);
+      Mat src = x_mat(k % 2, c), dst = store_mat(k, c);
+      if (ec_.activations_on_device) be_.copy_on_device(*d2h_, dst.data, src.data, src.bytes());
+      else be_.copy_to_host(*d2h_, dst.data, src.data, src.bytes());
+      ev.off_done[size_t(c)]->record(*d2h_);
+      return;
+    }
+    case OpKind::head: {
+      const int c = op.chunk;
+      ev.head_ready->wait(*compute_);
+      HeadWeights w = head_params(*head_w_, cd_, layout_.tied ? table_w_.get() : nullptr);
+      HeadGrads g = head_params(*head_g_, DType::f32, layout_.tied ? table_g_.get() : nullptr);
+      int64_t T = batches_[size_t(c)]->inputs().n_tokens;
+      int64_t rows = std::min(ec_.head_chunk_rows, ec_.max_chunk_tokens);
+      HeadActs acts = bind_head_acts(cfg_, T, cd_, rows, scratch_->data(), scratch_->bytes());
+      bool backward = !schedule_.empty() && schedule_.back().kind != OpKind::head;
+      head_forward_backward(be_, *compute_, cfg_, w, g, acts, batches_[size_t(c)]->inputs(),
+                            x_mat(layout_.n_layers % 2, c), backward ? dx_mat(c) : Mat(),
+                            static_cast<float*>(loss_->data()), grad_scale);
+      if (c == n_chunks - 1) ev.head_done->record(*compute_);
+      return;
+    }
+    case OpKind::grads_out: {
+      if (op.unit == head_unit) {
+        ev.head_done->wait(*d2h_);
+        be_.copy_to_host(*d2h_, host_grads_[size_t(head_unit)]->data(), head_g_->data(),
+                         size_t(layout_.head().numel) * 4);
+        if (layout_.tied)
+          be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
+        return;
+      }
+      const int g = op.layer % 2;
+      ev.grads_done[g]->wait(*d2h_);
+      be_.copy_to_host(*d2h_, host_grads_[size_t(op.unit)]->data(), grad_[g]->data(),
+                       size_t(layout_.units[size_t(op.unit)].numel) * 4);
+      ev.grads_copied[g]->record(*d2h_);
+      return;
+    }
+    case OpKind::fetch_input: {
+      if (op.layer == layout_.n_layers - 1 && op.chunk == 0) {
+        ev.offloads_done->record(*d2h_);  // every offload of the forward is enqueued by now
+        ev.offloads_done->wait(*h2d_);
+      }
+      ev.buf_free[op.buf]->wait(*h2d_);
+      Mat src = store_mat(op.layer, op.chunk);
+      if (ec_.activations_on_device) be_.copy_on_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
+      else be_.copy_to_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
+      ev.buf_ready[op.buf]->record(*h2d_);
+      return;
+    }
+    case OpKind::layer_backward: {
+      const int k = op.layer, c = op.chunk, g = k % 2;
+      ev.slot_ready[size_t(op.slot)]->wait(*compute_);
+      ev.buf_ready[op.buf]->wait(*compute_);
+      const Unit& unit = layout_.layer(k);
+      if (c == 0) {  // the gradient buffer was last copied out two layers ago
+        ev.grads_copied[g]->wait(*compute_);
+        be_.fill_zero(*compute_, grad_[g]->data(), size_t(unit.numel) * 4);
+      }
+      int64_t T = batches_[size_t(c)]->inputs().n_tokens;
+      LayerWeights w = bind_layer(unit, slots_[size_t(op.slot)]->data(), cd_);
+      LayerGrads gr = bind_layer(unit, grad_[g]->data(), DType::f32);
+      Mat xin(xin_[op.buf]->data(), cd_, T, C);
+      layer_backward(be_, *compute_, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(),
+                     xin, dx_mat(c), dx_mat(c));
+      ev.buf_free[op.buf]->record(*compute_);
+      ev.slot_free[size_t(op.slot)]->record(*compute_);
+      if (c == n_chunks - 1) {
+        ev.grads_done[g]->record(*compute_);
+        if (k == 0) ev.layer0_done->record(*compute_);
+      }
+      return;
+    }
+    case OpKind::embed_backward: {
+      const int c = op.chunk;
+      const Batch& b = chunks[size_t(c)];
+      const int64_t T = b.n_tokens();
+      float* gE = static_cast<float*>(host_grads_[0]->data());
+      if (c == 0) {
+        ev.layer0_done->wait(*d2h_);
+        d2h_->synchronize();  // all gradients of the step have landed
+        std::memset(gE, 0, size_t(layout_.embedding().numel) * 4);
+        if (layout_.tied) {
+          const float* t = static_cast<const float*>(table_grad_host_->data());
+          const auto& slot = layout_.embedding().get(ParamKind::embedding);
+          for (int64_t i = 0; i < V * C; ++i) gE[slot.offset + i] += t[i];
+        }
+      }
+      Mat d = dx_mat(c);
+      char* host = static_cast<char*>(dx_host_->data()) +
+                   size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
+      be_.copy_to_host(*d2h_, host, d.data, d.bytes());
+      d2h_->synchronize();
+      convert_to_f32(host, cd_, dx_f32_.data(), size_t(T * C));
+      const auto& slot = layout_.embedding().get(ParamKind::embedding);
+      host_.embedding_backward(host_.default_stream(), Mat(gE + slot.offset, DType::f32, V, C),
+                               b.tokens.data(), Mat(dx_f32_.data(), DType::f32, T, C));
+      return;
+    }
+  }
+}
+
+void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks,
+                                float grad_scale) {
+  chunk_off_.assign(chunks.size(), 0);
+  for (size_t c = 1; c < chunks.size(); ++c)
+    chunk_off_[c] = chunk_off_[c - 1] + chunks[c - 1].n_tokens();
+  for (size_t c = 0; c < chunks.size(); ++c) batches_[c]->upload(*h2d_, chunks[c]);
+  ev_->batch_ready->record(*h2d_);
+  ev_->batch_ready->wait(*compute_);
+  be_.fill_zero(*compute_, loss_->data(), 4);
+  bool backward = ops.back().kind != OpKind::head;
+  if (backward) {
+    be_.fill_zero(*compute_, head_g_->data(), head_g_->bytes());
+    if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
+  }
+  schedule_ = ops;
+  for (const Op& op : ops) exec(op, chunks, grad_scale);
+  compute_->synchronize();
+  h2d_->synchronize();
+  d2h_->synchronize();
+}
+
+StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  std::vector<Batch> chunks = make_chunks(micro);
+  StepStats st;
+  for (auto& b : chunks) {
+    st.n_valid += b.n_valid_labels();
+    st.n_tokens += b.n_tokens();
+  }
+  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
+  const float grad_scale = float(1.0 / double(st.n_valid));
+  run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, true}), chunks,
+      grad_scale);
+  float loss = 0;
+  be_.copy_to_host(*compute_, &loss, loss_->data(), 4);
+  compute_->synchronize();
+  st.loss_sum = loss;
+  finish_update(h, st);
+  return st;
+}
+
+void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
+  ThreadPool& pool = host_pool();
+  const int n_units = store_.n_units();
+  double sumsq = 0;
+  for (int u = 0; u < n_units; ++u)
+    sumsq += sum_squares(static_cast<const float*>(host_grads_[size_t(u)]->data()),
+                         store_.numel(u), &pool);
+  st.grad_norm = std::sqrt(sumsq);
+  if (!std::isfinite(st.grad_norm)) {
+    st.clip_coef = 0;  // skip the update; weights stay as they are
+    return;
+  }
+  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
+  AdamWStep s;
+  s.lr = float(h.lr);
+  s.beta1 = h.beta1;
+  s.beta2 = h.beta2;
+  s.eps = h.eps;
+  s.weight_decay = h.weight_decay;
+  s.step = ++store_.step;
+  s.grad_scale = st.clip_coef;
+  std::vector<int> order(static_cast<size_t>(n_units));
+  for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
+  updates_.start(order, [this, s](int u) {
+    uint16_t* out = cd_ == DType::bf16 ? static_cast<uint16_t*>(staging_[size_t(u)]->data())
+                                       : nullptr;
+    adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u),
+                        static_cast<const float*>(host_grads_[size_t(u)]->data()), out,
+                        store_.numel(u), store_.ranges(u), s, &host_pool());
+  });
+}
+
+double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {
+  std::vector<Batch> chunks = make_chunks(std::span<const Batch>(&b, 1));
+  run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, false}), chunks,
+      0.f);
+  float loss = 0;
+  be_.copy_to_host(*compute_, &loss, loss_->data(), 4);
+  compute_->synchronize();
+  return loss;
+}
+
+}  // namespace sf

@@ -1,0 +1,98 @@
+// The sliding-window executor: the GPU (any Backend) holds only a few layers' weights at a
+// time ("slots"); fp32 master weights and AdamW state stay on the host (ParamStore).
+//
+// One step, as build_step_schedule() lists it: the embedding is gathered on the host; every
+// layer runs over ALL chunks of the step (micro-batches of gradient accumulation included)
+// before the next, while the next layer's weights load on the h2d stream and each chunk's
+// layer input is saved to the activation store on the d2h stream; the head computes the loss
+// and its gradient; backward runs the layers in reverse, fetching saved inputs, recomputing,
+// accumulating fp32 weight gradients over the chunks on the device, and returning them to the
+// host.
+//
+// Exactness: the global gradient norm needs every gradient before any update, so the updates
+// are deferred until the backward has finished and then run on a CPU thread in forward order
+// (UpdatePipeline); the next step's forward waits only for the unit it is about to load, so
+// the CPU optimizer overlaps the next forward instead of stalling it. The result equals the
+// plain resident step (ResidentExecutor) up to fp32 summation order.
+//
+// Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
+// Nothing is allocated inside a step.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/host/host_backend.h"
+#include "engine/schedule.h"
+#include "engine/step_executor.h"
+#include "engine/update_pipeline.h"
+#include "model/device_batch.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+struct EngineConfig {
+  int n_slots = 2;                 // weight slots on the device (>= 2)
+  int64_t max_chunk_tokens = 0;    // tokens per chunk (layer scratch is sized for this)
+  int max_chunks = 1;              // chunks per step
+  int64_t head_chunk_rows = 256;   // tokens per LM-head logits chunk
+  bool activations_on_device = false;  // activation store tier
+};
+
+class SlidingWindowExecutor final : public StepExecutor {
+ public:
+  SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec);
+  ~SlidingWindowExecutor() override;
+
+  StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
+  double eval_loss_sum(const Batch& b) override;
+  ParamStore& params() override;
+  void params_changed() override;
+  const char* name() const override { return name_.c_str(); }
+
+  // Splits micro-batches into chunks of whole sequences of at most max_chunk_tokens.
+  std::vector<Batch> make_chunks(std::span<const Batch> micro) const;
+  size_t device_bytes() const { return be_.peak_bytes_in_use(); }
+
+ private:
+  struct Events;
+  void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
+  void exec(const Op& op, const std::vector<Batch>& chunks, float grad_scale);
+  void finish_update(const OptimHyper& h, StepStats& st);
+  Mat x_mat(int which, int chunk) const;   // X buffer (ping-pong) rows of `chunk`
+  Mat dx_mat(int chunk) const;
+  Mat store_mat(int layer, int chunk) const;
+  const void* host_weights(int unit) const;  // compute-dtype source for a weight load
+
+  Backend& be_;
+  HostBackend host_;  // host-side ops (embedding gather/scatter) in the reference arithmetic
+  ModelConfig cfg_;
+  ModelLayout layout_;
+  EngineConfig ec_;
+  DType cd_;
+  std::string name_;
+  int64_t max_step_tokens_;
+
+  ParamStore store_;
+  UpdatePipeline updates_;
+  std::vector<std::unique_ptr<Buffer>> staging_;     // compute-dtype weights per unit (host)
+  std::vector<std::unique_ptr<Buffer>> host_grads_;  // f32 gradients per unit (host)
+  std::unique_ptr<Buffer> table_grad_host_;          // tied: head's share of the table grad
+  std::unique_ptr<Buffer> emb_stage_, dx_host_;      // [T_step, C] compute dtype (host)
+  std::vector<float> dx_f32_;                        // [chunk, C] for the host scatter
+
+  std::unique_ptr<Stream> compute_, h2d_, d2h_;
+  std::unique_ptr<Events> ev_;
+  std::vector<std::unique_ptr<Buffer>> slots_;
+  std::vector<int> slot_unit_;
+  std::unique_ptr<Buffer> head_w_, table_w_, head_g_, table_g_;
+  std::unique_ptr<Buffer> grad_[2];
+  std::unique_ptr<Buffer> x_[2], dx_, xin_[2];
+  std::unique_ptr<Buffer> scratch_, loss_;
+  std::vector<std::unique_ptr<Buffer>> act_store_;  // per layer [T_step, C]
+  std::vector<std::unique_ptr<DeviceBatch>> batches_;
+  std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step
+  std::vector<Op> schedule_;
+};
+
+}  // namespace sf

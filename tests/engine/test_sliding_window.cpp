@@ -1,0 +1,178 @@
+// The sliding-window engine against the plain resident step, on the host backend: same
+// losses and same weights after several steps, for every architecture, with and without
+// clipping, with gradient accumulation, with tied embeddings, with micro-batches split into
+// chunks and with the activation store in either tier.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "backend/host/host_backend.h"
+#include "engine/resident_executor.h"
+#include "engine/schedule.h"
+#include "engine/sliding_executor.h"
+#include "model/model_init.h"
+
+using namespace sf;
+
+namespace {
+
+// Packed rows of random tokens; a few labels ignored so the mask path is exercised.
+Batch random_batch(const ModelConfig& cfg, int rows, int seq_len, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<std::vector<int32_t>> r(static_cast<size_t>(rows));
+  for (auto& row : r)
+    for (int i = 0; i < seq_len + (int(g() % 3)); ++i) row.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
+  Batch b = Batch::from_rows(r);
+  for (size_t i = 0; i < b.labels.size(); i += 7) b.labels[i] = kIgnoreLabel;
+  return b;
+}
+
+struct Case {
+  Arch arch;
+  bool tied;
+  float max_grad_norm;
+  int grad_accum;
+  int64_t chunk_tokens;  // engine chunk; smaller than a micro-batch splits it
+  bool acts_on_device;
+  std::string name() const {
+    return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
+               "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "");
+  }
+};
+
+class SlidingVsResident : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SlidingVsResident, SameLossesAndWeights) {
+  const Case& tc = GetParam();
+  SCOPED_TRACE(tc.name());
+  ModelConfig cfg = tiny_config(tc.arch, tc.tied);
+  const int rows = 2, seq = 12;
+  InitOptions init;
+  init.norm_jitter = 0.1f;
+  init.bias_std = 0.05f;
+
+  HostBackend be_ref, be_eng;
+  ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
+  EngineConfig ec;
+  ec.n_slots = 2;
+  ec.max_chunk_tokens = tc.chunk_tokens;
+  ec.max_chunks = 8;
+  ec.head_chunk_rows = 256;  // the reference model's default: same LM-head chunking
+  ec.activations_on_device = tc.acts_on_device;
+  SlidingWindowExecutor eng(be_eng, cfg, ec);
+
+  ModelLayout layout = ModelLayout::build(cfg);
+  for (int u = 0; u < ref.params().n_units(); ++u) {
+    init_unit(layout.units[size_t(u)], ref.params().master(u), 42, init);
+    init_unit(layout.units[size_t(u)], eng.params().master(u), 42, init);
+  }
+  ref.params_changed();
+  eng.params_changed();
+
+  OptimHyper h;
+  h.lr = 3e-3;
+  h.weight_decay = 0.1f;
+  h.max_grad_norm = tc.max_grad_norm;
+  bool clipped = false;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Batch> micro;
+    for (int m = 0; m < tc.grad_accum; ++m)
+      micro.push_back(random_batch(cfg, rows, seq, uint64_t(100 * step + m)));
+    StepStats a = ref.train_step(micro, h);
+    StepStats b = eng.train_step(micro, h);
+    // Same arithmetic up to fp32 summation order (chunk splits, loss accumulated in f32).
+    EXPECT_NEAR(b.loss(), a.loss(), 1e-5 * a.loss()) << "step " << step;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << "step " << step;
+    EXPECT_EQ(a.n_valid, b.n_valid);
+    clipped |= a.clip_coef < 1;
+  }
+  if (tc.max_grad_norm > 0) EXPECT_TRUE(clipped) << "the clipping case must actually clip";
+  // Weights after 3 updates. When every micro-batch is one chunk and the embeddings are
+  // untied, the engine performs the reference's operations in the reference's order: the
+  // weights must be bitwise equal. Otherwise the summation order of some gradients differs
+  // (chunk splits accumulate dW in pieces; the tied table sums head and embedding parts in
+  // another order); AdamW divides by sqrt(v), so an element whose gradient nearly cancels can
+  // move its step by a visible fraction of lr (3e-3): allow 1e-3 lr per step.
+  const bool same_order = !tc.tied && tc.chunk_tokens >= rows * (seq + 2);
+  const double tol = same_order ? 0.0 : 3 * 1e-3 * h.lr;
+  double max_diff = 0;
+  for (int u = 0; u < ref.params().n_units(); ++u)
+    for (int64_t i = 0; i < ref.params().numel(u); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(ref.params().master(u)[i] -
+                                                     eng.params().master(u)[i])));
+  EXPECT_LE(max_diff, tol);
+  // Evaluation through the engine's forward-only schedule.
+  Batch e = random_batch(cfg, rows, seq, 999);
+  double la = ref.eval_loss_sum(e), lb = eng.eval_loss_sum(e);
+  EXPECT_NEAR(lb, la, 1e-5 * la);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engine, SlidingVsResident,
+    ::testing::Values(Case{Arch::llama, false, 0.f, 1, 64, false},
+                      Case{Arch::mistral, false, 0.f, 1, 64, false},
+                      Case{Arch::qwen2, false, 0.f, 1, 64, false},
+                      Case{Arch::qwen3, false, 0.f, 1, 64, false},
+                      Case{Arch::llama, false, 0.05f, 1, 64, false},
+                      Case{Arch::qwen3, false, 0.05f, 2, 64, false},
+                      Case{Arch::qwen2, true, 0.f, 1, 64, false},
+                      Case{Arch::qwen3, true, 0.05f, 2, 64, true},
+                      Case{Arch::llama, false, 0.f, 3, 16, false},
+                      Case{Arch::mistral, true, 0.5f, 2, 16, true}),
+    [](const auto& info) { return info.param.name(); });
+
+// The schedule visits every layer once forward and once backward per step, loads each
+// layer's weights before computing with them, and keeps the last layers resident at the turn.
+TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
+  for (int slots : {2, 3}) {
+    for (int chunks : {1, 3}) {
+      StepShape sh{5, chunks, slots, true};
+      auto ops = build_step_schedule(sh);
+      std::vector<int> slot_layer(size_t(slots), -1);
+      std::vector<int> fwd(5, 0), bwd(5, 0);
+      std::set<std::pair<int, int>> fetched, offloaded;
+      int loads = 0;
+      for (auto& op : ops) {
+        switch (op.kind) {
+          case OpKind::load_weights:
+            if (op.slot >= 0) slot_layer[size_t(op.slot)] = op.layer, ++loads;
+            break;
+          case OpKind::layer_forward:
+            ASSERT_EQ(slot_layer[size_t(op.slot)], op.layer) << describe(op);
+            ++fwd[size_t(op.layer)];
+            break;
+          case OpKind::offload_input: offloaded.insert({op.layer, op.chunk}); break;
+          case OpKind::fetch_input:
+            ASSERT_TRUE(offloaded.count({op.layer, op.chunk})) << describe(op);
+            fetched.insert({op.layer, op.chunk});
+            break;
+          case OpKind::layer_backward:
+            ASSERT_EQ(slot_layer[size_t(op.slot)], op.layer) << describe(op);
+            ASSERT_TRUE(fetched.count({op.layer, op.chunk})) << describe(op);
+            ++bwd[size_t(op.layer)];
+            break;
+          default: break;
+        }
+      }
+      for (int k = 0; k < 5; ++k) {
+        EXPECT_EQ(fwd[size_t(k)], chunks);
+        EXPECT_EQ(bwd[size_t(k)], chunks);
+      }
+      // 5 forward loads; backward reloads all but the `slots` layers still resident.
+      EXPECT_EQ(loads, 5 + 5 - slots);
+    }
+  }
+}
+
+TEST(Schedule, EvaluationHasNoBackward) {
+  auto ops = build_step_schedule({4, 2, 2, false});
+  for (auto& op : ops) {
+    EXPECT_NE(op.kind, OpKind::layer_backward);
+    EXPECT_NE(op.kind, OpKind::offload_input);
+  }
+  EXPECT_EQ(ops.back().kind, OpKind::head);
+}
+
+}  // namespace
