@@ -38,20 +38,8 @@ template <class T>
 std::unique_ptr<T[], Free> alloc(int64_t n) {
   const size_t bytes = (size_t(n) * sizeof(T) + 4095) / 4096 * 4096;
   T* p = static_cast<T*>(std::aligned_alloc(4096, bytes));
-  SF_REQUIRE(p, "bench_adamw: cannot allocate ", bytes >> 20, " MiB; lower --mparams");
+  SF_REQUIRE(p, "cannot allocate ", bytes >> 20, " MiB; lower --mparams");
   return std::unique_ptr<T[], Free>(p);
-}
-
-std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t e = s.find(',', pos);
-    if (e == std::string::npos) e = s.size();
-    out.push_back(std::atoi(s.substr(pos, e - pos).c_str()));
-    pos = e + 1;
-  }
-  return out;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -112,16 +100,18 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
-      SF_REQUIRE(i + 1 < argc, "bench_adamw: ", a, " needs a value");
+      SF_REQUIRE(i + 1 < argc, a, " needs a value");
       return argv[++i];
     };
     if (a == "--mparams") mparams = std::atof(next().c_str());
-    else if (a == "--threads") threads = parse_ints(next());
+    else if (a == "--threads")
+      for (const std::string& t : split(next()))
+        threads.push_back(std::max(1, std::atoi(t.c_str())));
     else if (a == "--isa") isas = split(next());
     else if (a == "--iters") iters = std::max(1, std::atoi(next().c_str()));
     else if (a == "--no-out") with_out = false;
-    else SF_REQUIRE(false, "bench_adamw: unknown flag ", a,
-                    " (flags: --mparams M --threads 1,2 --isa scalar,avx2,avx512 --iters N --no-out)");
+    else SF_REQUIRE(false, "unknown flag ", a, " (flags: --mparams M --threads 1,2 ",
+                    "--isa scalar,avx2,avx512 --iters N --no-out)");
   }
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   if (threads.empty()) {  // 1, 2, 4, ... and the core count

@@ -68,8 +68,9 @@ int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64
   return adamw_body<G, 1>(p, m, v, g, out, n, c);
 }
 
-__m512d squares(const float* g) { return _mm512_cvtps_pd(_mm256_loadu_ps(g)); }
-__m512d squares(const uint16_t* g) {
+// 8 gradient values widened (exactly) to double.
+__m512d widen8(const float* g) { return _mm512_cvtps_pd(_mm256_loadu_ps(g)); }
+__m512d widen8(const uint16_t* g) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g));
   return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
 }
@@ -80,7 +81,7 @@ int64_t sum_squares_body(const G* g, int64_t n, double* acc) {
   __m512d a = _mm512_setzero_pd();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m512d x = squares(g + i);
+    const __m512d x = widen8(g + i);
     a = _mm512_add_pd(a, _mm512_mul_pd(x, x));
   }
   _mm512_storeu_pd(acc, a);
