@@ -395,6 +395,26 @@ TEST(DeviceBatchTest, RejectsBadBatches) {
   EXPECT_THROW(db.upload(be.default_stream(), pack({{1, 2, 3, 4, 5}, {1, 2, 3, 4}})), Error);
 }
 
+TEST(DeviceBatchTest, SlidingWindowLimitsSequenceLength) {
+  HostBackend be;
+  Stream& s = be.default_stream();
+  ModelConfig m = tiny_config(Arch::mistral);
+  m.extra = nlohmann::json{{"sliding_window", 4}};
+  DeviceBatch dm(be, s, m, 16);
+  EXPECT_NO_THROW(dm.upload(s, pack({{1, 2, 3, 4}, {1, 2, 3}})));
+  EXPECT_THROW(dm.upload(s, pack({{1, 2, 3, 4, 5}})), Error);
+  m.extra = nlohmann::json{{"sliding_window", nullptr}};  // mistral v0.2+: no window
+  DeviceBatch dn(be, s, m, 16);
+  EXPECT_NO_THROW(dn.upload(s, pack({{1, 2, 3, 4, 5}})));
+  ModelConfig q = tiny_config(Arch::qwen2);
+  q.extra = nlohmann::json{{"sliding_window", 4}, {"use_sliding_window", false}};
+  DeviceBatch dq(be, s, q, 16);
+  EXPECT_NO_THROW(dq.upload(s, pack({{1, 2, 3, 4, 5}})));
+  q.extra["use_sliding_window"] = true;
+  DeviceBatch dq2(be, s, q, 16);
+  EXPECT_THROW(dq2.upload(s, pack({{1, 2, 3, 4, 5}})), Error);
+}
+
 TEST(Init, DeterministicWithExpectedStatistics) {
   ModelLayout lay = ModelLayout::build(tiny_config(Arch::qwen2));
   InitOptions opt;
