@@ -68,6 +68,11 @@ TEST(HostGemm, LargeBlockedPath) {
   // sqrt(K) * 2^-24 * |sum| (< 1e-4 abs with |sum| ~ 10); 5e-4 is a safe bound.
   check_gemm(130, 257, 300, Trans::no, Trans::yes, 1.f, 1.f, 7, 5e-4);
   check_gemm(257, 130, 300, Trans::yes, Trans::no, 0.5f, 0.f, 8, 5e-4);
+  // More than one tile along both M (128) and N (512), every transpose combination: the tile
+  // offsets into op(a) and op(b) must honour ld and the transposes. K = 40: 1e-5 as above.
+  uint64_t seed = 20;
+  for (Trans ta : {Trans::no, Trans::yes})
+    for (Trans tb : {Trans::no, Trans::yes}) check_gemm(131, 601, 40, ta, tb, 1.f, 0.5f, seed++, 1e-5);
 }
 
 TEST(HostGemm, EmptyInnerDimensionScalesC) {
