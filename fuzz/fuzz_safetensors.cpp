@@ -1,5 +1,6 @@
 // libFuzzer target: arbitrary bytes as a whole safetensors file image through the header
-// parser/validator (SafetensorsView::parse), then every accessor on what it accepted.
+// parser/validator (SafetensorsView::parse), then every accessor on what it accepted; the
+// same bytes as text through the model.safetensors.index.json parser.
 // Contract: the only allowed failure is sf::Error(input) with a message; anything else (a
 // sanitizer report, another exception, an abort) is a bug.
 // With SF_FUZZ_WRITE_SEEDS=<dir> it instead writes valid seed files there and exits.
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -76,6 +78,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (v.metadata().is_object()) sum += v.metadata().size();
     volatile uint64_t sink = sum;
     (void)sink;
+  } catch (const sf::Error& e) {
+    if (e.kind() != sf::ErrorKind::input || std::strlen(e.what()) == 0) std::abort();
+  }
+  try {
+    auto m = sf::parse_safetensors_index(
+        std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.index.json");
+    for (auto& [name, file] : m)
+      if (file.empty() || file.find('/') != std::string::npos) std::abort();
   } catch (const sf::Error& e) {
     if (e.kind() != sf::ErrorKind::input || std::strlen(e.what()) == 0) std::abort();
   }

@@ -24,7 +24,7 @@ rm -rf "$SEEDS"
 SF_FUZZ_WRITE_SEEDS=$SEEDS "$FUZZ"
 
 # The header's vocabulary, so mutations reach the validator's deeper checks.
-DICT=$BUILD/safetensors.dict
+DICT=$(cd "$BUILD" && pwd)/safetensors.dict
 cat >"$DICT" <<'DICT_END'
 "\"dtype\""
 "\"shape\""
@@ -46,13 +46,21 @@ cat >"$DICT" <<'DICT_END'
 DICT_END
 
 echo "fuzz.sh: running $FUZZ for ${SECS}s ($JOBS job(s))"
+PAR=()
+# -jobs makes libFuzzer fork workers that log to ./fuzz-N.log: run them in the build dir.
+[ "$JOBS" -gt 1 ] && PAR=(-jobs="$JOBS" -workers="$JOBS")
+ABS=$(cd "$BUILD" && pwd)
+before=$(ls "$CRASHES" | wc -l)
 set +e
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$FUZZ" "$CORPUS" "$SEEDS" -dict="$DICT" -max_total_time="$SECS" -max_len=8192 -timeout=10 \
-  -rss_limit_mb=2048 -jobs="$JOBS" -workers="$JOBS" -artifact_prefix="$CRASHES/" \
-  -print_final_stats=1
+(cd "$ABS" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  "$ABS/fuzz/fuzz_safetensors" "$ABS/fuzz-corpus" "$ABS/fuzz-seeds" -dict="$DICT" \
+  -max_total_time="$SECS" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix="$ABS/crashes/" -print_final_stats=1 "${PAR[@]}")
 rc=$?
 set -e
+after=$(ls "$CRASHES" | wc -l)
+if [ $rc -eq 0 ] && [ "$after" -gt "$before" ]; then rc=1; fi  # a worker's crash (-jobs)
 if [ $rc -ne 0 ]; then
   echo "fuzz.sh: FAILED (exit $rc); reproducers in $CRASHES/:" >&2
   ls -l "$CRASHES" >&2

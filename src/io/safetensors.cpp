@@ -391,6 +391,30 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
 
 // ---- SafetensorsModel -------------------------------------------------------------------
 
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(
+    std::string_view text, const std::string& isrc) {
+  json j = parse_json_strict(text, isrc);
+  SF_REQUIRE(j.is_object(), isrc, ": must be a JSON object, got ", kind_of(j));
+  auto wm_it = j.find("weight_map");
+  SF_REQUIRE(wm_it != j.end(), isrc, ": has no \"weight_map\" object");
+  const json& wm = *wm_it;
+  SF_REQUIRE(wm.is_object(), isrc, ": \"weight_map\" must be an object name -> file, got ",
+             kind_of(wm));
+  SF_REQUIRE(!wm.empty(), isrc, ": \"weight_map\" is empty");
+  std::vector<std::pair<std::string, std::string>> mapped;
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    SF_REQUIRE(it.value().is_string(), isrc, ": weight_map[", q(it.key()),
+               "] must be a file name string, got ", kind_of(it.value()));
+    const std::string& f = it.value().get_ref<const std::string&>();
+    SF_REQUIRE(!f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+                   f.find('\\') == std::string::npos && f.find('\0') == std::string::npos,
+               isrc, ": weight_map[", q(it.key()), "] = ", q(f),
+               " is not a plain file name inside the model directory");
+    mapped.emplace_back(it.key(), f);
+  }
+  return mapped;
+}
+
 SafetensorsModel::SafetensorsModel(const fs::path& dir) : dir_(dir) {
   const std::string d = dir.string();
   SF_REQUIRE(fs::is_directory(dir), d, ": not a directory (expected a model directory with "
@@ -412,28 +436,9 @@ SafetensorsModel::SafetensorsModel(const fs::path& dir) : dir_(dir) {
   }
   sharded_ = true;
   const std::string isrc = index.string();
-  json j = parse_json_strict(read_file(index), isrc);
-  SF_REQUIRE(j.is_object(), isrc, ": must be a JSON object, got ", kind_of(j));
-  auto wm_it = j.find("weight_map");
-  SF_REQUIRE(wm_it != j.end(), isrc, ": has no \"weight_map\" object");
-  const json& wm = *wm_it;
-  SF_REQUIRE(wm.is_object(), isrc, ": \"weight_map\" must be an object name -> file, got ",
-             kind_of(wm));
-  SF_REQUIRE(!wm.empty(), isrc, ": \"weight_map\" is empty");
-
   std::map<std::string, size_t> shard_of_file;  // file name -> index into files_
-  std::vector<std::pair<std::string, std::string>> mapped;  // tensor, file
-  for (auto it = wm.begin(); it != wm.end(); ++it) {
-    SF_REQUIRE(it.value().is_string(), isrc, ": weight_map[", q(it.key()),
-               "] must be a file name string, got ", kind_of(it.value()));
-    const std::string& f = it.value().get_ref<const std::string&>();
-    SF_REQUIRE(!f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
-                   f.find('\\') == std::string::npos && f.find('\0') == std::string::npos,
-               isrc, ": weight_map[", q(it.key()), "] = ", q(f),
-               " is not a plain file name inside the model directory");
-    mapped.emplace_back(it.key(), f);
-    shard_of_file.emplace(f, 0);
-  }
+  auto mapped = parse_safetensors_index(read_file(index), isrc);  // tensor, file
+  for (auto& [name, f] : mapped) shard_of_file.emplace(f, 0);
   for (auto& [f, idx] : shard_of_file) {
     fs::path p = dir / f;
     SF_REQUIRE(fs::exists(p), isrc, ": shard ", q(f), " (named in weight_map) does not exist in ",

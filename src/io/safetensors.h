@@ -120,6 +120,11 @@ class SafetensorsFile {
   SafetensorsView view_;
 };
 
+// Parses the text of a model.safetensors.index.json: its weight_map as (tensor, shard file)
+// pairs, each file a plain name inside the directory. `source` names the file in errors.
+std::vector<std::pair<std::string, std::string>> parse_safetensors_index(
+    std::string_view text, const std::string& source);
+
 // The weights of a model directory: model.safetensors, or model.safetensors.index.json and
 // the shards its weight_map names. When both exist the single file wins (as in
 // transformers); write_safetensors_model orders its writes so that either choice is a
