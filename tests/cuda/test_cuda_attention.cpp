@@ -1,0 +1,124 @@
+// Flash attention (forward, backward) on the GPU against the host reference (double
+// accumulation) on the same bf16-rounded inputs. q/k/v are column blocks of one fused qkv
+// matrix and dq/dk/dv column blocks of one dqkv matrix, as in the model.
+//
+// Tolerances: out/dq/dk/dv are bf16 (one rounding, ~1.1e-3 RMS) and the GPU also rounds P and
+// dS to bf16 for the tensor-core products (as FlashAttention does): 1e-2 relative L2 for the
+// gradients, 5e-3 for out; lse is f32 from f32 sums: 1e-5.
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace sf::test {
+namespace {
+
+struct AttnCase {
+  int Hq, Hkv, D;
+  std::vector<int32_t> lens;  // packed sequences
+};
+
+std::string aname(const AttnCase& c) {
+  std::string s = cat("attention Hq", c.Hq, " Hkv", c.Hkv, " D", c.D, " seqs");
+  for (int l : c.lens) s += cat(" ", l);
+  return s;
+}
+
+// Columns [c0, c0 + n) of a dense [T, W] matrix.
+std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64_t c0, int64_t n) {
+  std::vector<float> r(size_t(T * n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j) r[size_t(t * n + j)] = m[size_t(t * W + c0 + j)];
+  return r;
+}
+
+void run_case(const AttnCase& c, uint64_t seed) {
+  const std::string what = aname(c);
+  SCOPED_TRACE(what);
+  std::vector<int32_t> cu{0};
+  for (int l : c.lens) cu.push_back(cu.back() + l);
+  const int64_t T = cu.back(), qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D;
+  const int64_t W = qd + 2 * kvd;
+  AttentionShape sh;
+  sh.n_heads = c.Hq;
+  sh.n_kv_heads = c.Hkv;
+  sh.head_dim = c.D;
+  sh.scale = 1.f / std::sqrt(float(c.D));
+  sh.n_seqs = int(c.lens.size());
+  sh.max_seqlen = *std::max_element(c.lens.begin(), c.lens.end());
+
+  auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
+  auto vdo = rand_bf16(size_t(T * qd), seed + 1);
+  DevMat qkv(DType::bf16, T, W), out(DType::bf16, T, qd, qd + 8), dout(DType::bf16, T, qd),
+      lse(DType::f32, c.Hq, T), dqkv(DType::bf16, T, W + 8);
+  qkv.upload(vqkv);
+  dout.upload(vdo);
+  out.poison();
+  lse.poison();
+  dqkv.poison();
+  DevArray<int32_t> dcu(cu);
+  const Mat q = qkv.m.col_block(0, qd), k = qkv.m.col_block(qd, kvd), v = qkv.m.col_block(qd + kvd, kvd);
+  gpu().attention_forward(gs(), out.m, lse.m.as<float>(), q, k, v, sh, dcu.ptr());
+
+  HostMat hq(T, qd, cols(vqkv, T, W, 0, qd)), hk(T, kvd, cols(vqkv, T, W, qd, kvd)),
+      hv(T, kvd, cols(vqkv, T, W, qd + kvd, kvd)), ho(T, qd), hl(c.Hq, T), hdo(T, qd, vdo),
+      hdq(T, qd), hdk(T, kvd), hdv(T, kvd);
+  host().attention_forward(hs(), ho.m, hl.v.data(), hq.m, hk.m, hv.m, sh, cu.data());
+  auto gout = out.download();
+  expect_close(what + " out", gout, ho.v, 5e-3);
+  expect_close(what + " lse", lse.download(), hl.v, 1e-5);
+  EXPECT_TRUE(out.guards_intact());
+
+  // Backward from the GPU's own out/lse (what training does); the host gets the same bf16 out.
+  const Mat dq = dqkv.m.col_block(0, qd), dk = dqkv.m.col_block(qd, kvd),
+            dv = dqkv.m.col_block(qd + kvd, kvd);
+  gpu().attention_backward(gs(), dq, dk, dv, dout.m, out.m, lse.m.as<float>(), q, k, v, sh,
+                           dcu.ptr());
+  HostMat hout(T, qd, gout);
+  host().attention_backward(hs(), hdq.m, hdk.m, hdv.m, hdo.m, hout.m, hl.v.data(), hq.m, hk.m,
+                            hv.m, sh, cu.data());
+  auto g = dqkv.download();
+  expect_close(what + " dq", cols(g, T, W, 0, qd), hdq.v, 1e-2);
+  expect_close(what + " dk", cols(g, T, W, qd, kvd), hdk.v, 1e-2);
+  expect_close(what + " dv", cols(g, T, W, qd + kvd, kvd), hdv.v, 1e-2);
+  EXPECT_TRUE(dqkv.guards_intact());
+
+  // Deterministic: a second backward gives the same bits.
+  DevMat dqkv2(DType::bf16, T, W + 8);
+  dqkv2.poison();
+  gpu().attention_backward(gs(), dqkv2.m.col_block(0, qd), dqkv2.m.col_block(qd, kvd),
+                           dqkv2.m.col_block(qd + kvd, kvd), dout.m, out.m, lse.m.as<float>(), q,
+                           k, v, sh, dcu.ptr());
+  expect_bitwise(what + " backward repeat", dqkv2.download(), g);
+}
+
+TEST(CudaAttention, HeadDim64OddLengths) {
+  SF_REQUIRE_GPU();
+  run_case({4, 2, 64, {1, 65, 130, 22}}, 1);
+  run_case({2, 2, 64, {64}}, 2);
+  run_case({6, 1, 64, {200, 3}}, 3);
+}
+
+TEST(CudaAttention, HeadDim128OddLengths) {
+  SF_REQUIRE_GPU();
+  run_case({8, 2, 128, {200, 64, 1, 17}}, 4);
+  run_case({4, 4, 128, {129}}, 5);
+}
+
+TEST(CudaAttention, LlamaHeads) {
+  SF_REQUIRE_GPU();
+  run_case({32, 8, 128, {512, 300}}, 6);
+}
+
+TEST(CudaAttention, RejectsUnsupportedHeadDim) {
+  SF_REQUIRE_GPU();
+  DevMat qkv(DType::bf16, 4, 3 * 96), out(DType::bf16, 4, 96), lse(DType::f32, 1, 4);
+  DevArray<int32_t> cu(std::vector<int32_t>{0, 4});
+  AttentionShape sh{1, 1, 96, 0.1f, 1, 4};
+  EXPECT_THROW(gpu().attention_forward(gs(), out.m, lse.m.as<float>(), qkv.m.col_block(0, 96),
+                                       qkv.m.col_block(96, 96), qkv.m.col_block(192, 96), sh,
+                                       cu.ptr()),
+               Error);
+}
+
+}  // namespace
+}  // namespace sf::test

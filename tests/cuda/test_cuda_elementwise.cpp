@@ -1,0 +1,204 @@
+// Elementwise ops, reductions, embedding and AdamW on the GPU against the host reference.
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace sf::test {
+namespace {
+
+// Shapes: odd sizes (scalar paths), multiples of 8 (vector paths), strided views (pad > 0).
+struct Shape {
+  int64_t rows, cols, pad;
+};
+const Shape kShapes[] = {{1, 1, 0}, {22, 65, 0}, {65, 22, 3}, {7, 4096, 0}, {33, 136, 8},
+                         {3, 1000003, 0}};
+
+std::string sname(const char* op, const Shape& s) {
+  return cat(op, " [", s.rows, "x", s.cols, "] pad ", s.pad);
+}
+
+TEST(CudaCast, AllPairsBitExact) {
+  SF_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const Shape& s : kShapes)
+    for (DType from : {DType::f32, DType::bf16, DType::f16})
+      for (DType to : {DType::f32, DType::bf16, DType::f16}) {
+        const std::string what = sname("cast", s) + cat(" ", dtype_name(from), "->", dtype_name(to));
+        SCOPED_TRACE(what);
+        auto v = random_vec(size_t(s.rows * s.cols), seed++, -100.f, 100.f);
+        DevMat src(from, s.rows, s.cols, s.cols + s.pad), dst(to, s.rows, s.cols, s.cols + s.pad);
+        src.upload(v);
+        auto exact_src = src.download();  // what the source holds after its own rounding
+        dst.poison();
+        gpu().cast(gs(), dst.m, src.m);
+        // Round to nearest even, exactly as core/dtype's conversions (the host reference).
+        std::vector<float> want(exact_src.size());
+        std::vector<unsigned char> tmp(exact_src.size() * dtype_size(to));
+        convert_from_f32(exact_src.data(), tmp.data(), to, exact_src.size());
+        convert_to_f32(tmp.data(), to, want.data(), exact_src.size());
+        expect_bitwise(what, dst.download(), want);
+        EXPECT_TRUE(dst.guards_intact());
+      }
+}
+
+TEST(CudaAxpy, F32AndBf16Destinations) {
+  SF_REQUIRE_GPU();
+  uint64_t seed = 50;
+  for (const Shape& s : kShapes)
+    for (DType dt : {DType::f32, DType::bf16})
+      for (DType st : {DType::f32, DType::bf16}) {
+        const std::string what = sname("axpy", s) + cat(" dst ", dtype_name(dt), " src ", dtype_name(st));
+        SCOPED_TRACE(what);
+        auto vd = random_vec(size_t(s.rows * s.cols), seed++);
+        auto vs = random_vec(size_t(s.rows * s.cols), seed++);
+        if (dt == DType::bf16) vd = round_all_bf16(vd);
+        if (st == DType::bf16) vs = round_all_bf16(vs);
+        DevMat d(dt, s.rows, s.cols, s.cols + s.pad), src(st, s.rows, s.cols, s.cols + s.pad);
+        d.upload(vd);
+        src.upload(vs);
+        gpu().axpy(gs(), d.m, src.m, -0.75f);
+        HostMat hd(s.rows, s.cols, vd), hsrc(s.rows, s.cols, vs);
+        host().axpy(hs(), hd.m, hsrc.m, -0.75f);
+        if (dt == DType::f32)
+          expect_bitwise(what, d.download(), hd.v);  // one fma-free multiply-add per element
+        else
+          expect_close(what, d.download(), round_all_bf16(hd.v), 5e-3);  // bf16 output rounding
+        EXPECT_TRUE(d.guards_intact());
+      }
+}
+
+TEST(CudaSumSquares, MatchesDoubleReference) {
+  SF_REQUIRE_GPU();
+  uint64_t seed = 90;
+  for (const Shape& s : kShapes)
+    for (DType t : {DType::f32, DType::bf16}) {
+      const std::string what = sname("sum_squares", s) + cat(" ", dtype_name(t));
+      auto v = random_vec(size_t(s.rows * s.cols), seed++);
+      if (t == DType::bf16) v = round_all_bf16(v);
+      DevMat x(t, s.rows, s.cols, s.cols + s.pad);
+      x.upload(v);
+      DevArray<float> out(std::vector<float>{1.5f});  // accumulates
+      gpu().sum_squares(gs(), out.ptr(), x.m);
+      float want = 1.5f;
+      HostMat hx(s.rows, s.cols, v);
+      host().sum_squares(hs(), &want, hx.m);
+      // f32 partial sums over ~hundreds of elements per thread: relative error ~1e-6.
+      expect_close(what, out.download(), {want}, 1e-5);
+    }
+}
+
+TEST(CudaSumSquares, DeterministicAcrossRuns) {
+  SF_REQUIRE_GPU();
+  DevMat x(DType::f32, 1, 5000011);
+  x.upload(random_vec(5000011, 5));
+  std::vector<float> results;
+  for (int i = 0; i < 3; ++i) {
+    DevArray<float> out(std::vector<float>{0.f});
+    gpu().sum_squares(gs(), out.ptr(), x.m);
+    results.push_back(out.download()[0]);
+  }
+  expect_bitwise("sum_squares repeatable", {results[1], results[2]}, {results[0], results[0]});
+}
+
+TEST(CudaBias, AddAndBackward) {
+  SF_REQUIRE_GPU();
+  uint64_t seed = 200;
+  for (const Shape& s : {Shape{22, 65, 0}, Shape{65, 22, 5}, Shape{300, 6144, 0},
+                         Shape{1, 8, 0}, Shape{1000, 40, 8}}) {
+    SCOPED_TRACE(sname("bias", s));
+    auto vx = rand_bf16(size_t(s.rows * s.cols), seed++), vb = rand_bf16(size_t(s.cols), seed++);
+    DevMat x(DType::bf16, s.rows, s.cols, s.cols + s.pad), b(DType::bf16, 1, s.cols);
+    x.upload(vx);
+    b.upload(vb);
+    gpu().bias_add(gs(), x.m, b.m);
+    HostMat hx(s.rows, s.cols, vx), hb(1, s.cols, vb);
+    host().bias_add(hs(), hx.m, hb.m);
+    expect_close(sname("bias_add", s), x.download(), round_all_bf16(hx.v), 5e-3);
+    EXPECT_TRUE(x.guards_intact());
+
+    auto vdb = random_vec(size_t(s.cols), seed++);
+    DevMat db(DType::f32, 1, s.cols);
+    db.upload(vdb);
+    DevMat dy(DType::bf16, s.rows, s.cols, s.cols + s.pad);
+    dy.upload(vx);
+    gpu().bias_backward(gs(), db.m, dy.m);
+    HostMat hdb(1, s.cols, vdb), hdy(s.rows, s.cols, vx);
+    host().bias_backward(hs(), hdb.m, hdy.m);
+    // f32 column sums of up to 1000 bf16 values, order differs from the host's double sum.
+    expect_close(sname("bias_backward", s), db.download(), hdb.v, 1e-5);
+  }
+}
+
+TEST(CudaEmbedding, ForwardGatherIsExact) {
+  SF_REQUIRE_GPU();
+  for (auto [V, C, T] : {std::tuple<int64_t, int64_t, int64_t>{50, 65, 22}, {1000, 4096, 37}}) {
+    const std::string what = cat("embedding_forward V", V, " C", C, " T", T);
+    auto table = rand_bf16(size_t(V * C), uint64_t(V));
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 7919 + 3) % V);
+    DevMat dt(DType::bf16, V, C), out(DType::bf16, T, C, C + 8);
+    dt.upload(table);
+    out.poison();
+    DevArray<int32_t> dids(ids);
+    gpu().embedding_forward(gs(), out.m, dids.ptr(), dt.m);
+    HostMat ht(V, C, table), ho(T, C);
+    host().embedding_forward(hs(), ho.m, ids.data(), ht.m);
+    expect_bitwise(what, out.download(), ho.v);
+    EXPECT_TRUE(out.guards_intact());
+  }
+}
+
+TEST(CudaEmbedding, BackwardDuplicatesInTokenOrderIsExact) {
+  SF_REQUIRE_GPU();
+  // Many repeated ids (vocabulary 13 for 700 tokens) and a repeat spanning block chunks.
+  for (auto [V, C, T] : {std::tuple<int64_t, int64_t, int64_t>{13, 65, 700}, {300, 4096, 600}}) {
+    const std::string what = cat("embedding_backward V", V, " C", C, " T", T);
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    std::mt19937 g(5);
+    for (auto& id : ids) id = int32_t(g() % uint32_t(V));
+    auto dout = rand_bf16(size_t(T * C), 9);
+    auto dtab = random_vec(size_t(V * C), 10);
+    DevMat ddt(DType::f32, V, C), ddo(DType::bf16, T, C);
+    ddt.upload(dtab);
+    ddo.upload(dout);
+    DevArray<int32_t> dids(ids);
+    gpu().embedding_backward(gs(), ddt.m, dids.ptr(), ddo.m);
+    HostMat ht(V, C, dtab), hdo(T, C, dout);
+    host().embedding_backward(hs(), ht.m, ids.data(), hdo.m);
+    // Same f32 additions in the same (token) order as the host: bit for bit.
+    expect_bitwise(what, ddt.download(), ht.v);
+  }
+}
+
+TEST(CudaAdamW, BitExactWithHostIncludingTailAndUnaligned) {
+  SF_REQUIRE_GPU();
+  AdamWStep st;
+  st.lr = 3e-4f;
+  st.weight_decay = 0.1f;
+  st.step = 7;
+  st.grad_scale = 0.37f;
+  for (int64_t offset : {0, 1})
+    for (int64_t n : {int64_t(1), int64_t(1000003), int64_t(4096)}) {
+      const std::string what = cat("adamw n", n, " offset ", offset);
+      auto p = random_vec(size_t(n + offset), 1), m = random_vec(size_t(n + offset), 2, -0.01f, 0.01f);
+      auto v = random_vec(size_t(n + offset), 3, 0.f, 1e-4f), g = random_vec(size_t(n + offset), 4);
+      DevArray<float> dp(p), dm(m), dv(v), dg(g);
+      DevMat w(DType::bf16, 1, n + offset);
+      w.poison();
+      gpu().adamw(gs(), dp.ptr() + offset, dm.ptr() + offset, dv.ptr() + offset, dg.ptr() + offset,
+                  static_cast<uint16_t*>(w.m.data) + offset, n, st);
+      std::vector<float> hw(size_t(n + offset));
+      host().adamw(hs(), p.data() + offset, m.data() + offset, v.data() + offset, g.data() + offset,
+                   hw.data() + offset, n, st);
+      expect_bitwise(what + " param", dp.download(), p);
+      expect_bitwise(what + " m", dm.download(), m);
+      expect_bitwise(what + " v", dv.download(), v);
+      auto wd = w.download();
+      std::vector<float> got(wd.begin() + offset, wd.end()), want;
+      for (int64_t i = 0; i < n; ++i) want.push_back(round_bf16(hw[size_t(i + offset)]));
+      expect_bitwise(what + " bf16 weights", got, want);
+    }
+}
+
+}  // namespace
+}  // namespace sf::test
