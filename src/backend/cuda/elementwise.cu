@@ -52,8 +52,9 @@ __global__ void axpy_kernel(TD* dst, int64_t ldd, const TS* src, int64_t lds, in
     float a[VW], d[VW];
     loadv<VW>(src + p.r * lds + p.c, a);
     loadv<VW>(dst + p.r * ldd + p.c, d);
+    // Unfused multiply then add: the same two roundings as the host reference.
 #pragma unroll
-    for (int k = 0; k < VW; ++k) d[k] += alpha * a[k];
+    for (int k = 0; k < VW; ++k) d[k] = __fadd_rn(d[k], __fmul_rn(alpha, a[k]));
     storev<VW>(dst + p.r * ldd + p.c, d);
   }
 }
