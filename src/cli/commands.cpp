@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "engine/executor_factory.h"
 #include "engine/param_store.h"
 #include "io/model_config.h"
 #include "model/model_init.h"
@@ -105,6 +106,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", o->eval_every, "steps between evaluations (0: at the end)");
   cmd->add_option("--eval-fraction", o->eval_fraction, "tail of the tokens held out for eval");
   cmd->add_option("--backend", o->backend, "auto, host or cuda");
+  cmd->add_option("--engine", o->engine, "auto, resident or sliding");
+  cmd->add_option("--gpu-memory", o->gpu_memory, "device memory budget, e.g. 24GiB");
+  cmd->add_option("--host-memory", o->host_memory, "host memory budget, e.g. 100GiB");
   cmd->add_option("--dtype", *dtype, "dtype of the saved model: bf16, f16, f32");
   cmd->add_flag("--quiet", o->quiet, "no per-step log");
   cmd->callback([o, sched, dtype] {
@@ -113,6 +117,36 @@ void add_train_command(CLI::App& app) {
     o->save_dtype = parse_save_dtype(*dtype);
     if (o->model_dir.empty()) o->examples_dir = examples_dir();
     run_training(*o, std::cout);
+  });
+}
+
+void add_plan_command(CLI::App& app) {
+  struct Opts {
+    std::string model, size = "llama3-8b";
+    int batch_size = 8, seq_len = 1024, grad_accum = 1;
+    ExecutorRequest req;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("plan", "show what a training run needs and whether it fits");
+  cmd->add_option("--model", o->model, "Hugging Face model directory");
+  cmd->add_option("--size", o->size, "named model shape (when no --model)");
+  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step");
+  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
+  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
+  cmd->add_option("--gpu-memory", o->req.gpu_memory, "device memory budget, e.g. 24GiB");
+  cmd->add_option("--host-memory", o->req.host_memory, "host memory budget, e.g. 100GiB");
+  cmd->callback([o] {
+    ModelConfig cfg = o->model.empty() ? model_preset(o->size)
+                                       : load_config(fs::path(o->model) / "config.json");
+    o->req.step.micro_tokens = int64_t(o->batch_size) * o->seq_len;
+    o->req.step.grad_accum = o->grad_accum;
+    o->req.step.max_seq_len = o->seq_len;
+    PlannedRun r = plan_run(cfg, o->req);
+    std::cout << "backend    " << (r.backend == BackendKind::cuda ? "cuda" : "host") << "\n"
+              << describe_plan(cfg, r.plan_request, r.budget, r.plan);
+    if (!r.plan.fits) throw Error(ErrorKind::input, "the run does not fit (see above)");
   });
 }
 

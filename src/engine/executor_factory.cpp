@@ -3,16 +3,24 @@
 #include "backend/host/host_backend.h"
 #include "core/error.h"
 #include "engine/resident_executor.h"
+#include "engine/sliding_executor.h"
+#if SF_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace sf {
 
 namespace {
 
 // Keeps the backend alive as long as the executor that uses it.
-class OwningExecutor final : public StepExecutor {
+template <class Exec>
+class Owning final : public StepExecutor {
  public:
-  OwningExecutor(std::unique_ptr<Backend> be, const ModelConfig& cfg, int64_t micro_tokens)
-      : be_(std::move(be)), exec_(*be_, cfg, micro_tokens) {}
+  template <class... A>
+  Owning(std::unique_ptr<Backend> be, A&&... a)
+      : be_(std::move(be)), exec_(*be_, std::forward<A>(a)...) {}
   StepStats train_step(std::span<const Batch> m, const OptimHyper& h) override {
     return exec_.train_step(m, h);
   }
@@ -23,19 +31,95 @@ class OwningExecutor final : public StepExecutor {
 
  private:
   std::unique_ptr<Backend> be_;
-  ResidentExecutor exec_;
+  Exec exec_;
 };
+
+bool cuda_available() {
+#if SF_WITH_CUDA
+  return CudaBackend::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+constexpr size_t kGiB = size_t(1) << 30;
 
 }  // namespace
 
-std::unique_ptr<StepExecutor> make_executor(const std::string& backend, const ModelConfig& cfg,
-                                            const ModelLayout& layout, int64_t micro_tokens) {
-  (void)layout;
-  if (backend == "host" || backend == "auto")
-    return std::make_unique<OwningExecutor>(std::make_unique<HostBackend>(), cfg, micro_tokens);
-  if (backend == "cuda")
-    SF_FAIL(input, "--backend cuda: this build has no CUDA backend yet; use --backend host");
-  SF_FAIL(input, "--backend \"", backend, "\" is unknown; use auto, host or cuda");
+PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
+  PlannedRun r;
+  r.plan_request = req.step;
+  if (req.backend == "cuda" || (req.backend == "auto" && cuda_available())) {
+    SF_REQUIRE(cuda_available(), "--backend cuda: ",
+#if SF_WITH_CUDA
+               "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+#else
+               "this build has no CUDA backend (rebuild with nvcc installed)"
+#endif
+    );
+    r.backend = BackendKind::cuda;
+    r.compute_dtype = DType::bf16;
+  } else {
+    SF_REQUIRE(req.backend == "host" || req.backend == "auto", "--backend \"", req.backend,
+               "\" is unknown; use auto, host or cuda");
+    r.backend = BackendKind::host;
+    r.compute_dtype = DType::f32;
+  }
+  size_t avail = host_available_bytes();
+  // Leave a tenth of the free RAM (at least 2 GiB) to the OS and page cache: being refused
+  // here beats being killed by the OOM killer hours later.
+  size_t host_default = avail > 0 ? avail - std::max(avail / 10, std::min(avail / 2, 2 * kGiB)) : 0;
+  r.budget.host_bytes = req.host_memory.empty() ? host_default
+                                                : parse_bytes(req.host_memory, "--host-memory");
+  if (r.backend == BackendKind::host) {
+    r.budget.unified = true;
+    r.budget.device_bytes = r.budget.host_bytes;
+  } else {
+#if SF_WITH_CUDA
+    size_t free_b = 0, total_b = 0;
+    cudaSetDevice(0);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+    size_t dev_default = free_b;
+    dev_default = dev_default > kGiB ? dev_default - kGiB : 0;  // CUDA context and margin
+    r.budget.device_bytes = req.gpu_memory.empty() ? dev_default
+                                                   : parse_bytes(req.gpu_memory, "--gpu-memory");
+#endif
+  }
+  HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default() : HardwareModel{};
+  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw);
+  if (req.engine == "sliding" && r.plan.mode == Plan::Mode::resident) {
+    // Forced window: re-plan with a budget the resident mode cannot meet.
+    Budget b = r.budget;
+    Plan p;
+    size_t resident_dev = r.plan.device_bytes;
+    b.device_bytes = std::min(b.device_bytes, resident_dev > 1 ? resident_dev - 1 : 0);
+    if (b.unified) b.host_bytes = std::min(b.host_bytes, r.plan.device_bytes + r.plan.host_bytes - 1);
+    p = make_plan(cfg, req.step, b, r.compute_dtype, hw);
+    if (p.fits && p.mode == Plan::Mode::sliding) r.plan = p;
+  } else if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident) {
+    SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
+  } else {
+    SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
+               "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
+  }
+  return r;
+}
+
+std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req) {
+  PlannedRun r = plan_run(cfg, req);
+  SF_REQUIRE(r.plan.fits, "this run does not fit: ", r.plan.advice,
+             " (`slideformer plan` shows the whole memory table)");
+  std::unique_ptr<Backend> be;
+  if (r.backend == BackendKind::host) {
+    be = std::make_unique<HostBackend>();
+  } else {
+#if SF_WITH_CUDA
+    be = std::make_unique<CudaBackend>(0, r.budget.device_bytes);
+#endif
+  }
+  if (r.plan.mode == Plan::Mode::resident)
+    return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, req.step.micro_tokens);
+  return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 
 }  // namespace sf

@@ -1,16 +1,34 @@
-// Picks the backend ("auto": CUDA when built with it and a GPU is present, else host) and the
-// execution strategy for a model, and returns a ready StepExecutor that owns both.
+// Picks the backend ("auto": CUDA when built with it and a GPU is present, else host), plans
+// the step within the memory budgets, and returns a ready StepExecutor owning its backend.
+// Refuses (Error(input) with the planner's advice) before allocating anything when the plan
+// does not fit.
 #pragma once
 #include <memory>
 #include <string>
 
+#include "engine/planner.h"
 #include "engine/step_executor.h"
-#include "io/model_config.h"
-#include "model/param_layout.h"
 
 namespace sf {
 
-std::unique_ptr<StepExecutor> make_executor(const std::string& backend, const ModelConfig& cfg,
-                                            const ModelLayout& layout, int64_t micro_tokens);
+struct ExecutorRequest {
+  std::string backend = "auto";  // auto | host | cuda
+  std::string engine = "auto";   // auto | resident | sliding
+  StepRequest step;
+  std::string gpu_memory;   // empty: the device's memory minus a margin
+  std::string host_memory;  // empty: available RAM minus a margin
+};
+
+// Resolves the backend kind and budgets and makes the plan (no allocation).
+struct PlannedRun {
+  BackendKind backend = BackendKind::host;
+  Budget budget;
+  Plan plan;
+  StepRequest plan_request;
+  DType compute_dtype = DType::f32;
+};
+PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req);
+
+std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req);
 
 }  // namespace sf

@@ -71,8 +71,15 @@ TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   if (n_eval > 0 && n_eval < opt.seq_len + 1) n_eval = 0;  // too little to evaluate on
   TokenBatcher train_data(tokens, 0, tokens.size() - n_eval, opt.seq_len);
 
-  int64_t micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
-  auto exec = make_executor(opt.backend, cfg, layout, micro_tokens);
+  ExecutorRequest er;
+  er.backend = opt.backend;
+  er.engine = opt.engine;
+  er.gpu_memory = opt.gpu_memory;
+  er.host_memory = opt.host_memory;
+  er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
+  er.step.grad_accum = opt.grad_accum;
+  er.step.max_seq_len = opt.seq_len;
+  auto exec = make_executor(cfg, er);
   ParamStore& store = exec->params();
   if (src.weights_dir.empty()) {
     for (int u = 0; u < store.n_units(); ++u)

@@ -31,6 +31,9 @@ struct TrainOptions {
   int64_t eval_every = 0;       // steps; 0: only at the end
   int eval_batches = 4;
   std::string backend = "auto";  // auto | host | cuda
+  std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
+  std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
+  std::string host_memory;       // budget; empty: available RAM minus a margin
   DType save_dtype = DType::bf16;
   bool quiet = false;
 };

@@ -1,0 +1,309 @@
+#include "engine/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "backend/host/host_backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+namespace {
+
+size_t dev_round(size_t b) { return (std::max<size_t>(b, 1) + 255) / 256 * 256; }
+size_t host_round(size_t b) { return (std::max<size_t>(b, 1) + 63) / 64 * 64; }
+
+size_t device_batch_bytes(const ModelConfig& cfg, int64_t max_tokens) {
+  auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
+  int64_t total = 3 * up(max_tokens) + up(max_tokens + 1) + up(cfg.head_dim / 2);
+  return dev_round(size_t(total) * 4);
+}
+
+// cuBLASLt + reduction workspaces the CUDA backend creates per stream that computes.
+constexpr size_t kBackendWorkspace = (size_t(32) << 20) + (size_t(8) << 20);
+
+int64_t max_layer_numel(const ModelLayout& l) {
+  int64_t m = 0;
+  for (int k = 0; k < l.n_layers; ++k) m = std::max(m, l.layer(k).numel);
+  return m;
+}
+
+void total(Plan& p) {
+  p.device_bytes = p.host_bytes = 0;
+  for (auto& l : p.lines) (l.device ? p.device_bytes : p.host_bytes) += l.bytes;
+}
+
+// Forward FLOPs of one token through one layer, attending to `ctx` keys on average.
+double layer_fwd_flops(const ModelConfig& c, double ctx) {
+  double C = double(c.hidden_size), Q = double(c.q_dim()), KV = double(c.kv_dim()),
+         F = double(c.intermediate_size);
+  return 2 * (C * (Q + 2 * KV) + Q * C + 3 * C * F) + 4 * Q * ctx;
+}
+
+}  // namespace
+
+HardwareModel HardwareModel::host_default() {
+  HardwareModel hw;
+  HostBackend be;
+  const int64_t n = 384;
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  Mat A(a.data(), DType::f32, n, n), B(b.data(), DType::f32, n, n), Cm(c.data(), DType::f32, n, n);
+  be.gemm(be.default_stream(), Cm, A, Trans::no, B, Trans::yes, 1.f, 0.f);  // warm up
+  auto t0 = std::chrono::steady_clock::now();
+  const int reps = 4;
+  for (int i = 0; i < reps; ++i) be.gemm(be.default_stream(), Cm, A, Trans::no, B, Trans::yes, 1.f, 0.f);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Non-GEMM ops (attention, norms) make a host step slower than its GEMMs: count half.
+  hw.device_flops = 0.5 * reps * 2.0 * double(n * n * n) / std::max(s, 1e-9);
+  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 10e9;  // memcpy on the host
+  hw.adamw_params_per_s = 0.4e9 * double(host_pool().size());
+  return hw;
+}
+
+std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
+  ModelLayout l = ModelLayout::build(cfg);
+  const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size), V = size_t(cfg.vocab_size);
+  const size_t Tc = size_t(ec.max_chunk_tokens), Tstep = Tc * size_t(ec.max_chunks);
+  const size_t xbytes = Tstep * C * es;
+  const size_t N = size_t(l.total_numel()), ML = size_t(max_layer_numel(l));
+  const size_t L = size_t(l.n_layers);
+  std::vector<MemoryLine> m;
+  size_t unit_host = 0, staging = 0;
+  for (auto& u : l.units) {
+    unit_host += 3 * size_t(u.numel) * 4;
+    staging += host_round(size_t(u.numel) * es);
+  }
+  m.push_back({"fp32 master + AdamW m, v", unit_host, false});
+  if (cd != DType::f32) m.push_back({"compute-dtype weight staging", staging, false});
+  size_t grads = 0;
+  for (auto& u : l.units) grads += host_round(size_t(u.numel) * 4);
+  m.push_back({"gradient landing buffers (f32)", grads, false});
+  if (l.tied) m.push_back({"tied table gradient (f32)", host_round(V * C * 4), false});
+  m.push_back({"embedding gather/scatter staging", 2 * host_round(xbytes) + Tc * C * 4, false});
+  MemoryLine acts{"activation store (layer inputs)", L * (ec.activations_on_device ? dev_round(xbytes) : host_round(xbytes)), ec.activations_on_device};
+  m.push_back(acts);
+
+  m.push_back({cat("weight slots (", ec.n_slots, ")"), size_t(ec.n_slots) * dev_round(ML * es), true});
+  m.push_back({"head weights + gradients", dev_round(size_t(l.head().numel) * es) + dev_round(size_t(l.head().numel) * 4), true});
+  if (l.tied) m.push_back({"tied table + its gradient", dev_round(V * C * es) + dev_round(V * C * 4), true});
+  m.push_back({"layer gradient accumulators (2, f32)", 2 * dev_round(ML * 4), true});
+  m.push_back({"step activations + gradient [T, C] x3", 3 * dev_round(xbytes), true});
+  m.push_back({"saved-input buffers (2)", 2 * dev_round(Tc * C * es), true});
+  int64_t rows = std::min<int64_t>(ec.head_chunk_rows, ec.max_chunk_tokens);
+  m.push_back({"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, int64_t(Tc), cd),
+                                                         head_acts_bytes(cfg, int64_t(Tc), cd, rows))), true});
+  m.push_back({"batch inputs + loss", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) + dev_round(4), true});
+  m.push_back({"backend workspaces", 2 * kBackendWorkspace, true});
+  (void)N;
+  return m;
+}
+
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd) {
+  ModelLayout l = ModelLayout::build(cfg);
+  const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size);
+  size_t w = 0, g = 0, host = 0, host_g = 0;
+  for (auto& u : l.units) {
+    w += dev_round(size_t(u.numel) * es);
+    g += dev_round(size_t(u.numel) * 4);
+    host += 3 * size_t(u.numel) * 4;
+    host_g += size_t(u.numel) * 4;
+  }
+  size_t x = size_t(T) * C * es;
+  int64_t rows = std::min<int64_t>(256, T);
+  return {
+      {"fp32 master + AdamW m, v", host, false},
+      {"gradient copy (f32)", host_g, false},
+      {"weights (compute dtype)", w, true},
+      {"gradients (f32)", g, true},
+      {"layer inputs + activation gradient", dev_round(x * size_t(l.n_layers + 1)) + dev_round(x), true},
+      {"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))), true},
+      {"batch inputs + loss", device_batch_bytes(cfg, T) + dev_round(4), true},
+      {"backend workspaces", kBackendWorkspace, true},
+  };
+}
+
+namespace {
+
+void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw, Plan& p) {
+  ModelLayout l = ModelLayout::build(cfg);
+  const double T = double(req.micro_tokens) * req.grad_accum;
+  const double ctx = (double(req.max_seq_len) + 1) / 2;  // causal: average keys per query
+  const double L = double(l.n_layers), V = double(cfg.vocab_size), C = double(cfg.hidden_size);
+  const double fwd = layer_fwd_flops(cfg, ctx) * T;  // one layer
+  const double head = 2 * V * C * T;
+  p.model_flops_per_step = 3 * (fwd * L + head);
+  const double fwd_s = fwd * L / hw.device_flops;
+  const double bwd_s = 3 * fwd * L / hw.device_flops;  // recompute + backward (2x)
+  const double head_s = 3 * head / hw.device_flops;
+  const double adam_s = double(l.total_numel()) / hw.adamw_params_per_s;
+  p.optimizer_seconds = adam_s;
+  p.compute_seconds = fwd_s + bwd_s + head_s;
+  if (p.mode == Plan::Mode::resident) {
+    p.transfer_seconds = 0;
+    p.step_seconds = p.compute_seconds + adam_s;  // the resident step updates after backward
+  } else {
+    const double es = double(dtype_size(DType::bf16));
+    double layer_bytes = double(max_layer_numel(l)) * es;
+    double w_fwd = L * layer_bytes / hw.h2d_bytes_per_s;
+    double w_bwd = (L - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
+    double acts = p.engine.activations_on_device ? 0 : L * T * C * es / hw.h2d_bytes_per_s;
+    double grads = double(l.total_numel()) * 4 / hw.d2h_bytes_per_s;
+    p.transfer_seconds = w_fwd + w_bwd + 2 * acts + grads;
+    double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s});
+    double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
+    p.step_seconds = fwd_phase + head_s + bwd_phase;
+  }
+  p.tokens_per_second = T / p.step_seconds;
+}
+
+bool fits(const Budget& b, const Plan& p) {
+  if (b.unified) return p.device_bytes + p.host_bytes <= b.host_bytes;
+  return p.device_bytes <= b.device_bytes && p.host_bytes <= b.host_bytes;
+}
+
+}  // namespace
+
+Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
+               const HardwareModel& hw) {
+  SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
+  Plan best;
+  // 1. Everything resident, if it fits: no transfers at all.
+  Plan res;
+  res.mode = Plan::Mode::resident;
+  res.lines = resident_memory(cfg, req.micro_tokens, cd);
+  total(res);
+  res.fits = fits(budget, res);
+  if (res.fits) {
+    predict(cfg, req, hw, res);
+    return res;
+  }
+  // 2. Sliding window: prefer device-resident activations and 3 slots; shrink the chunk
+  //    (never below the longest sequence) until the device side fits.
+  for (bool acts_dev : {true, false}) {
+    for (int slots : {3, 2}) {
+      int64_t chunk = req.micro_tokens;
+      for (;;) {
+        Plan p;
+        p.mode = Plan::Mode::sliding;
+        p.engine.n_slots = slots;
+        p.engine.max_chunk_tokens = chunk;
+        p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
+        p.engine.activations_on_device = acts_dev;
+        p.lines = sliding_memory(cfg, p.engine, cd);
+        total(p);
+        p.fits = fits(budget, p);
+        if (p.fits) {
+          predict(cfg, req, hw, p);
+          return p;
+        }
+        if (best.lines.empty() || p.device_bytes + p.host_bytes < best.device_bytes + best.host_bytes)
+          best = p;
+        int64_t next = chunk / 2;
+        if (next < req.max_seq_len || next < 1) break;
+        chunk = next;
+      }
+    }
+  }
+  // 3. Nothing fits: say which tier is short and what to change.
+  predict(cfg, req, hw, best);
+  std::ostringstream a;
+  if (best.host_bytes > budget.host_bytes)
+    a << "host memory: needs " << format_bytes(best.host_bytes) << " but the budget is "
+      << format_bytes(budget.host_bytes) << " (fp32 master + AdamW alone is "
+      << format_bytes(best.lines[0].bytes) << "); add RAM, raise --host-memory, or choose a "
+      << "smaller model. ";
+  if (best.device_bytes > budget.device_bytes)
+    a << "device memory: even the smallest window needs " << format_bytes(best.device_bytes)
+      << " but the budget is " << format_bytes(budget.device_bytes)
+      << "; lower --batch-size or --seq-len, or raise --gpu-memory.";
+  best.fits = false;
+  best.advice = a.str();
+  return best;
+}
+
+size_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t i = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &i);
+  } catch (...) {
+    SF_FAIL(input, flag, " \"", text, "\" is not a size; write e.g. 24GiB, 512MiB or 1.5TB");
+  }
+  std::string unit = text.substr(i);
+  for (auto& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  double mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib") mul = 1024.0;
+  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mul = 1e3;
+  else if (unit == "mb") mul = 1e6;
+  else if (unit == "gb") mul = 1e9;
+  else if (unit == "tb") mul = 1e12;
+  else SF_FAIL(input, flag, " \"", text, "\": unknown unit \"", unit, "\"; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
+  SF_REQUIRE(v >= 0 && std::isfinite(v), flag, " must be a non-negative size");
+  return size_t(v * mul);
+}
+
+std::string format_bytes(size_t b) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2);
+  if (b >= (size_t(1) << 30)) os << double(b) / double(size_t(1) << 30) << " GiB";
+  else if (b >= (size_t(1) << 20)) os << double(b) / double(size_t(1) << 20) << " MiB";
+  else os << double(b) / 1024.0 << " KiB";
+  return os.str();
+}
+
+size_t host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget,
+                          const Plan& p) {
+  std::ostringstream os;
+  const double T = double(req.micro_tokens) * req.grad_accum;
+  os << "model      " << arch_name(cfg.arch) << ", " << std::fixed << std::setprecision(2)
+     << double(cfg.num_parameters()) / 1e9 << " B parameters, " << cfg.num_hidden_layers
+     << " layers\n";
+  os << "step       " << req.grad_accum << " x " << req.micro_tokens << " tokens = "
+     << int64_t(T) << " tokens per optimizer step\n";
+  if (p.mode == Plan::Mode::resident) {
+    os << "mode       resident: the whole model stays on the device\n";
+  } else {
+    os << "mode       sliding window: " << p.engine.n_slots << " weight slots, chunks of "
+       << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
+       << " per step), activation store on the "
+       << (p.engine.activations_on_device ? "device" : "host") << "\n";
+  }
+  os << "\n  " << std::left << std::setw(42) << "memory" << std::setw(8) << "tier"
+     << "bytes\n";
+  for (auto& l : p.lines)
+    os << "  " << std::setw(42) << l.what << std::setw(8) << (l.device ? "device" : "host")
+       << format_bytes(l.bytes) << "\n";
+  os << "  " << std::setw(42) << "total device" << std::setw(8) << "" << format_bytes(p.device_bytes)
+     << "  (budget " << format_bytes(budget.device_bytes) << ")\n";
+  os << "  " << std::setw(42) << "total host" << std::setw(8) << "" << format_bytes(p.host_bytes)
+     << "  (budget " << format_bytes(budget.host_bytes) << ")\n\n" << std::right;
+  os << std::setprecision(3) << "predicted  step " << p.step_seconds << " s (compute "
+     << p.compute_seconds << " s, transfers " << p.transfer_seconds << " s, optimizer "
+     << p.optimizer_seconds << " s), " << std::setprecision(0) << p.tokens_per_second
+     << " tokens/s, " << std::setprecision(1) << p.model_flops_per_step / p.step_seconds / 1e12
+     << " model TFLOP/s\n";
+  os << (p.fits ? "fits       yes\n" : "fits       NO: ") << (p.fits ? "" : p.advice + "\n");
+  return os.str();
+}
+
+}  // namespace sf

@@ -1,0 +1,71 @@
+// The planner: from a model, a batch shape and memory budgets, decide how to run a step —
+// resident (everything on the device) or sliding window (slots, chunk size, activation tier)
+// — count every byte on each tier BEFORE anything is allocated, predict the step time from
+// measured bandwidths and throughputs, and refuse with a clear reason when nothing fits.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sliding_executor.h"
+#include "io/model_config.h"
+
+namespace sf {
+
+// Bandwidths and throughputs the prediction uses. Defaults: the H200 test machine
+// (shared/ARCHITECTURE.md); the host backend measures its own GEMM rate.
+struct HardwareModel {
+  double device_flops = 600e12;     // sustained bf16 GEMM FLOP/s in a training step
+  double h2d_bytes_per_s = 50e9;    // pinned host -> device
+  double d2h_bytes_per_s = 50e9;
+  double adamw_params_per_s = 3.75e9;  // host AdamW (fp32 master, m, v)
+  static HardwareModel host_default();  // measures the host's fp32 GEMM rate briefly
+};
+
+struct StepRequest {
+  int64_t micro_tokens = 0;  // tokens of one micro-batch (batch size x sequence length)
+  int grad_accum = 1;
+  int64_t max_seq_len = 0;   // longest sequence
+};
+
+struct Budget {
+  size_t device_bytes = 0;  // what the backend may allocate (CUDA context excluded)
+  size_t host_bytes = 0;    // process memory for state, staging and stores
+  bool unified = false;     // the device IS host memory (host backend): one pool
+};
+
+struct MemoryLine {
+  std::string what;
+  size_t bytes = 0;
+  bool device = false;
+};
+
+struct Plan {
+  enum class Mode { resident, sliding } mode = Mode::sliding;
+  EngineConfig engine;  // for Mode::sliding
+  std::vector<MemoryLine> lines;
+  size_t device_bytes = 0, host_bytes = 0;
+  bool fits = false;
+  std::string advice;   // when it does not fit: what to change
+  double step_seconds = 0, tokens_per_second = 0;
+  double compute_seconds = 0, transfer_seconds = 0, optimizer_seconds = 0;
+  double model_flops_per_step = 0;  // 6 N T + causal attention (no recompute)
+};
+
+// Exact byte counts of the two executors (they allocate exactly these).
+std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd);
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd);
+
+Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
+               const HardwareModel& hw);
+
+// "24GiB", "24G", "1.5TB", "512MiB", "1000000" (bytes). Throws Error(input) naming `flag`.
+size_t parse_bytes(const std::string& text, const std::string& flag);
+std::string format_bytes(size_t bytes);
+// MemAvailable of /proc/meminfo (0 if unknown).
+size_t host_available_bytes();
+
+std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget,
+                          const Plan& p);
+
+}  // namespace sf

@@ -1,0 +1,92 @@
+// The planner counts what the executors allocate, picks resident when everything fits, a
+// window otherwise, and refuses a budget that is too small before allocating anything.
+#include <gtest/gtest.h>
+
+#include "backend/host/host_backend.h"
+#include "engine/executor_factory.h"
+#include "engine/planner.h"
+#include "engine/sliding_executor.h"
+#include "model/model_init.h"
+#include "model/model_presets.h"
+
+using namespace sf;
+
+namespace {
+
+size_t sum_device(const std::vector<MemoryLine>& lines) {
+  size_t n = 0;
+  for (auto& l : lines) n += l.device ? l.bytes : 0;
+  return n;
+}
+
+TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
+  ModelConfig cfg = tiny_config(Arch::qwen3, true);
+  EngineConfig ec;
+  ec.max_chunk_tokens = 40;
+  ec.max_chunks = 3;
+  ec.activations_on_device = true;
+  HostBackend be;
+  {
+    SlidingWindowExecutor ex(be, cfg, ec);
+    // The host backend rounds to 64 bytes, the plan to 256 (CUDA's rounding) and it counts
+    // the CUDA backend's per-stream workspaces: the plan is an upper bound, and a tight one.
+    size_t planned = sum_device(sliding_memory(cfg, ec, DType::f32));
+    EXPECT_LE(be.peak_bytes_in_use(), planned);
+    EXPECT_GE(be.peak_bytes_in_use() + (size_t(81) << 20), planned);
+  }
+  EXPECT_EQ(be.bytes_in_use(), 0u);
+}
+
+TEST(Planner, PicksResidentWhenEverythingFits) {
+  ModelConfig cfg = model_preset("tiny");
+  Budget b{size_t(8) << 30, size_t(8) << 30, false};
+  Plan p = make_plan(cfg, {1024, 1, 256}, b, DType::bf16, HardwareModel{});
+  EXPECT_TRUE(p.fits);
+  EXPECT_EQ(p.mode, Plan::Mode::resident);
+}
+
+TEST(Planner, SlidesWhenTheDeviceIsSmall) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(400) << 30, false};
+  Plan p = make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  EXPECT_TRUE(p.fits) << p.advice;
+  EXPECT_EQ(p.mode, Plan::Mode::sliding);
+  EXPECT_LE(p.device_bytes, b.device_bytes);
+  EXPECT_GT(p.tokens_per_second, 0);
+}
+
+TEST(Planner, RefusesTooSmallBudgetsWithAdvice) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(2) << 30, size_t(64) << 30, false};
+  Plan p = make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  EXPECT_FALSE(p.fits);
+  EXPECT_NE(p.advice.find("host memory"), std::string::npos) << p.advice;
+  EXPECT_NE(p.advice.find("device memory"), std::string::npos) << p.advice;
+  EXPECT_NE(p.advice.find("--gpu-memory"), std::string::npos) << p.advice;
+}
+
+TEST(Planner, MakeExecutorRefusesBeforeAllocating) {
+  ModelConfig cfg = model_preset("tiny");
+  ExecutorRequest r;
+  r.backend = "host";
+  r.step = {4 * 64, 1, 64};
+  r.host_memory = "1MiB";
+  try {
+    make_executor(cfg, r);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input);
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Planner, ParsesSizes) {
+  EXPECT_EQ(parse_bytes("24GiB", "--gpu-memory"), size_t(24) << 30);
+  EXPECT_EQ(parse_bytes("1.5G", "--gpu-memory"), size_t(3) << 29);
+  EXPECT_EQ(parse_bytes("100MB", "--gpu-memory"), size_t(100000000));
+  EXPECT_EQ(parse_bytes("4096", "--gpu-memory"), size_t(4096));
+  EXPECT_THROW(parse_bytes("lots", "--gpu-memory"), Error);
+  EXPECT_THROW(parse_bytes("3 parsecs", "--gpu-memory"), Error);
+}
+
+}  // namespace
