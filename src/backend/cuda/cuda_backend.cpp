@@ -170,6 +170,8 @@ Stream& CudaBackend::default_stream() {
   return *default_stream_;
 }
 
+CUstream_st* CudaBackend::cuda_stream(Stream& s) { return raw(s); }
+
 CudaBackend::StreamImpl& CudaBackend::impl(Stream& s) {
   auto* p = dynamic_cast<StreamImpl*>(&s);
   SF_CHECK(p != nullptr, "a non-CUDA stream was passed to the CUDA backend");

@@ -17,6 +17,8 @@
 
 #include "backend/backend.h"
 
+struct CUstream_st;  // cudaStream_t is CUstream_st*; keeps cuda_runtime.h out of this header
+
 namespace sf {
 namespace cuda {
 class GemmLt;
@@ -50,6 +52,8 @@ class CudaBackend final : public Backend {
   void fill_zero(Stream& s, void* dst, size_t bytes) override;
 
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
+  // The CUDA stream behind a Stream of this backend (for interop and timing with events).
+  static CUstream_st* cuda_stream(Stream& s);
   std::unique_ptr<Event> create_event() override;
   Stream& default_stream() override;
 

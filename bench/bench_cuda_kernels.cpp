@@ -1,0 +1,315 @@
+// Benchmarks of the CUDA backend's kernels at Llama-3.1-8B shapes (hidden 4096, 32 heads,
+// 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
+//
+// Usage: bench_cuda_kernels [--quick] [--csv FILE]
+// Memory-bound ops report GB/s (bytes each op must read + write once) and the fraction of a
+// device-to-device copy measured in the same run; GEMM, attention and the LM head report
+// TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
+// Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
+// 2.5x the forward. The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+
+namespace sf {
+namespace {
+
+struct Row {
+  std::string op, shape, unit;
+  double ms, value, frac;  // frac: of the copy bandwidth (memory-bound ops) or -1
+};
+std::vector<Row> g_rows;
+double g_copy_gbs = 0;
+bool g_quick = false;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median milliseconds of fn over `reps` runs (after warm-up), timed with events on stream s.
+double time_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 20) {
+  if (g_quick) reps = std::min(reps, 5);
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    fn();
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Bench {
+  CudaBackend be;
+  Stream& st;
+  cudaStream_t raw;
+  std::vector<std::unique_ptr<Buffer>> keep;
+  std::mt19937 rng{1234};
+
+  Bench() : be(0), st(be.default_stream()), raw(CudaBackend::cuda_stream(st)) {}
+
+  // Device buffer filled with random bf16 / f32 values in [lo, hi).
+  void* rand_buf(DType t, size_t n, float lo = -1.f, float hi = 1.f) {
+    keep.push_back(be.alloc(n * dtype_size(t), "bench"));
+    if (t == DType::i32) return keep.back()->data();  // filled by the caller
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> f(std::min<size_t>(n, size_t(1) << 22));
+    for (auto& x : f) x = d(rng);
+    std::vector<unsigned char> host(f.size() * dtype_size(t));
+    convert_from_f32(f.data(), host.data(), t, f.size());
+    char* p = static_cast<char*>(keep.back()->data());
+    for (size_t off = 0; off < n; off += f.size()) {
+      const size_t m = std::min(f.size(), n - off);
+      check(cudaMemcpy(p + off * dtype_size(t), host.data(), m * dtype_size(t),
+                       cudaMemcpyHostToDevice),
+            "upload");
+    }
+    return keep.back()->data();
+  }
+  Mat mat(DType t, int64_t r, int64_t c, float lo = -1.f, float hi = 1.f) {
+    return Mat(rand_buf(t, size_t(r * c), lo, hi), t, r, c);
+  }
+  void sync() { st.synchronize(); }
+  void free_all() {
+    sync();
+    keep.clear();
+  }
+};
+
+void add_bw(const std::string& op, const std::string& shape, double bytes, double ms) {
+  const double gbs = bytes / ms / 1e6;
+  g_rows.push_back({op, shape, "GB/s", ms, gbs, g_copy_gbs > 0 ? gbs / g_copy_gbs : -1});
+}
+void add_flops(const std::string& op, const std::string& shape, double flops, double ms) {
+  g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
+}
+
+void run(Bench& b) {
+  auto& be = b.be;
+  Stream& s = b.st;
+  auto timeit = [&](const std::function<void()>& fn, int reps = 20) {
+    return time_ms(b.raw, fn, reps);  // events on the backend's own stream
+  };
+  const int64_t T = 16384, C = 4096, H = 32, KV = 8, D = 128, F = 14336, V = 128256;
+  const std::string tok = "16K tok";
+
+  // ---- the ceiling: device-to-device copy ----
+  {
+    const size_t n = size_t(1) << 30;
+    void* x = b.rand_buf(DType::bf16, n / 2);
+    void* y = b.rand_buf(DType::bf16, n / 2);
+    const double ms = timeit([&] { be.copy_on_device(s, y, x, n); });
+    g_copy_gbs = 2.0 * n / ms / 1e6;
+    g_rows.push_back({"copy D2D (ceiling)", "1 GiB", "GB/s", ms, g_copy_gbs, 1.0});
+    b.free_all();
+  }
+  // ---- RMSNorm ----
+  {
+    Mat x = b.mat(DType::bf16, T, C), out = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, 1, C);
+    Mat sum = b.mat(DType::bf16, T, C), dres = b.mat(DType::bf16, T, C);
+    Mat dw = b.mat(DType::f32, 1, C);
+    float* rstd = static_cast<float*>(b.rand_buf(DType::f32, size_t(T), 0.5f, 1.5f));
+    double ms = timeit([&] { be.rmsnorm_forward(s, out, rstd, x, w, 1e-5f); });
+    add_bw("rmsnorm_forward", tok + " x 4096", double(T) * C * 4 + T * 4.0, ms);
+    ms = timeit([&] { be.add_rmsnorm_forward(s, sum, out, rstd, x, dres, w, 1e-5f); });
+    add_bw("add_rmsnorm_forward", tok + " x 4096", double(T) * C * 8 + T * 4.0, ms);
+    ms = timeit([&] { be.rmsnorm_backward(s, sum, dw, out, x, w, rstd, dres); });
+    add_bw("rmsnorm_backward (+dres, dw)", tok + " x 4096", double(T) * C * 8 + T * 4.0, ms);
+    // Qwen3 per-head q norm on [T, 32*128] groups.
+    Mat wq = b.mat(DType::bf16, 1, D);
+    ms = timeit([&] { be.rmsnorm_forward(s, out, nullptr, x, wq, 1e-6f); });
+    add_bw("rmsnorm_forward per head (D=128)", tok + " x 32x128", double(T) * C * 4, ms);
+    b.free_all();
+  }
+  // ---- RoPE on q and k, column blocks of the qkv output ----
+  {
+    const int64_t W = (H + 2 * KV) * D;
+    Mat qkv = b.mat(DType::bf16, T, W);
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t % 4096);
+    std::vector<float> freq(D / 2);
+    for (int i = 0; i < D / 2; ++i) freq[size_t(i)] = float(std::pow(500000.0, -2.0 * i / D));
+    auto* dpos = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
+    auto* dfreq = static_cast<float*>(b.rand_buf(DType::f32, size_t(D / 2)));
+    check(cudaMemcpy(dpos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice), "pos");
+    check(cudaMemcpy(dfreq, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice), "freq");
+    Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D);
+    double ms = timeit([&] { be.rope_forward(s, q, int(H), int(D), dpos, dfreq); });
+    add_bw("rope_forward q", tok + " x 32x128", double(T) * H * D * 4, ms);
+    ms = timeit([&] { be.rope_forward(s, k, int(KV), int(D), dpos, dfreq); });
+    add_bw("rope_forward k", tok + " x 8x128", double(T) * KV * D * 4, ms);
+    b.free_all();
+  }
+  // ---- SwiGLU on the fused [T, 2F] gate_up output ----
+  {
+    Mat gu = b.mat(DType::bf16, T, 2 * F, -4.f, 4.f), out = b.mat(DType::bf16, T, F);
+    Mat gate = gu.col_block(0, F), up = gu.col_block(F, F);
+    double ms = timeit([&] { be.swiglu_forward(s, out, gate, up); });
+    add_bw("swiglu_forward", tok + " x 14336", double(T) * F * 6, ms);
+    ms = timeit([&] { be.swiglu_backward(s, gate, up, out, gate, up); });
+    add_bw("swiglu_backward (in place)", tok + " x 14336", double(T) * F * 10, ms);
+    b.free_all();
+  }
+  // ---- casts, axpy, sum of squares, AdamW, embedding ----
+  {
+    const int64_t n = int64_t(1) << 27;  // 128M elements (a 4096 x 32768 slab)
+    Mat f = b.mat(DType::f32, 1, n), h = b.mat(DType::bf16, 1, n);
+    double ms = timeit([&] { be.cast(s, h, f); });
+    add_bw("cast f32->bf16", "128M", double(n) * 6, ms);
+    ms = timeit([&] { be.cast(s, f, h); });
+    add_bw("cast bf16->f32", "128M", double(n) * 6, ms);
+    ms = timeit([&] { be.axpy(s, f, h, 0.5f); });
+    add_bw("axpy f32 += bf16", "128M", double(n) * 10, ms);
+    float* out = static_cast<float*>(b.rand_buf(DType::f32, 1));
+    ms = timeit([&] { be.sum_squares(s, out, f); });
+    add_bw("sum_squares f32", "128M", double(n) * 4, ms);
+    b.free_all();
+  }
+  {
+    const int64_t n = int64_t(1) << 27;
+    float* p = static_cast<float*>(b.rand_buf(DType::f32, size_t(n)));
+    float* m = static_cast<float*>(b.rand_buf(DType::f32, size_t(n), -1e-3f, 1e-3f));
+    float* v = static_cast<float*>(b.rand_buf(DType::f32, size_t(n), 0.f, 1e-4f));
+    float* g = static_cast<float*>(b.rand_buf(DType::f32, size_t(n)));
+    void* w = b.rand_buf(DType::bf16, size_t(n));
+    AdamWStep st;
+    st.lr = 1e-4f;
+    st.weight_decay = 0.1f;
+    st.step = 10;
+    const double ms = timeit([&] { be.adamw(s, p, m, v, g, w, n, st); });
+    add_bw("adamw (f32 p,m,v,g + bf16 out)", "128M params", double(n) * 30, ms);
+    b.free_all();
+  }
+  {
+    Mat table = b.mat(DType::bf16, V, C), out = b.mat(DType::bf16, T, C);
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 7919) % V);
+    auto* dids = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
+    check(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "ids");
+    double ms = timeit([&] { be.embedding_forward(s, out, dids, table); });
+    add_bw("embedding_forward", tok + " x 4096", double(T) * C * 4, ms);
+    Mat dtable = b.mat(DType::f32, V, C);
+    ms = timeit([&] { be.embedding_backward(s, dtable, dids, out); }, 5);
+    add_bw("embedding_backward", tok + " x 4096", double(T) * C * 10, ms);
+    b.free_all();
+  }
+  // ---- GEMM (the qkv projection) ----
+  {
+    Mat x = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, (H + 2 * KV) * D, C);
+    Mat y = b.mat(DType::bf16, T, (H + 2 * KV) * D);
+    const double ms = timeit([&] { be.gemm(s, y, x, Trans::no, w, Trans::yes, 1.f, 0.f); });
+    add_flops("gemm x @ Wqkv^T (bf16)", "16384x6144x4096", 2.0 * T * C * (H + 2 * KV) * D, ms);
+    Mat dw = b.mat(DType::f32, (H + 2 * KV) * D, C);
+    const double ms2 = timeit([&] { be.gemm(s, dw, y, Trans::yes, x, Trans::no, 1.f, 1.f); });
+    add_flops("gemm dW += dy^T @ x (f32 acc)", "6144x4096x16384", 2.0 * T * C * (H + 2 * KV) * D,
+              ms2);
+    b.free_all();
+  }
+  // ---- attention at seq 1K, 4K, 8K (16K tokens per call) ----
+  for (int64_t L : {int64_t(1024), int64_t(4096), int64_t(8192)}) {
+    const int64_t W = (H + 2 * KV) * D;
+    Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
+    Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
+    float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+    std::vector<int32_t> cu;
+    for (int64_t t = 0; t <= T; t += L) cu.push_back(int32_t(t));
+    auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
+    check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
+    AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(cu.size() - 1),
+                      int(L)};
+    Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
+        v = qkv.col_block((H + KV) * D, KV * D);
+    Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
+        dv = dqkv.col_block((H + KV) * D, KV * D);
+    const double fwd_flops = 4.0 * D * H * double(T / L) * double(L) * double(L) / 2.0;
+    const std::string shape = cat("seq ", L, " x ", T / L, ", 32/8 heads, D 128");
+    double ms = timeit([&] { be.attention_forward(s, out, lse, q, k, v, sh, dcu); });
+    add_flops("attention forward", shape, fwd_flops, ms);
+    double msb = timeit([&] {
+      be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
+    });
+    add_flops("attention backward", shape, 2.5 * fwd_flops, msb);
+    add_flops("attention fwd+bwd", shape, 3.5 * fwd_flops, ms + msb);
+    b.free_all();
+  }
+  // ---- fused LM head + cross-entropy ----
+  {
+    const int64_t chunk = 4096;
+    Mat h = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, V, C, -0.05f, 0.05f);
+    Mat dh = b.mat(DType::bf16, T, C), dw = b.mat(DType::f32, V, C);
+    Mat scratch = b.mat(DType::f32, chunk, V);
+    std::vector<int32_t> labels(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) labels[size_t(t)] = int32_t((t * 31) % V);
+    auto* dl = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
+    check(cudaMemcpy(dl, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    float* loss = static_cast<float*>(b.rand_buf(DType::f32, 1));
+    const double ms = timeit([&] {
+      be.lm_head_loss(s, loss, dh, dw, h, w, dl, 1.f / float(T), scratch);
+    }, 5);
+    add_flops("lm_head_loss fwd+bwd (chunk 4096)", "16K tok, V 128256, C 4096",
+              6.0 * double(T) * V * C, ms);
+    std::printf("lm_head scratch (extra memory beyond inputs/grads): %.2f GiB\n",
+                double(chunk) * V * 4 / double(1 << 30));
+    b.free_all();
+  }
+}
+
+}  // namespace
+}  // namespace sf
+
+int main(int argc, char** argv) {
+  const char* csv = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) sf::g_quick = true;
+    else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+  }
+  if (sf::CudaBackend::device_count() == 0) {
+    std::printf("bench_cuda_kernels: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  try {
+    sf::Bench b;
+    sf::run(b);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_kernels: %s\n", e.what());
+    return 1;
+  }
+  std::printf("\n%-36s %-34s %10s %12s %8s\n", "op", "shape", "ms", "rate", "of copy");
+  for (auto& r : sf::g_rows)
+    std::printf("%-36s %-34s %10.3f %8.1f %-7s %s\n", r.op.c_str(), r.shape.c_str(), r.ms, r.value,
+                r.unit.c_str(), r.frac >= 0 ? sf::cat(int(std::lround(r.frac * 100)), "%").c_str() : "");
+  if (csv) {
+    FILE* f = std::fopen(csv, "w");
+    if (f) {
+      std::fprintf(f, "op,shape,ms,value,unit,frac_of_copy\n");
+      for (auto& r : sf::g_rows)
+        std::fprintf(f, "%s,%s,%.4f,%.2f,%s,%.3f\n", r.op.c_str(), r.shape.c_str(), r.ms, r.value,
+                     r.unit.c_str(), r.frac);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
