@@ -6,7 +6,8 @@
 //   forward : p_j = softmax_j(scale * q.k_j), out = sum_j p_j v_j, lse = log sum_j exp(scale q.k_j)
 //   backward: delta = dout.out; p_j = exp(scale q.k_j - lse); ds_j = p_j (dout.v_j - delta);
 //             dq = scale sum_j ds_j k_j; dk_j += scale ds_j q; dv_j += p_j dout.
-// Scores, softmax sums and dk/dv accumulators are double; outputs are rounded to f32 once.
+// fp32 throughout (dot products with eight fixed partial sums, see dot_f), except the softmax
+// denominator, which is summed in double.
 // Work is split into tasks (sequence, head) for the forward and (sequence, kv head) for the
 // backward; each task owns disjoint output rows/columns and runs in a fixed order, so results
 // never depend on the thread count. Memory per task: one score row and O(seq_len * D)
@@ -56,30 +57,31 @@ void HostBackend::attention_forward(Stream&, Mat out, float* lse, Mat q, Mat k, 
   check_shape(out, q.rows, q.cols, "attention_forward", "out");
   const int64_t T = q.rows, D = sh.head_dim;
   const int rep = sh.n_heads / sh.n_kv_heads;
-  const double scale = sh.scale;
+  const float scale = sh.scale;
   host_pool().run_tasks(int64_t(sh.n_seqs) * sh.n_heads, [&](int64_t task) {
     const int s = int(task / sh.n_heads), h = int(task % sh.n_heads), g = h / rep;
     const int64_t base = cu[s], len = cu[s + 1] - cu[s];
-    std::vector<double> sc(static_cast<size_t>(len)), acc(static_cast<size_t>(D));
+    std::vector<float> sc(static_cast<size_t>(len)), acc(static_cast<size_t>(D));
     for (int64_t i = 0; i < len; ++i) {
       const int64_t t = base + i;
       const float* qr = at(q, t, h * D);
-      double m = -std::numeric_limits<double>::infinity();
+      float m = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j <= i; ++j) {
-        sc[size_t(j)] = scale * dot_d(qr, at(k, base + j, g * D), D);
+        sc[size_t(j)] = scale * dot_f(qr, at(k, base + j, g * D), D);
         m = std::max(m, sc[size_t(j)]);
       }
       double l = 0;
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t j = 0; j <= i; ++j) {
-        const double p = std::exp(sc[size_t(j)] - m);
+        const float p = std::exp(sc[size_t(j)] - m);
         l += p;
         const float* vr = at(v, base + j, g * D);
         for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += p * vr[d];
       }
+      const float inv_l = float(1.0 / l);
       float* o = frow(out, t) + h * D;
-      for (int64_t d = 0; d < D; ++d) o[d] = float(acc[size_t(d)] / l);
-      if (lse) lse[int64_t(h) * T + t] = float(m + std::log(l));
+      for (int64_t d = 0; d < D; ++d) o[d] = acc[size_t(d)] * inv_l;
+      if (lse) lse[int64_t(h) * T + t] = float(double(m) + std::log(l));
     }
   });
 }
@@ -99,27 +101,29 @@ void HostBackend::attention_backward(Stream&, Mat dq, Mat dk, Mat dv, Mat dout, 
   SF_CHECK(lse != nullptr || q.rows == 0, "host attention_backward: lse is null");
   const int64_t T = q.rows, D = sh.head_dim;
   const int rep = sh.n_heads / sh.n_kv_heads;
-  const double scale = sh.scale;
+  const float scale = sh.scale;
   host_pool().run_tasks(int64_t(sh.n_seqs) * sh.n_kv_heads, [&](int64_t task) {
     const int s = int(task / sh.n_kv_heads), g = int(task % sh.n_kv_heads);
     const int64_t base = cu[s], len = cu[s + 1] - cu[s];
-    std::vector<double> dk_acc(size_t(len * D), 0.0), dv_acc(size_t(len * D), 0.0);
-    std::vector<double> dq_acc(static_cast<size_t>(D));
+    std::vector<float> dk_acc(static_cast<size_t>(len * D), 0.f);
+    std::vector<float> dv_acc(static_cast<size_t>(len * D), 0.f);
+    std::vector<float> dq_acc(static_cast<size_t>(D));
     for (int h = g * rep; h < (g + 1) * rep; ++h) {
       for (int64_t i = 0; i < len; ++i) {
         const int64_t t = base + i;
         const float* qr = at(q, t, h * D);
         const float* dor = at(dout, t, h * D);
-        const double delta = dot_d(dor, at(out, t, h * D), D);
-        const double l = lse[int64_t(h) * T + t];
-        std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+        const float delta = dot_f(dor, at(out, t, h * D), D);
+        const float l = lse[int64_t(h) * T + t];
+        std::fill(dq_acc.begin(), dq_acc.end(), 0.f);
         for (int64_t j = 0; j <= i; ++j) {
           const float* kr = at(k, base + j, g * D);
           const float* vr = at(v, base + j, g * D);
-          const double p = std::exp(scale * dot_d(qr, kr, D) - l);
-          const double ds = p * (dot_d(dor, vr, D) - delta);
-          double* dka = &dk_acc[size_t(j * D)];
-          double* dva = &dv_acc[size_t(j * D)];
+          // The forward's score, bit for bit, so p matches the saved lse.
+          const float p = std::exp(scale * dot_f(qr, kr, D) - l);
+          const float ds = p * (dot_f(dor, vr, D) - delta);
+          float* dka = &dk_acc[size_t(j * D)];
+          float* dva = &dv_acc[size_t(j * D)];
           for (int64_t d = 0; d < D; ++d) {
             dq_acc[size_t(d)] += ds * kr[d];
             dka[d] += ds * qr[d];
@@ -127,15 +131,15 @@ void HostBackend::attention_backward(Stream&, Mat dq, Mat dk, Mat dv, Mat dout, 
           }
         }
         float* dqr = frow(dq, t) + h * D;
-        for (int64_t d = 0; d < D; ++d) dqr[d] = float(scale * dq_acc[size_t(d)]);
+        for (int64_t d = 0; d < D; ++d) dqr[d] = scale * dq_acc[size_t(d)];
       }
     }
     for (int64_t j = 0; j < len; ++j) {
       float* dkr = frow(dk, base + j) + g * D;
       float* dvr = frow(dv, base + j) + g * D;
       for (int64_t d = 0; d < D; ++d) {
-        dkr[d] = float(scale * dk_acc[size_t(j * D + d)]);
-        dvr[d] = float(dv_acc[size_t(j * D + d)]);
+        dkr[d] = scale * dk_acc[size_t(j * D + d)];
+        dvr[d] = dv_acc[size_t(j * D + d)];
       }
     }
   });

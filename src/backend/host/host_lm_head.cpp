@@ -1,6 +1,6 @@
 // HostBackend fused LM head + cross-entropy, chunked over tokens.
 // For tokens [t0, t0+n), n = scratch.rows: logits = h W^T into scratch (gemm), then per row a
-// stable logsumexp (max in f32, sum of exp in double). loss_t = lse - logit[label] for labels
+// stable logsumexp (max in f32, exp(z - max) in f32, their sum in double). loss_t = lse - logit[label] for labels
 // != -100. loss_sum (accumulate) += the sum of all per-token losses, added in double in token
 // order and rounded to f32 once, so it does not depend on the chunk size or thread count.
 // Gradients (scaled by grad_scale, L = sum_t loss_t): the scratch row becomes
@@ -30,7 +30,7 @@ void HostBackend::lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h
            scratch.rows, ", ", scratch.cols, "], expected [chunk >= 1, vocab ", V, "]");
   SF_CHECK(loss_sum != nullptr, "host lm_head_loss: loss_sum is null");
   SF_CHECK(labels != nullptr || T == 0, "host lm_head_loss: labels is null");
-  const bool want_dh = !dh.empty(), want_dw = !dw.empty();
+  const bool want_dh = !dh.empty(), want_dw = !dw.empty(), want_grad = want_dh || want_dw;
   if (want_dh) {
     check_f32(dh, "lm_head_loss", "dh");
     check_shape(dh, T, C, "lm_head_loss", "dh");
@@ -54,20 +54,31 @@ void HostBackend::lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h
       for (int64_t r = r0; r < r1; ++r) {
         float* z = frow(logits, r);
         const int32_t label = labels[t0 + r];
+        const bool ignored = label == kIgnore;
         float m = z[0];
         for (int64_t j = 1; j < V; ++j) m = std::max(m, z[j]);
+        const double zl = ignored ? 0.0 : double(z[label]);
         double se = 0;
-        for (int64_t j = 0; j < V; ++j) se += std::exp(double(z[j]) - m);
+        if (want_grad && !ignored) {
+          for (int64_t j = 0; j < V; ++j) {  // keep exp(z - m) for the softmax below
+            const float e = std::exp(z[j] - m);
+            z[j] = e;
+            se += e;
+          }
+        } else {
+          for (int64_t j = 0; j < V; ++j) se += std::exp(z[j] - m);
+        }
         const double lse = double(m) + std::log(se);
-        if (label != kIgnore) token_loss[size_t(t0 + r)] = lse - double(z[label]);
-        if (!want_dh && !want_dw) continue;
-        if (label == kIgnore) {
+        if (!ignored) token_loss[size_t(t0 + r)] = lse - zl;
+        if (!want_grad) continue;
+        if (ignored) {
           for (int64_t j = 0; j < V; ++j) z[j] = 0.f;
           continue;
         }
-        const double zl = z[label];
-        for (int64_t j = 0; j < V; ++j) z[j] = float(grad_scale * std::exp(double(z[j]) - lse));
-        z[label] = float(grad_scale * (std::exp(zl - lse) - 1.0));
+        const float f = float(double(grad_scale) / se);
+        for (int64_t j = 0; j < V; ++j) z[j] *= f;
+        // p_label - 1 in double: no cancellation when p_label is close to 1.
+        z[label] = float(double(grad_scale) * (std::exp(zl - lse) - 1.0));
       }
     }, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, V)));
     if (want_dh) gemm(s, dh.row_block(t0, n), logits, Trans::no, w, Trans::no, 1.f, 0.f);
