@@ -208,3 +208,32 @@ TEST(HostAdamW, ExactOperationOrderOnManyElements) {
   EXPECT_EQ(m, m2);
   EXPECT_EQ(v, v2);
 }
+
+TEST(HostChecks, RejectNonF32AndAcceptOptionalOutputs) {
+  // Host compute dtype is f32: a bf16 activation is a caller bug and must throw, not be
+  // misread as floats.
+  HMat x = HMat::random(4, 8, 151), w = HMat::random(1, 8, 152), out(4, 8);
+  std::vector<uint16_t> raw(32);
+  Mat bf(raw.data(), DType::bf16, 4, 8);
+  EXPECT_THROW(host().rmsnorm_forward(stream(), out.mat(), nullptr, bf, w.mat(), 1e-6f), Error);
+  EXPECT_THROW(host().swiglu_forward(stream(), out.mat(), bf, x.mat()), Error);
+  EXPECT_THROW(host().bias_add(stream(), bf, w.mat()), Error);
+  EXPECT_THROW(host().axpy(stream(), bf, x.mat(), 1.f), Error);  // dst must be f32
+  HMat w_bad = HMat::random(1, 3, 153);  // 8 is not a multiple of 3
+  EXPECT_THROW(host().rmsnorm_forward(stream(), out.mat(), nullptr, x.mat(), w_bad.mat(), 1e-6f),
+               Error);
+  // rstd and lse are optional in the forwards (inference / evaluation).
+  host().rmsnorm_forward(stream(), out.mat(), nullptr, x.mat(), w.mat(), 1e-6f);
+  HMat out2(4, 8);
+  std::vector<float> rstd(4);
+  host().rmsnorm_forward(stream(), out2.mat(), rstd.data(), x.mat(), w.mat(), 1e-6f);
+  EXPECT_EQ(dense(out.mat()), dense(out2.mat()));
+  HMat qkv = HMat::random(4, 3 * 8, 154), att(4, 8), att2(4, 8);
+  AttentionShape sh{2, 1, 4, 0.5f, 1, 4};
+  std::vector<int32_t> cu = {0, 4};
+  std::vector<float> lse(8);
+  Mat q = qkv.mat().col_block(0, 8), k = qkv.mat().col_block(8, 4), v = qkv.mat().col_block(12, 4);
+  host().attention_forward(stream(), att.mat(), nullptr, q, k, v, sh, cu.data());
+  host().attention_forward(stream(), att2.mat(), lse.data(), q, k, v, sh, cu.data());
+  EXPECT_EQ(dense(att.mat()), dense(att2.mat()));
+}
