@@ -31,6 +31,7 @@ struct StDTypeRow {
 constexpr StDTypeRow kStDTypes[] = {
     {StDType::BOOL, "BOOL", 1}, {StDType::U8, "U8", 1},     {StDType::I8, "I8", 1},
     {StDType::F8_E5M2, "F8_E5M2", 1}, {StDType::F8_E4M3, "F8_E4M3", 1},
+    {StDType::F8_E8M0, "F8_E8M0", 1}, {StDType::C64, "C64", 8},
     {StDType::I16, "I16", 2},   {StDType::U16, "U16", 2},   {StDType::F16, "F16", 2},
     {StDType::BF16, "BF16", 2}, {StDType::I32, "I32", 4},   {StDType::U32, "U32", 4},
     {StDType::F32, "F32", 4},   {StDType::F64, "F64", 8},   {StDType::I64, "I64", 8},
@@ -118,8 +119,8 @@ void parse_entry(const json& v, const std::string& where, TensorInfo& t) {
              kind_of(dt));
   auto parsed = st_dtype_from_name(dt.get_ref<const std::string&>());
   SF_REQUIRE(parsed, where, ": unknown dtype ", q(dt.get_ref<const std::string&>()),
-             "; known: BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, "
-             "F64, I64, U64");
+             "; known: BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, "
+             "F32, C64, F64, I64, U64");
   t.dtype = *parsed;
 
   const json& sh = field("shape");
@@ -417,18 +418,19 @@ std::vector<std::pair<std::string, std::string>> parse_safetensors_index(
 
 SafetensorsModel::SafetensorsModel(const fs::path& dir) : dir_(dir) {
   const std::string d = dir.string();
-  SF_REQUIRE(fs::is_directory(dir), d, ": not a directory (expected a model directory with "
-                                       "config.json and *.safetensors)");
+  std::error_code ec;
+  SF_REQUIRE(fs::is_directory(dir, ec), d, ": not a directory (expected a model directory with "
+                                           "config.json and *.safetensors)");
   const fs::path single = dir / kSingleFile, index = dir / kIndexFile;
-  if (fs::exists(single)) {
+  if (fs::exists(single, ec)) {
     files_.emplace_back(single);
     for (auto& t : files_[0].tensors()) entries_.emplace(t.name, std::make_pair(size_t(0), &t));
     for (auto& n : files_[0].view().notes()) notes_.push_back(n);
     return;
   }
-  if (!fs::exists(index)) {
-    bool has_bin = fs::exists(dir / "pytorch_model.bin") ||
-                   fs::exists(dir / "pytorch_model.bin.index.json");
+  if (!fs::exists(index, ec)) {
+    bool has_bin = fs::exists(dir / "pytorch_model.bin", ec) ||
+                   fs::exists(dir / "pytorch_model.bin.index.json", ec);
     SF_FAIL(input, d, ": no ", kSingleFile, " or ", kIndexFile,
             has_bin ? "; the directory holds PyTorch .bin weights, which slideformer does not "
                       "read: convert them to safetensors first"
@@ -441,7 +443,7 @@ SafetensorsModel::SafetensorsModel(const fs::path& dir) : dir_(dir) {
   for (auto& [name, f] : mapped) shard_of_file.emplace(f, 0);
   for (auto& [f, idx] : shard_of_file) {
     fs::path p = dir / f;
-    SF_REQUIRE(fs::exists(p), isrc, ": shard ", q(f), " (named in weight_map) does not exist in ",
+    SF_REQUIRE(fs::exists(p, ec), isrc, ": shard ", q(f), " (named in weight_map) does not exist in ",
                d, "; the download is incomplete");
     idx = files_.size();
     files_.emplace_back(p);
@@ -578,7 +580,13 @@ uint64_t write_planned(const fs::path& file, const std::vector<Planned>& tensors
                     {"data_offsets", {off, off + p.bytes}}};
     off += p.bytes;
   }
-  std::string text = h.dump();
+  std::string text;
+  try {
+    text = h.dump();
+  } catch (const nlohmann::json::exception& e) {  // a name that is not UTF-8
+    SF_FAIL(input, file.string(), ": cannot write the header (", e.what(),
+            "); tensor names and metadata must be UTF-8");
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
   uint8_t len[8];
   put_u64_le(len, text.size());
@@ -645,7 +653,8 @@ std::vector<fs::path> write_safetensors_model(const fs::path& dir,
   const std::regex shard_re(R"(model-\d{5}-of-\d{5}\.safetensors)");
   auto stale_shards = [&](const std::set<std::string>& keep) {
     std::vector<fs::path> out;
-    for (auto& e : fs::directory_iterator(dir)) {
+    std::error_code ec2;
+    for (auto& e : fs::directory_iterator(dir, ec2)) {
       std::string n = e.path().filename().string();
       if (std::regex_match(n, shard_re) && !keep.count(n)) out.push_back(e.path());
     }

@@ -31,8 +31,9 @@ namespace sf {
 
 // Every element type the format names. Only BF16/F16/F32 can be read as weights; the rest
 // are recognised so that a file holding e.g. an I64 buffer still opens and validates.
+// (The 4- and 6-bit types of newer files are not recognised: their byte sizes are not whole.)
 enum class StDType : uint8_t {
-  BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64
+  BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64
 };
 std::string_view st_dtype_name(StDType t);  // "BF16", ...
 size_t st_dtype_size(StDType t);

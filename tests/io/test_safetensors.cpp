@@ -69,9 +69,9 @@ std::string error_of(F&& f) {
 
 // ---- round trips ------------------------------------------------------------------------
 
-struct RoundTrip : ::testing::TestWithParam<DType> {};
+struct SafetensorsRoundTrip : ::testing::TestWithParam<DType> {};
 
-TEST_P(RoundTrip, SingleFileBitExact) {
+TEST_P(SafetensorsRoundTrip, SingleFileBitExact) {
   const DType dt = GetParam();
   test::TempDir dir;
   auto a = test::random_vec(3 * 67, 1, -3.f, 3.f);
@@ -114,7 +114,7 @@ TEST_P(RoundTrip, SingleFileBitExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, RoundTrip,
+INSTANTIATE_TEST_SUITE_P(Dtypes, SafetensorsRoundTrip,
                          ::testing::Values(DType::bf16, DType::f16, DType::f32),
                          [](const auto& i) { return std::string(dtype_name(i.param)); });
 
@@ -166,6 +166,33 @@ TEST(Safetensors, HandMadeFileWithKnownBytes) {
   EXPECT_EQ(f.read_f32("h"), (std::vector<float>{1.f, -0.5f}));
   EXPECT_EQ(f.view().gap_bytes(), 0u);
   EXPECT_TRUE(f.view().notes().empty());
+}
+
+TEST(Safetensors, ReadsAFileWrittenByHuggingFace) {
+  // tests/data/hf_reference.safetensors was written by Hugging Face's safetensors 0.8.0
+  // (serialize_file) from x[i] = float32((i * 37 % 101) - 50) / float32(7): BF16 rounded to
+  // nearest even, F16 by numpy, F32 as is, plus an I64 buffer. Both sides round the same
+  // IEEE way, so the values must agree bit for bit.
+  SafetensorsFile f(test::source_dir() / "tests/data/hf_reference.safetensors");
+  EXPECT_EQ(f.view().metadata().at("producer"), "safetensors 0.8.0");
+  EXPECT_EQ(f.view().gap_bytes(), 0u);
+  std::vector<float> x(60);
+  for (int i = 0; i < 60; ++i) x[size_t(i)] = float((i * 37 % 101) - 50) / 7.f;
+  const TensorInfo& up = f.get("model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(up.dtype, StDType::BF16);
+  EXPECT_EQ(up.shape, (std::vector<int64_t>{6, 10}));
+  std::vector<float> got = f.read_f32(up.name);
+  for (size_t i = 0; i < 60; ++i) EXPECT_EQ(got[i], round_bf16(x[i])) << i;
+  got = f.read_f32("model.norm.weight");
+  ASSERT_EQ(got.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(got[i], f16_to_f32(f32_to_f16(x[i]))) << i;
+  got = f.read_f32("lm_head.weight");
+  EXPECT_EQ(f.get("lm_head.weight").shape, (std::vector<int64_t>{3, 2, 5}));
+  EXPECT_EQ(std::memcmp(got.data(), x.data(), 30 * 4), 0);
+  const TensorInfo& ids = f.get("position_ids");
+  EXPECT_EQ(ids.dtype, StDType::I64);
+  std::vector<int64_t> want_ids = {0, 1, -2, 1ll << 40};
+  EXPECT_EQ(std::memcmp(f.view().raw(ids), want_ids.data(), 32), 0);
 }
 
 TEST(Safetensors, BigUnalignedTensorReadsOnThePool) {
@@ -547,6 +574,8 @@ TEST(SafetensorsWriteBad, InvalidTensors) {
   msg = error_of([&] { write_safetensors_file(p, {{"a", DType::i32, {4}, v.data(), nullptr}}); });
   EXPECT_NE(msg.find("an fp32 source can be stored as f32, bf16 or f16"), std::string::npos)
       << msg;
+  msg = error_of([&] { write_safetensors_file(p, {{"bad\xff", DType::f32, {4}, v.data(), nullptr}}); });
+  EXPECT_NE(msg.find("must be UTF-8"), std::string::npos) << msg;
   msg = error_of([&] { write_safetensors_model(dir.path / "m", {}, 100); });
   EXPECT_NE(msg.find("no tensors to write"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(p));  // nothing half-written
