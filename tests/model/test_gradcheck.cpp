@@ -40,8 +40,10 @@ double fd_derivative(Fixture& f, const Batch& b, int unit, const ParamSlot& slot
 
 // Tolerances (fp32 host backend), |fd - an| <= kAtol + kRtol |an|:
 //  - kH = 0.02: the step of the Richardson difference along a unit-norm direction (or one
-//    element). Measured: the O(h^4) truncation error stays below ~5e-5 relative even along
-//    the gradient; larger steps (0.1) leave the quadratic regime of the norms and softmax.
+//    element). Measured: at 0.02 the O(h^4) truncation error stays below ~5e-5 relative even
+//    along the gradient, while at 0.05 some single-element checks are already off by 5e-2
+//    (the norms and softmax are far from polynomial at that scale), and below 0.01 the noise
+//    term below dominates.
 //  - kAtol = 1.5e-3: rounding noise. The loss (~35 here) comes back as an f32 sum, so every
 //    evaluation carries a few ulp(35) ~ 4e-6 of noise; the Richardson weights amplify it by
 //    (4/3)/h + (1/3)/(2h) ~ 75, i.e. ~3e-4 per ulp. Observed worst: ~6e-4.
