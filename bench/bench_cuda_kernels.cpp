@@ -1,7 +1,8 @@
 // Benchmarks of the CUDA backend's kernels at Llama-3.1-8B shapes (hidden 4096, 32 heads,
 // 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
 //
-// Usage: bench_cuda_kernels [--quick] [--csv FILE]
+// Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP]
+// Groups: copy norm rope swiglu elementwise adamw embedding gemm attention lm_head.
 // Memory-bound ops report GB/s (bytes each op must read + write once) and the fraction of a
 // device-to-device copy measured in the same run; GEMM, attention and the LM head report
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
@@ -31,6 +32,8 @@ struct Row {
 std::vector<Row> g_rows;
 double g_copy_gbs = 0;
 bool g_quick = false;
+std::string g_only;  // run only the benchmark groups whose name contains this
+bool want(const char* group) { return g_only.empty() || std::string(group).find(g_only) != std::string::npos; }
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -117,7 +120,7 @@ void run(Bench& b) {
   const std::string tok = "16K tok";
 
   // ---- the ceiling: device-to-device copy ----
-  {
+  if (want("copy")) {
     const size_t n = size_t(1) << 30;
     void* x = b.rand_buf(DType::bf16, n / 2);
     void* y = b.rand_buf(DType::bf16, n / 2);
@@ -127,7 +130,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- RMSNorm ----
-  {
+  if (want("norm")) {
     Mat x = b.mat(DType::bf16, T, C), out = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, 1, C);
     Mat sum = b.mat(DType::bf16, T, C), dres = b.mat(DType::bf16, T, C);
     Mat dw = b.mat(DType::f32, 1, C);
@@ -145,7 +148,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- RoPE on q and k, column blocks of the qkv output ----
-  {
+  if (want("rope")) {
     const int64_t W = (H + 2 * KV) * D;
     Mat qkv = b.mat(DType::bf16, T, W);
     std::vector<int32_t> pos(static_cast<size_t>(T));
@@ -164,7 +167,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- SwiGLU on the fused [T, 2F] gate_up output ----
-  {
+  if (want("swiglu")) {
     Mat gu = b.mat(DType::bf16, T, 2 * F, -4.f, 4.f), out = b.mat(DType::bf16, T, F);
     Mat gate = gu.col_block(0, F), up = gu.col_block(F, F);
     double ms = timeit([&] { be.swiglu_forward(s, out, gate, up); });
@@ -174,7 +177,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- casts, axpy, sum of squares, AdamW, embedding ----
-  {
+  if (want("elementwise")) {
     const int64_t n = int64_t(1) << 27;  // 128M elements (a 4096 x 32768 slab)
     Mat f = b.mat(DType::f32, 1, n), h = b.mat(DType::bf16, 1, n);
     double ms = timeit([&] { be.cast(s, h, f); });
@@ -188,7 +191,7 @@ void run(Bench& b) {
     add_bw("sum_squares f32", "128M", double(n) * 4, ms);
     b.free_all();
   }
-  {
+  if (want("adamw")) {
     const int64_t n = int64_t(1) << 27;
     float* p = static_cast<float*>(b.rand_buf(DType::f32, size_t(n)));
     float* m = static_cast<float*>(b.rand_buf(DType::f32, size_t(n), -1e-3f, 1e-3f));
@@ -203,7 +206,7 @@ void run(Bench& b) {
     add_bw("adamw (f32 p,m,v,g + bf16 out)", "128M params", double(n) * 30, ms);
     b.free_all();
   }
-  {
+  if (want("embedding")) {
     Mat table = b.mat(DType::bf16, V, C), out = b.mat(DType::bf16, T, C);
     std::vector<int32_t> ids(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 7919) % V);
@@ -217,7 +220,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- GEMM (the qkv projection) ----
-  {
+  if (want("gemm")) {
     Mat x = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, (H + 2 * KV) * D, C);
     Mat y = b.mat(DType::bf16, T, (H + 2 * KV) * D);
     const double ms = timeit([&] { be.gemm(s, y, x, Trans::no, w, Trans::yes, 1.f, 0.f); });
@@ -230,6 +233,7 @@ void run(Bench& b) {
   }
   // ---- attention at seq 1K, 4K, 8K (16K tokens per call) ----
   for (int64_t L : {int64_t(1024), int64_t(4096), int64_t(8192)}) {
+    if (!want("attention")) break;
     const int64_t W = (H + 2 * KV) * D;
     Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
     Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
@@ -256,7 +260,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- fused LM head + cross-entropy ----
-  {
+  if (want("lm_head")) {
     const int64_t chunk = 4096;
     Mat h = b.mat(DType::bf16, T, C), w = b.mat(DType::bf16, V, C, -0.05f, 0.05f);
     Mat dh = b.mat(DType::bf16, T, C), dw = b.mat(DType::f32, V, C);
@@ -285,6 +289,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) sf::g_quick = true;
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) sf::g_only = argv[++i];
   }
   if (sf::CudaBackend::device_count() == 0) {
     std::printf("bench_cuda_kernels: no CUDA device, nothing to measure\n");

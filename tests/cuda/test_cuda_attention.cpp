@@ -49,7 +49,7 @@ void run_case(const AttnCase& c, uint64_t seed) {
   auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
   auto vdo = rand_bf16(size_t(T * qd), seed + 1);
   DevMat qkv(DType::bf16, T, W), out(DType::bf16, T, qd, qd + 8), dout(DType::bf16, T, qd),
-      lse(DType::f32, c.Hq, T), dqkv(DType::bf16, T, W + 8);
+      lse(DType::f32, c.Hq, T), dqkv(DType::bf16, T, W, W + 8);
   qkv.upload(vqkv);
   dout.upload(vdo);
   out.poison();
@@ -83,7 +83,7 @@ void run_case(const AttnCase& c, uint64_t seed) {
   EXPECT_TRUE(dqkv.guards_intact());
 
   // Deterministic: a second backward gives the same bits.
-  DevMat dqkv2(DType::bf16, T, W + 8);
+  DevMat dqkv2(DType::bf16, T, W, W + 8);
   dqkv2.poison();
   gpu().attention_backward(gs(), dqkv2.m.col_block(0, qd), dqkv2.m.col_block(qd, kvd),
                            dqkv2.m.col_block(qd + kvd, kvd), dout.m, out.m, lse.m.as<float>(), q,
