@@ -232,6 +232,11 @@ SafetensorsView SafetensorsView::parse(const uint8_t* data, size_t size, std::st
   v.data_bytes_ = size - 8 - n;
 
   std::string_view text(reinterpret_cast<const char*>(data + 8), size_t(n));
+  // nlohmann's lexer takes a NUL byte for the end of input and would ignore what follows;
+  // JSON never holds a raw NUL, and the format pads headers with spaces only.
+  if (size_t z = text.find('\0'); z != std::string_view::npos)
+    SF_FAIL(input, src, ": header is not valid JSON (a NUL byte at header offset ", z,
+            "; headers may only be padded with spaces)");
   json h = parse_json_strict(text, src + ": header");
   SF_REQUIRE(h.is_object(), src, ": header must be a JSON object, got ", kind_of(h));
 
@@ -394,6 +399,8 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
 
 std::vector<std::pair<std::string, std::string>> parse_safetensors_index(
     std::string_view text, const std::string& isrc) {
+  if (size_t z = text.find('\0'); z != std::string_view::npos)
+    SF_FAIL(input, isrc, " is not valid JSON (a NUL byte at offset ", z, ")");
   json j = parse_json_strict(text, isrc);
   SF_REQUIRE(j.is_object(), isrc, ": must be a JSON object, got ", kind_of(j));
   auto wm_it = j.find("weight_map");

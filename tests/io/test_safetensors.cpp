@@ -304,6 +304,10 @@ TEST(SafetensorsBad, HeaderNotJson) {
   expect_bad(image(""), "header is not valid JSON");
   expect_bad(image("{} trailing"), "header is not valid JSON");
   expect_bad(image("{\"a\":\"\xff\"}"), "header is not valid JSON");  // bad UTF-8
+  // A NUL ends nlohmann's input: what follows it must not be silently ignored.
+  expect_bad(image(std::string("{}\0garbage", 10)), "a NUL byte at header offset 2");
+  expect_bad(image(std::string("{}  \0", 5)), "headers may only be padded with spaces");
+  EXPECT_EQ(parse_error(image("{}  \n\t ")), "");  // JSON whitespace is fine (HF's reader agrees)
 }
 
 TEST(SafetensorsBad, HeaderNotObject) {
@@ -391,6 +395,8 @@ TEST(SafetensorsBad, OverlappingTensors) {
   expect_bad(image(h, zeros(4)), "overlap");
 }
 
+// Stricter than HF's reader, which lets the last duplicate win: a header naming a tensor
+// twice is corrupt or crafted, and which copy is meant cannot be known.
 TEST(SafetensorsBad, DuplicateTensorName) {
   std::string h = "{\"a\":" + entry("\"F32\"", "[1]", "[0,4]") +
                   ",\"a\":" + entry("\"F32\"", "[1]", "[4,8]") + "}";
