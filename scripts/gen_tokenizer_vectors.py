@@ -170,6 +170,7 @@ def record(tok, text):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", help="also write ids of the whole sotu corpus per tokenizer to this file")
+    ap.add_argument("--full-only", help="comma-separated variants for --full (default: all)")
     ap.add_argument("--out", default=os.path.join(DATA, "vectors.json"))
     args = ap.parse_args()
     if tokenizers.__version__ != EXPECTED_VERSION:
@@ -213,7 +214,7 @@ def main():
             if t is not None:
                 entry["tokens"][-1]["token_to_id"] = tok.token_to_id(t)
         out["tokenizers"].append(entry)
-        if args.full:
+        if args.full and (not args.full_only or name in args.full_only.split(",")):
             docs = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")]
             full[name] = [tok.encode(d, add_special_tokens=False).ids for d in docs]
         print(f"{name}: {len(entry['cases'])} cases", file=sys.stderr)

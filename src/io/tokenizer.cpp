@@ -191,6 +191,8 @@ struct DecStep {
   bool prepend = true;       // metaspace: prepend_scheme != never
 };
 
+constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's word boundary
+
 struct Span {
   size_t start, end;
   bool match;
@@ -401,6 +403,10 @@ struct Tokenizer::Impl {
   std::vector<NormStep> normalizers;
   std::vector<PreStep> pre;
   bool defer_byte_map = false;  // the last pre-tokenizer step is ByteLevel: map bytes in the model
+  // SentencePiece-style vocabularies: no token holds a "▁" after another character, so no
+  // merge crosses the start of a "▁word", and BPE of a long word equals BPE of its "▁" pieces
+  // (which the cache then serves). Set when that holds of the whole vocabulary.
+  bool split_at_metaspace = false;
   bool has_decoder = false;
   std::vector<DecStep> decoders;
   bool byte_level_decode_only = false;
@@ -442,6 +448,7 @@ struct Tokenizer::Impl {
   std::string_view normalize(std::string_view s, std::string& buf) const;
   void pre_tokenize(size_t step, std::string_view piece, bool origin, std::vector<int32_t>& out) const;
   void model_word(std::string_view word, std::vector<int32_t>& out) const;
+  void cached_bpe(std::string_view word, std::vector<int32_t>& out) const;
   void bpe(std::string_view word, std::vector<int32_t>& out) const;
   void encode(std::string_view text, bool skip_special, std::vector<int32_t>& out) const;
   // ---- decoding ----
@@ -693,6 +700,17 @@ void Tokenizer::Impl::finish() {
     }
   }
   defer_byte_map = !pre.empty() && pre.back().kind == PreStep::Kind::byte_level;
+  const bool any_byte_level = std::any_of(pre.begin(), pre.end(), [](const PreStep& p) {
+    return p.kind == PreStep::Kind::byte_level;
+  });
+  if (!any_byte_level && prefix.empty() && suffix.empty() && lookup(kMeta) >= 0) {
+    split_at_metaspace = true;
+    for (const auto& [tok, id] : vocab) {
+      for (size_t i = tok.find(kMeta, 1); i != std::string::npos; i = tok.find(kMeta, i + 1))
+        if (!std::string_view(tok).substr(0, i).ends_with(kMeta)) split_at_metaspace = false;
+      if (!split_at_metaspace) break;
+    }
+  }
   byte_level_decode_only = decoders.size() == 1 && decoders[0].kind == DecStep::Kind::byte_level;
 
   // Id tables: added tokens take precedence over the model's (HF id_to_token).
@@ -1039,6 +1057,21 @@ void Tokenizer::Impl::pre_tokenize(size_t step, std::string_view piece, bool ori
 }
 
 void Tokenizer::Impl::model_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (split_at_metaspace) {
+    // Cut before each "▁" that follows another character (see split_at_metaspace).
+    size_t start = 0;
+    for (size_t i = word.find(kMeta, 1); i != std::string_view::npos; i = word.find(kMeta, i + 1)) {
+      if (word.substr(0, i).ends_with(kMeta)) continue;
+      cached_bpe(word.substr(start, i - start), out);
+      start = i;
+    }
+    cached_bpe(word.substr(start), out);
+    return;
+  }
+  cached_bpe(word, out);
+}
+
+void Tokenizer::Impl::cached_bpe(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() >= kMaxCachedWord) {
     bpe(word, out);
     return;
