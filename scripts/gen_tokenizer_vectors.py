@@ -148,6 +148,53 @@ def corpus_cases(path, n_docs=4, chars=2500):
     return [d["text"][:chars] for d in pick]
 
 
+def hf_class_ranges():
+    """Code point ranges that HF's split regex treats as \p{L}, \p{N} and \s (probed by
+    splitting every code point out of a string with a Removed-behaviour Split)."""
+    from tokenizers import Regex, pre_tokenizers
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and c != 1]
+    out = {}
+    for name, rx in (("letter", r"\p{L}"), ("number", r"\p{N}"), ("space", r"\s")):
+        pt = pre_tokenizers.Split(Regex(rx), behavior="removed")
+        members = set()
+        for i in range(0, len(cps), 4096):
+            chunk = cps[i:i + 4096]
+            kept = set("".join(t for t, _ in pt.pre_tokenize_str("\x01".join(map(chr, chunk)))))
+            members.update(c for c in chunk if chr(c) not in kept)
+        ranges, start = [], None
+        for c in range(0x110001):
+            if c in members and start is None:
+                start = c
+            elif c not in members and start is not None:
+                ranges.append([start, c - 1])
+                start = None
+        out[name] = ranges
+    return out
+
+
+def hf_nfc_pairs():
+    """[input, HF NFC(input)] for decomposable and combining code points (Unicode 16 data)."""
+    import unicodedata
+    from tokenizers import normalizers
+    try:
+        import unicodedata2 as unicodedata  # newer data reaches more code points
+    except ImportError:
+        pass
+    nfc = normalizers.NFC()
+    inputs = []
+    for c in range(0x110000):
+        if 0xD800 <= c <= 0xDFFF:
+            continue
+        ch = chr(c)
+        if unicodedata.combining(ch):
+            inputs += ["a" + ch + "\u0301", "\u0301" + ch + "\u0327", "\u1100" + ch]
+        d = unicodedata.decomposition(ch)
+        if d and not d.startswith("<"):
+            inputs += [ch, unicodedata.normalize("NFD", ch), unicodedata.normalize("NFD", ch) + "\u0323"]
+    inputs += ["\u1100\u1161", "\u1100\u1161\u11a8", "\uac00\u11a8", "\uac01\u11a8", "\u1100\u0301\u1161"]
+    return [[s, nfc.normalize_str(s)] for s in inputs]
+
+
 def load(base, patch):
     path = os.path.join(SHARED, base[len("shared:"):]) if base.startswith("shared:") else os.path.join(DATA, base)
     if not os.path.exists(path):
@@ -219,8 +266,12 @@ def main():
             full[name] = [tok.encode(d, add_special_tokens=False).ids for d in docs]
         print(f"{name}: {len(entry['cases'])} cases", file=sys.stderr)
     with open(args.out, "w", encoding="utf-8") as f:
-        f.write("{\"generator\": %s, \"tokenizers_version\": %s, \"tokenizers\": [\n" %
+        f.write("{\"generator\": %s, \"tokenizers_version\": %s,\n" %
                 (json.dumps(out["generator"]), json.dumps(out["tokenizers_version"])))
+        f.write("\"classes\": %s,\n" % json.dumps(hf_class_ranges(), separators=(",", ":")))
+        f.write("\"nfc\": [\n%s\n],\n" % ",\n".join(
+            json.dumps(p, ensure_ascii=False) for p in hf_nfc_pairs()))
+        f.write("\"tokenizers\": [\n")
         for k, entry in enumerate(out["tokenizers"]):
             head = {key: entry[key] for key in ("name", "base", "patch", "vocab_size")}
             f.write(json.dumps(head, ensure_ascii=False)[:-1])

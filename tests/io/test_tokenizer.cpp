@@ -180,6 +180,34 @@ INSTANTIATE_TEST_SUITE_P(HF, TokenizerVectors,
                                            "added_flags", "gpt2_digits", "qwen3", "mistral",
                                            "mistral_metaspace_first", "mistral_metaspace_split"));
 
+// The generated class tables agree with what HF's regex engine calls \p{L}, \p{N} and \s,
+// code point by code point (the vectors hold HF's answers as ranges).
+TEST(TokenizerUnicodeHF, ClassesMatchHFRegex) {
+  const json& cls = vectors()["classes"];
+  const std::pair<const char*, uint8_t> kinds[] = {{"letter", uni::kLetter}, {"number", uni::kNumber}, {"space", uni::kSpace}};
+  for (const auto& [name, bit] : kinds) {
+    std::vector<bool> in(0x110000, false);
+    for (const auto& r : cls[name])
+      for (uint32_t c = r[0].get<uint32_t>(); c <= r[1].get<uint32_t>(); ++c) in[c] = true;
+    int bad = 0;
+    for (char32_t c = 0; c < 0x110000; ++c) {
+      if ((c >= 0xD800 && c <= 0xDFFF) || c == 1) continue;  // not text / HF probe separator
+      if (((uni::char_class(c) & bit) != 0) != in[c] && ++bad <= 5)
+        ADD_FAILURE() << name << " differs at U+" << std::hex << uint32_t(c);
+    }
+    EXPECT_EQ(bad, 0) << name;
+  }
+}
+
+TEST(TokenizerUnicodeHF, NfcMatchesHF) {
+  size_t n = 0;
+  for (const auto& p : vectors()["nfc"]) {
+    EXPECT_EQ(uni::nfc(p[0].get<std::string>()), p[1].get<std::string>()) << p.dump();
+    ++n;
+  }
+  EXPECT_GT(n, 5000u);
+}
+
 // The special-token fields come from tokenizer_config.json beside tokenizer.json.
 TEST(TokenizerConfig, CommittedFiles) {
   const auto gpt2 = Tokenizer::load(test::source_dir() / "tests/data/tokenizers/gpt2");
