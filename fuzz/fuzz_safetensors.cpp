@@ -63,10 +63,25 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     sf::SafetensorsView v = sf::SafetensorsView::parse(data, size, "fuzz.safetensors");
-    uint64_t sum = 0;
+    // What the validator promises about anything it accepts:
+    if (v.data_offset() + v.data_bytes() != size) std::abort();
+    if (std::memchr(data + 8, 0, size_t(v.header_bytes()))) std::abort();  // JSON has no NUL
+    uint64_t sum = 0, covered = 0, prev_end = 0;
     for (const sf::TensorInfo& t : v.tensors()) {
       if (v.find(t.name) != &t) std::abort();  // names are unique and indexed
       if (t.end > v.data_bytes() || t.begin > t.end) std::abort();
+      uint64_t numel = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0) std::abort();
+        numel *= uint64_t(d);  // cannot wrap: the validator checked
+      }
+      if (numel != uint64_t(t.numel) || t.bytes() != numel * sf::st_dtype_size(t.dtype))
+        std::abort();
+      if (t.bytes() > 0) {  // sorted by offset, and no byte belongs to two tensors
+        if (t.begin < prev_end) std::abort();
+        prev_end = t.end;
+        covered += t.bytes();
+      }
       // Touch every byte the view hands out: ASan checks they are inside the input.
       const uint8_t* p = v.raw(t);
       for (uint64_t i = 0; i < t.bytes(); ++i) sum += p[i];
@@ -75,7 +90,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         v.read_f32(t, out.data());
       }
     }
-    if (v.metadata().is_object()) sum += v.metadata().size();
+    if (covered + v.gap_bytes() != v.data_bytes()) std::abort();
+    if (!v.metadata().is_object()) std::abort();
+    for (auto it = v.metadata().begin(); it != v.metadata().end(); ++it)
+      if (!it.value().is_string()) std::abort();
     volatile uint64_t sink = sum;
     (void)sink;
   } catch (const sf::Error& e) {
