@@ -28,6 +28,7 @@ class Owning final : public StepExecutor {
   ParamStore& params() override { return exec_.params(); }
   void params_changed() override { exec_.params_changed(); }
   const char* name() const override { return exec_.name(); }
+  size_t device_peak_bytes() const override { return be_->peak_bytes_in_use(); }
 
  private:
   std::unique_ptr<Backend> be_;

@@ -39,6 +39,8 @@ class StepExecutor {
   // After params().master was changed from outside (load, resume): refresh device copies.
   virtual void params_changed() = 0;
   virtual const char* name() const = 0;
+  // Peak bytes the executor's backend has had allocated (device memory on CUDA); 0: unknown.
+  virtual size_t device_peak_bytes() const { return 0; }
 };
 
 }  // namespace sf
