@@ -5,7 +5,7 @@ native tokenizer (src/io/tokenizer.h) against, with no Python or network at test
 
 Each entry names a base tokenizer.json (committed under tests/data/tokenizers/, or under
 ../shared/data/ beside the repository for files too big to commit) and an optional patch:
-top-level keys of the tokenizer.json replaced by new values. Patches build variants that
+keys of the tokenizer.json replaced by new values ("a.b" names key b inside object a). Patches build variants that
 exercise other pipeline paths (the Llama-3 and Qwen split regexes, NFC, Digits, Metaspace,
 added-token flags) over the same vocabularies; the C++ test applies the same replacement.
 
@@ -55,8 +55,10 @@ VARIANTS = [
     ("gpt2", "gpt2/tokenizer.json", None),
     ("gpt2_prefix_space", "gpt2/tokenizer.json", {
         "pre_tokenizer": byte_level(True, True), "decoder": byte_level(True, True)}),
-    # Llama-3's pre-tokenizer over the GPT-2 vocabulary, with Llama-3-style special tokens.
+    # Llama-3's pre-tokenizer over the GPT-2 vocabulary, with Llama-3-style special tokens and,
+    # as Llama-3's file has, ignore_merges (a word in the vocabulary is one token).
     ("llama3_regex", "gpt2/tokenizer.json", {
+        "model.ignore_merges": True,
         "added_tokens": [GPT2_EOT, added(50257, "<|begin_of_text|>"), added(50258, "<|eot_id|>"),
                          added(50259, "<|start_header_id|>"), added(50260, "<|end_header_id|>")],
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -200,8 +202,12 @@ def load(base, patch):
     if not os.path.exists(path):
         return None
     j = json.load(open(path, encoding="utf-8"))
-    for k, v in (patch or {}).items():
-        j[k] = v
+    for k, v in (patch or {}).items():  # "a.b" names key b of object a
+        *path, last = k.split(".")
+        obj = j
+        for part in path:
+            obj = obj[part]
+        obj[last] = v
     return Tokenizer.from_str(json.dumps(j))
 
 

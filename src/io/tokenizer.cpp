@@ -1114,7 +1114,10 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out) cons
   // `word` is raw bytes when the ByteLevel map is deferred to here; the model sees it mapped.
   std::string mapped_buf;
   std::string_view m = word;
-  const bool fast_bytes = defer_byte_map && prefix.empty() && suffix.empty();
+  // Fast path: every byte has its single-character token, so the symbols are known directly.
+  const bool fast_bytes = defer_byte_map && prefix.empty() && suffix.empty() &&
+                          std::all_of(word.begin(), word.end(),
+                                      [&](char c) { return byte_sym[static_cast<unsigned char>(c)] >= 0; });
   if (defer_byte_map && (!fast_bytes || ignore_merges)) {
     for (unsigned char c : word) mapped_buf += byte_alphabet().to_utf8[c];
     m = mapped_buf;
@@ -1132,20 +1135,9 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out) cons
     syms.push_back({id, n - 1, -1, len});
     if (n > 0) syms[size_t(n - 1)].next = n;
   };
-  bool done = false;
   if (fast_bytes) {
-    done = true;
-    for (unsigned char c : word)
-      if (byte_sym[c] < 0) done = false;
-    if (done)
-      for (unsigned char c : word) add(byte_sym[c], 1);
-    else {
-      syms.clear();
-      for (unsigned char c : word) mapped_buf += byte_alphabet().to_utf8[c];
-      m = mapped_buf;
-    }
-  }
-  if (!done) {
+    for (unsigned char c : word) add(byte_sym[c], 1);
+  } else {
     // HF BPE::merge_word: one symbol per character (with prefix / suffix), byte fallback, unk.
     int32_t unk = -1;
     uint32_t unk_len = 0;

@@ -1,7 +1,7 @@
 // Native tokenizer vs Hugging Face `tokenizers`: ids and decoded text must be identical.
 // Expected values come from tests/data/tokenizers/vectors.json (scripts/gen_tokenizer_vectors.py);
 // each entry is a tokenizer.json (committed, or from ../shared/data beside the repository: the
-// test skips when that is absent) with an optional patch of top-level keys.
+// test skips when that is absent) with an optional patch of keys ("a.b": key b inside a).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -65,7 +65,12 @@ std::optional<Tokenizer> load_variant(const std::string& name) {
       tok = Tokenizer::load(base);
     } else {
       json j = read_json_file(base);
-      for (auto it = (*e)["patch"].begin(); it != (*e)["patch"].end(); ++it) j[it.key()] = it.value();
+      for (auto it = (*e)["patch"].begin(); it != (*e)["patch"].end(); ++it) {
+        json* obj = &j;  // "a.b" names key b inside object a
+        std::string key = it.key();
+        for (size_t dot; (dot = key.find('.')) != std::string::npos; key.erase(0, dot + 1)) obj = &(*obj)[key.substr(0, dot)];
+        (*obj)[key] = it.value();
+      }
       const auto d = dir.path / name;
       std::filesystem::create_directories(d);
       std::ofstream(d / "tokenizer.json") << j.dump();
