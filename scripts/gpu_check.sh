@@ -4,6 +4,7 @@
 # Usage: scripts/gpu_check.sh [build-dir]      (default: build-cuda, else build)
 #   SF_GPU_CHECK_QUICK=1   shorter benchmark runs
 #   OUT=dir                where logs go (default: ./gpu_check_out)
+#   SF_COMMIT=hash         the commit to print when the tree has no .git
 # The test binaries are run directly (not through ctest: a build directory copied to another
 # machine keeps absolute paths in its CTest files). test_cuda first, then every other
 # test_<area> binary found (the rest of the suite, which must pass on a GPU machine too), then
@@ -26,7 +27,8 @@ say() { echo "$*" >> "$SUMMARY"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv \
   > "$OUT/gpu.txt" 2>&1 || echo "nvidia-smi failed" > "$OUT/gpu.txt"
 say "gpu: $(tail -n +2 "$OUT/gpu.txt" | head -1)"
-say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+local changes)')"
+# A copied working tree may have no .git: SF_COMMIT names the commit then.
+say "commit: ${SF_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 # ---- tests ------------------------------------------------------------------------------------
 status=0

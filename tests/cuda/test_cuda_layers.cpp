@@ -23,7 +23,9 @@ std::string nname(const char* op, const NormCase& c) {
 
 const NormCase kNormCases[] = {{22, 65, 65, 0},    {65, 22, 22, 3},     {7, 4096, 4096, 0},
                                {33, 4096, 4096, 8}, {64, 4096, 128, 0},  {9, 1024, 64, 2048},
-                               {5, 8192, 8192, 0},  {129, 5120, 5120, 0}};
+                               {5, 8192, 8192, 0},  {129, 5120, 5120, 0},
+                               // wider than the register-cached backward: the looping kernels
+                               {3, 12288, 12288, 0}, {4, 1031, 1031, 0}};
 
 TEST(CudaRmsNorm, Forward) {
   SF_REQUIRE_GPU();

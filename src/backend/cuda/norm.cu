@@ -37,10 +37,14 @@ constexpr int block_threads() { return TPG < 256 ? 256 : TPG; }
 // Sum over the TPG threads of one group; `red` holds block_threads/32 floats.
 template <int TPG>
 __device__ __forceinline__ float group_sum(float x, float* red) {
-  x = warp_sum(x);
-  if constexpr (TPG == 32) {
+  if constexpr (TPG < 32) {  // a group is TPG aligned lanes of one warp
+#pragma unroll
+    for (int o = TPG / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
+  } else if constexpr (TPG == 32) {
+    return warp_sum(x);
   } else {
+    x = warp_sum(x);
     constexpr int WPG = TPG / 32;  // warps per group
     const int warp = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0) red[warp] = x;
@@ -169,20 +173,134 @@ __global__ void __launch_bounds__(block_threads<TPG>())
   }
 }
 
+// The same backward with each thread's CPT chunks (columns (li + k*TPG)*VW) kept in registers
+// between the passes and its dw partial kept in registers across all of the block's groups:
+// one global read of dout and x, no shared-memory traffic per element. For D <= 2*TPG*VW.
+template <int VW, int TPG, int CPT>
+__global__ void __launch_bounds__(block_threads<TPG>())
+    rmsnorm_backward_cached_kernel(NormArgs p) {
+  constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+  __shared__ float red[BS / 32];
+  extern __shared__ float acc[];  // [GPB][D] when dw_partial
+  const int sg = threadIdx.x / TPG, li = threadIdx.x % TPG;
+  const bool want_dw = p.dw_partial != nullptr;
+  float wv[CPT][VW], dw[CPT][VW];
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const int c = (li + k * TPG) * VW;
+    if (c < p.D) loadv<VW>(p.w + c, wv[k]);
+#pragma unroll
+    for (int e = 0; e < VW; ++e) {
+      if (c >= p.D) wv[k][e] = 0.f;
+      dw[k][e] = 0.f;
+    }
+  }
+  for (int64_t base = int64_t(blockIdx.x) * GPB; base < p.n_groups;
+       base += int64_t(gridDim.x) * GPB) {
+    const int64_t gi = base + sg;
+    const bool active = gi < p.n_groups;
+    const int64_t t = active ? gi / p.G : 0, gcol = active ? (gi % p.G) * p.D : 0;
+    const bf16* dout = p.a + t * p.ld_a + gcol;
+    const bf16* x = p.b + t * p.ld_b + gcol;
+    const float r = active ? p.rstd[gi] : 0.f;
+    float d[CPT][VW], xv[CPT][VW];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const int c = (li + k * TPG) * VW;
+      if (active && c < p.D) {
+        loadv<VW>(dout + c, d[k]);
+        loadv<VW>(x + c, xv[k]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VW; ++e) d[k][e] = xv[k][e] = 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < VW; ++e) s += d[k][e] * wv[k][e] * (xv[k][e] * r);
+    }
+    s = group_sum<TPG>(s, red);
+    if (!active) continue;
+    const float mean = s / float(p.D);
+    bf16* dx = p.out + t * p.ld_out + gcol;
+    const bf16* dres = p.dres ? p.dres + t * p.ld_dres + gcol : nullptr;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const int c = (li + k * TPG) * VW;
+      if (c >= p.D) continue;
+      float rr[VW];
+      if (dres) loadv<VW>(dres + c, rr);
+#pragma unroll
+      for (int e = 0; e < VW; ++e) {
+        const float xhat = xv[k][e] * r;
+        dw[k][e] += d[k][e] * xhat;
+        float v = r * (wv[k][e] * d[k][e] - xhat * mean);
+        if (dres) v += rr[e];
+        xv[k][e] = v;
+      }
+      storev<VW>(dx + c, xv[k]);
+    }
+  }
+  if (!want_dw) return;
+  // Every (sub-group, column) of acc is written by exactly one thread: no zeroing needed.
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    const int c = (li + k * TPG) * VW;
+    if (c < p.D)
+#pragma unroll
+      for (int e = 0; e < VW; ++e) acc[sg * p.D + c + e] = dw[k][e];
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < p.D; c += BS) {
+    float v = 0.f;
+#pragma unroll
+    for (int g = 0; g < GPB; ++g) v += acc[g * p.D + c];
+    p.dw_partial[int64_t(blockIdx.x) * p.D + c] = v;
+  }
+}
+
 // ---- host helpers ---------------------------------------------------------------------------
 
-// Threads per group: enough that each thread holds a few chunks.
-int pick_tpg(int64_t chunks) { return chunks <= 64 ? 32 : (chunks <= 512 ? 128 : 512); }
+// Threads per group: about one to four chunks per thread (small groups, e.g. per-head
+// norms of D = 128, take a quarter or half warp each instead of idling half a warp).
+int pick_tpg(int64_t chunks) {
+  if (chunks <= 8) return 8;
+  if (chunks <= 16) return 16;
+  return chunks <= 64 ? 32 : (chunks <= 512 ? 128 : 512);
+}
 
 template <class F>
 void dispatch_tpg(int tpg, bool vec, F&& f) {
   auto with_vw = [&](auto vw) {
-    if (tpg == 32) f(vw, std::integral_constant<int, 32>{});
+    if (tpg == 8) f(vw, std::integral_constant<int, 8>{});
+    else if (tpg == 16) f(vw, std::integral_constant<int, 16>{});
+    else if (tpg == 32) f(vw, std::integral_constant<int, 32>{});
     else if (tpg == 128) f(vw, std::integral_constant<int, 128>{});
     else f(vw, std::integral_constant<int, 512>{});
   };
   if (vec) with_vw(std::integral_constant<int, 8>{});
   else with_vw(std::integral_constant<int, 1>{});
+}
+
+// f(VW, TPG, CPT) as integral constants, TPG in 8..512 (powers of two), CPT in {1, 2}.
+template <class F>
+void dispatch_cached(int tpg, int cpt, bool vec, F&& f) {
+  auto with_cpt = [&](auto vw, auto tp) {
+    if (cpt == 1) f(vw, tp, std::integral_constant<int, 1>{});
+    else f(vw, tp, std::integral_constant<int, 2>{});
+  };
+  auto with_tpg = [&](auto vw) {
+    switch (tpg) {
+      case 8: with_cpt(vw, std::integral_constant<int, 8>{}); break;
+      case 16: with_cpt(vw, std::integral_constant<int, 16>{}); break;
+      case 32: with_cpt(vw, std::integral_constant<int, 32>{}); break;
+      case 64: with_cpt(vw, std::integral_constant<int, 64>{}); break;
+      case 128: with_cpt(vw, std::integral_constant<int, 128>{}); break;
+      case 256: with_cpt(vw, std::integral_constant<int, 256>{}); break;
+      default: with_cpt(vw, std::integral_constant<int, 512>{}); break;
+    }
+  };
+  if (vec) with_tpg(std::integral_constant<int, 8>{});
+  else with_tpg(std::integral_constant<int, 1>{});
 }
 
 int64_t norm_groups(const Mat& x, const Mat& w, const char* op) {
@@ -282,12 +400,42 @@ void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Ma
   p.D = int(D);
   const bool vec = D % 8 == 0 && vec8_ok(x) && vec8_ok(dx) && vec8_ok(dout) && vec8_ok(w) &&
                    (!has_dres || vec8_ok(dres));
-  const int tpg = pick_tpg(vec ? D / 8 : D);
+  const int64_t chunks = vec ? D / 8 : D;
+  if (chunks <= 2 * 512) {
+    // Registers hold each thread's chunks: the smallest TPG with at most two chunks a thread.
+    int tpg = 8;
+    while (tpg < 512 && 2 * tpg < chunks) tpg *= 2;
+    const int cpt = chunks <= tpg ? 1 : 2;
+    dispatch_cached(tpg, cpt, vec, [&](auto vw, auto tp, auto cp) {
+      constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value,
+                    CPT = decltype(cp)::value;
+      constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+      int64_t blocks = (p.n_groups + GPB - 1) / GPB;
+      blocks = std::min<int64_t>(blocks, 8 * sm_count());
+      size_t smem = 0;
+      if (want_dw) {
+        blocks = std::min<int64_t>(blocks, int64_t(ws.reduce_bytes / (sizeof(float) * D)));
+        SF_REQUIRE(blocks >= 1, "cuda rmsnorm_backward: norm width ", D,
+                   " exceeds the reduction workspace");
+        p.dw_partial = static_cast<float*>(ws.reduce);
+        smem = sizeof(float) * size_t(GPB) * size_t(D);
+        if (smem > 48 * 1024)
+          CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_cached_kernel<VW, TPG, CPT>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(smem)));
+      }
+      rmsnorm_backward_cached_kernel<VW, TPG, CPT><<<unsigned(blocks), BS, smem, s>>>(p);
+      CUDA_CHECK_LAUNCH();
+      if (want_dw) launch_colsum_finish(s, dw.as<float>(), p.dw_partial, int(blocks), D);
+    });
+    return;
+  }
+  const int tpg = pick_tpg(chunks);
   dispatch_tpg(tpg, vec, [&](auto vw, auto tp) {
     constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value;
     constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
     int64_t blocks = (p.n_groups + GPB - 1) / GPB;
-    blocks = std::min<int64_t>(blocks, 2 * sm_count());
+    blocks = std::min<int64_t>(blocks, 8 * sm_count());  // enough warps to cover latency
     size_t smem = 0;
     if (want_dw) {
       // One partial row of D floats per block in the workspace.
