@@ -1,5 +1,6 @@
 // The subcommands: flags -> options structs -> library calls.
 #include "cli/commands.h"
+#include "cli/common.h"
 
 #include <filesystem>
 #include <iomanip>
@@ -12,13 +13,10 @@
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "train/model_dir.h"
-#include "train/trainer.h"
 
 namespace fs = std::filesystem;
 
 namespace sf::cli {
-
-namespace {
 
 // Where the bundled example lives: next to the source tree this binary was built from, or
 // installed beside the binary.
@@ -39,8 +37,6 @@ DType parse_save_dtype(const std::string& s) {
   if (s == "f32" || s == "float32") return DType::f32;
   SF_FAIL(input, "--dtype \"", s, "\" is unknown; use bf16, f16 or f32");
 }
-
-}  // namespace
 
 void add_init_command(CLI::App& app) {
   struct Opts {
@@ -80,46 +76,6 @@ void add_init_command(CLI::App& app) {
   });
 }
 
-void add_train_command(CLI::App& app) {
-  auto o = std::make_shared<TrainOptions>();
-  auto sched = std::make_shared<std::string>("cosine");
-  auto dtype = std::make_shared<std::string>("bf16");
-  auto* cmd = app.add_subcommand("train", "fine-tune every parameter of a model");
-  cmd->add_option("--model", o->model_dir, "Hugging Face model directory (default: bundled example)");
-  cmd->add_option("--tokens", o->tokens_file, "training data: uint32 token ids (llm.c .bin or raw)");
-  cmd->add_option("--out", o->out_dir, "output directory (model/ and metrics.jsonl)");
-  cmd->add_option("--example-size", o->example_size, "model shape for the bundled example");
-  cmd->add_option("--steps", o->steps, "optimizer steps");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
-  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step");
-  cmd->add_option("--lr", o->schedule.lr, "peak learning rate")->default_val(3e-4);
-  cmd->add_option("--lr-schedule", *sched, "constant, cosine or linear");
-  cmd->add_option("--warmup-steps", o->schedule.warmup_steps, "linear warmup steps");
-  cmd->add_option("--min-lr-ratio", o->schedule.min_lr_ratio, "final lr / peak lr");
-  cmd->add_option("--weight-decay", o->hyper.weight_decay, "decoupled weight decay (not on norms/biases)");
-  cmd->add_option("--beta1", o->hyper.beta1);
-  cmd->add_option("--beta2", o->hyper.beta2);
-  cmd->add_option("--adam-eps", o->hyper.eps);
-  cmd->add_option("--max-grad-norm", o->hyper.max_grad_norm, "global-norm clipping (0: off)")->default_val(1.0);
-  cmd->add_option("--seed", o->seed, "seed for initialisation and data order");
-  cmd->add_option("--eval-every", o->eval_every, "steps between evaluations (0: at the end)");
-  cmd->add_option("--eval-fraction", o->eval_fraction, "tail of the tokens held out for eval");
-  cmd->add_option("--backend", o->backend, "auto, host or cuda");
-  cmd->add_option("--engine", o->engine, "auto, resident or sliding");
-  cmd->add_option("--gpu-memory", o->gpu_memory, "device memory budget, e.g. 24GiB");
-  cmd->add_option("--host-memory", o->host_memory, "host memory budget, e.g. 100GiB");
-  cmd->add_option("--dtype", *dtype, "dtype of the saved model: bf16, f16, f32");
-  cmd->add_flag("--quiet", o->quiet, "no per-step log");
-  cmd->callback([o, sched, dtype] {
-    o->schedule.kind = LrSchedule::parse_kind(*sched);
-    o->schedule.total_steps = o->steps;
-    o->save_dtype = parse_save_dtype(*dtype);
-    if (o->model_dir.empty()) o->examples_dir = examples_dir();
-    run_training(*o, std::cout);
-  });
-}
-
 void add_plan_command(CLI::App& app) {
   struct Opts {
     std::string model, size = "llama3-8b";
@@ -143,6 +99,7 @@ void add_plan_command(CLI::App& app) {
     o->req.step.micro_tokens = int64_t(o->batch_size) * o->seq_len;
     o->req.step.grad_accum = o->grad_accum;
     o->req.step.max_seq_len = o->seq_len;
+    o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);
     std::cout << "backend    " << (r.backend == BackendKind::cuda ? "cuda" : "host") << "\n"
               << describe_plan(cfg, r.plan_request, r.budget, r.plan);

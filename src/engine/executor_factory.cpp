@@ -51,7 +51,7 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   PlannedRun r;
   r.plan_request = req.step;
   if (req.backend == "cuda" || (req.backend == "auto" && cuda_available())) {
-    SF_REQUIRE(cuda_available(), "--backend cuda: ",
+    SF_REQUIRE(cuda_available() || (req.plan_only && !req.gpu_memory.empty()), "--backend cuda: ",
 #if SF_WITH_CUDA
                "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
 #else
@@ -76,14 +76,14 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     r.budget.unified = true;
     r.budget.device_bytes = r.budget.host_bytes;
   } else {
+    r.budget.device_bytes = req.gpu_memory.empty() ? 0 : parse_bytes(req.gpu_memory, "--gpu-memory");
 #if SF_WITH_CUDA
     size_t free_b = 0, total_b = 0;
     cudaSetDevice(0);
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
     size_t dev_default = free_b;
     dev_default = dev_default > kGiB ? dev_default - kGiB : 0;  // CUDA context and margin
-    r.budget.device_bytes = req.gpu_memory.empty() ? dev_default
-                                                   : parse_bytes(req.gpu_memory, "--gpu-memory");
+    if (req.gpu_memory.empty()) r.budget.device_bytes = dev_default;
 #endif
   }
   HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default() : HardwareModel{};

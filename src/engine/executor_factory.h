@@ -17,6 +17,7 @@ struct ExecutorRequest {
   StepRequest step;
   std::string gpu_memory;   // empty: the device's memory minus a margin
   std::string host_memory;  // empty: available RAM minus a margin
+  bool plan_only = false;   // planning for a CUDA machine without its GPU (needs gpu_memory)
 };
 
 // Resolves the backend kind and budgets and makes the plan (no allocation).

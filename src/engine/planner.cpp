@@ -71,36 +71,58 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size), V = size_t(cfg.vocab_size);
   const size_t Tc = size_t(ec.max_chunk_tokens), Tstep = Tc * size_t(ec.max_chunks);
   const size_t xbytes = Tstep * C * es;
-  const size_t N = size_t(l.total_numel()), ML = size_t(max_layer_numel(l));
-  const size_t L = size_t(l.n_layers);
+  const size_t ML = size_t(max_layer_numel(l)), L = size_t(l.n_layers);
+  const int n_units = int(l.units.size()), head_unit = n_units - 1;
+  auto resident = [&](int u) {
+    if (u == head_unit) return ec.head_resident;
+    return u >= 1 && u - 1 >= l.n_layers - ec.resident_layers;
+  };
   std::vector<MemoryLine> m;
-  size_t unit_host = 0, staging = 0;
-  for (auto& u : l.units) {
-    unit_host += 3 * size_t(u.numel) * 4;
-    staging += host_round(size_t(u.numel) * es);
+  size_t state = 0, host_homes = 0, dev_homes = 0, max_home = 0;
+  for (int u = 0; u < n_units; ++u) {
+    size_t n = size_t(l.units[size_t(u)].numel);
+    state += 3 * n * 4;
+    if (u == 0) continue;
+    if (resident(u)) {
+      dev_homes += dev_round(n * es);
+      max_home = std::max(max_home, n);
+    } else {
+      host_homes += host_round(n * es);
+    }
   }
-  m.push_back({"fp32 master + AdamW m, v", unit_host, false});
-  if (cd != DType::f32) m.push_back({"compute-dtype weight staging", staging, false});
-  size_t grads = 0;
-  for (auto& u : l.units) grads += host_round(size_t(u.numel) * 4);
-  m.push_back({"gradient landing buffers (f32)", grads, false});
-  if (l.tied) m.push_back({"tied table gradient (f32)", host_round(V * C * 4), false});
+  m.push_back({"fp32 master + AdamW m, v", state, false});
+  m.push_back({"embedding gradient (f32)", host_round(size_t(l.embedding().numel) * 4), false});
+  if (host_homes) m.push_back({"weights/gradient homes (streamed)", host_homes, false});
+  if (l.tied) {
+    size_t t = host_round(V * C * 4);
+    if (cd != DType::f32) t += host_round(size_t(l.embedding().numel) * es);
+    m.push_back({"tied table staging + gradient", t, false});
+  }
+  if (max_home) m.push_back({"update ring (2)", 2 * host_round(max_home * es), false});
   m.push_back({"embedding gather/scatter staging", 2 * host_round(xbytes) + Tc * C * 4, false});
-  MemoryLine acts{"activation store (layer inputs)", L * (ec.activations_on_device ? dev_round(xbytes) : host_round(xbytes)), ec.activations_on_device};
-  m.push_back(acts);
+  m.push_back({"activation store (layer inputs)",
+               L * (ec.activations_on_device ? dev_round(xbytes) : host_round(xbytes)),
+               ec.activations_on_device});
 
+  if (dev_homes)
+    m.push_back({cat("weights/gradient homes (", ec.resident_layers, " layers",
+                     ec.head_resident ? " + head" : "", ")"), dev_homes, true});
   m.push_back({cat("weight slots (", ec.n_slots, ")"), size_t(ec.n_slots) * dev_round(ML * es), true});
-  m.push_back({"head weights + gradients", dev_round(size_t(l.head().numel) * es) + dev_round(size_t(l.head().numel) * 4), true});
+  size_t head = dev_round(size_t(l.head().numel) * 4);
+  if (!ec.head_resident || cd == DType::f32) head += dev_round(size_t(l.head().numel) * es);
+  m.push_back({"head weights / gradient accumulator", head, true});
   if (l.tied) m.push_back({"tied table + its gradient", dev_round(V * C * es) + dev_round(V * C * 4), true});
-  m.push_back({"layer gradient accumulators (2, f32)", 2 * dev_round(ML * 4), true});
+  size_t grads = 2 * dev_round(ML * 4);
+  if (cd != DType::f32) grads += 2 * dev_round(ML * es);
+  m.push_back({"layer gradient accumulators + casts", grads, true});
   m.push_back({"step activations + gradient [T, C] x3", 3 * dev_round(xbytes), true});
   m.push_back({"saved-input buffers (2)", 2 * dev_round(Tc * C * es), true});
   int64_t rows = std::min<int64_t>(ec.head_chunk_rows, ec.max_chunk_tokens);
   m.push_back({"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, int64_t(Tc), cd),
                                                          head_acts_bytes(cfg, int64_t(Tc), cd, rows))), true});
-  m.push_back({"batch inputs + loss", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) + dev_round(4), true});
+  m.push_back({"batch inputs, loss, norms", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) +
+                                                dev_round(4) + dev_round(size_t(n_units) * 4), true});
   m.push_back({"backend workspaces", 2 * kBackendWorkspace, true});
-  (void)N;
   return m;
 }
 
@@ -150,10 +172,11 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   } else {
     const double es = double(dtype_size(DType::bf16));
     double layer_bytes = double(max_layer_numel(l)) * es;
-    double w_fwd = L * layer_bytes / hw.h2d_bytes_per_s;
-    double w_bwd = (L - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
+    const double streamed = L - double(p.engine.resident_layers);
+    double w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
+    double w_bwd = std::max(0.0, streamed - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
     double acts = p.engine.activations_on_device ? 0 : L * T * C * es / hw.h2d_bytes_per_s;
-    double grads = double(l.total_numel()) * 4 / hw.d2h_bytes_per_s;
+    double grads = streamed * layer_bytes / hw.d2h_bytes_per_s;
     p.transfer_seconds = w_fwd + w_bwd + 2 * acts + grads;
     double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s});
     double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
@@ -184,7 +207,10 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
     return res;
   }
   // 2. Sliding window: prefer device-resident activations and 3 slots; shrink the chunk
-  //    (never below the longest sequence) until the device side fits.
+  //    (never below the longest sequence) until the device side fits; then make as many
+  //    layers' homes resident as the device budget allows (no transfers for those), last
+  //    layers first. With a reduced-precision compute dtype the head's home is resident.
+  const bool head_res = cd != DType::f32;
   for (bool acts_dev : {true, false}) {
     for (int slots : {3, 2}) {
       int64_t chunk = req.micro_tokens;
@@ -195,10 +221,25 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         p.engine.max_chunk_tokens = chunk;
         p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
         p.engine.activations_on_device = acts_dev;
+        p.engine.head_resident = head_res;
         p.lines = sliding_memory(cfg, p.engine, cd);
         total(p);
         p.fits = fits(budget, p);
         if (p.fits) {
+          // Binary search the most resident layers that still fit.
+          int lo = 0, hi = int(cfg.num_hidden_layers);
+          while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            Plan q = p;
+            q.engine.resident_layers = mid;
+            q.lines = sliding_memory(cfg, q.engine, cd);
+            total(q);
+            if (fits(budget, q)) lo = mid;
+            else hi = mid - 1;
+          }
+          p.engine.resident_layers = lo;
+          p.lines = sliding_memory(cfg, p.engine, cd);
+          total(p);
           predict(cfg, req, hw, p);
           return p;
         }
@@ -283,7 +324,9 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   if (p.mode == Plan::Mode::resident) {
     os << "mode       resident: the whole model stays on the device\n";
   } else {
-    os << "mode       sliding window: " << p.engine.n_slots << " weight slots, chunks of "
+    os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
+       << p.engine.resident_layers << " of " << cfg.num_hidden_layers
+       << " layers resident, chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "
        << (p.engine.activations_on_device ? "device" : "host") << "\n";

@@ -16,9 +16,12 @@ struct SlidingWindowExecutor::Events {
   std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
   std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
   std::unique_ptr<Event> head_ready, head_done, fwd_done, offloads_done, layer0_done,
-      batch_ready;
+      batch_ready, head_grads_home;
+  std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
+  std::unique_ptr<Event> ring_down[2];             // update thread: gradient is in the ring
+  std::unique_ptr<Event> stage_free[2];            // gstage buffer copied out
 
-  Events(Backend& be, int n_slots, int n_chunks) {
+  Events(Backend& be, int n_slots, int n_chunks, int n_units) {
     auto make = [&](int n) {
       std::vector<std::unique_ptr<Event>> v;
       for (int i = 0; i < n; ++i) v.push_back(be.create_event());
@@ -40,6 +43,12 @@ struct SlidingWindowExecutor::Events {
     offloads_done = be.create_event();
     layer0_done = be.create_event();
     batch_ready = be.create_event();
+    head_grads_home = be.create_event();
+    home_ready = make(n_units);
+    for (int i = 0; i < 2; ++i) {
+      ring_down[i] = be.create_event();
+      stage_free[i] = be.create_event();
+    }
   }
 };
 
@@ -61,27 +70,52 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   compute_ = be.create_stream("compute");
   h2d_ = be.create_stream("h2d");
   d2h_ = be.create_stream("d2h");
-  ev_ = std::make_unique<Events>(be, ec.n_slots, ec.max_chunks);
+  upd_d2h_ = be.create_stream("update d2h");
+  upd_h2d_ = be.create_stream("update h2d");
+  ev_ = std::make_unique<Events>(be, ec.n_slots, ec.max_chunks, n_units);
 
-  // Host side: compute-dtype weight staging (only when it differs from the fp32 master),
-  // gradient landing buffers, embedding gather/scatter staging.
+  int64_t max_layer = 0;
+  for (int k = 0; k < layout_.n_layers; ++k) max_layer = std::max(max_layer, layout_.layer(k).numel);
+  SF_REQUIRE(ec.resident_layers >= 0 && ec.resident_layers <= layout_.n_layers,
+             "resident_layers must be in [0, n_layers]");
+  SF_REQUIRE(ec.head_resident || cd_ == DType::f32,
+             "with a reduced-precision compute dtype the head's home must be resident");
+
+  // Homes. [0] holds the tied table's compute-dtype weights when the head needs them.
+  home_on_device_.assign(size_t(n_units), 0);
+  for (int k = layout_.n_layers - ec.resident_layers; k < layout_.n_layers; ++k)
+    home_on_device_[size_t(k + 1)] = 1;
+  home_on_device_[size_t(head_unit)] = ec.head_resident;
+  bool any_resident = false;
   for (int u = 0; u < n_units; ++u) {
     size_t n = size_t(layout_.units[size_t(u)].numel);
-    staging_.push_back(cd_ == DType::f32 ? nullptr : be.alloc_host(n * es, "weight staging"));
-    host_grads_.push_back(be.alloc_host(n * 4, "gradient landing buffer"));
+    if (u == 0) {
+      homes_.push_back(layout_.tied && cd_ != DType::f32 ? be.alloc_host(n * es, "tied table staging")
+                                                          : nullptr);
+      continue;
+    }
+    any_resident |= resident(u);
+    homes_.push_back(resident(u) ? be.alloc(n * es, cat("home of unit ", u))
+                                 : be.alloc_host(n * es, cat("home of unit ", u)));
   }
+  emb_grad_ = be.alloc_host(size_t(layout_.embedding().numel) * 4, "embedding gradient");
   if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
   emb_stage_ = be.alloc_host(xbytes, "embedding staging");
   dx_host_ = be.alloc_host(xbytes, "embedding gradient staging");
   dx_f32_.resize(size_t(Tc * C));
+  int64_t max_home = 0;
+  for (int u = 1; u < n_units; ++u)
+    if (resident(u)) max_home = std::max(max_home, layout_.units[size_t(u)].numel);
+  for (int i = 0; i < 2; ++i) {
+    if (any_resident) ring_[i] = be.alloc_host(size_t(max_home) * es, cat("update ring ", i));
+    if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
+  }
+  norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
 
-  // Device side, all allocated once.
-  int64_t max_layer = 0;
-  for (int k = 0; k < layout_.n_layers; ++k) max_layer = std::max(max_layer, layout_.layer(k).numel);
   for (int s = 0; s < ec.n_slots; ++s)
     slots_.push_back(be.alloc(size_t(max_layer) * es, cat("weight slot ", s)));
   slot_unit_.assign(size_t(ec.n_slots), -1);
-  head_w_ = be.alloc(size_t(layout_.head().numel) * es, "head weights");
+  if (!resident(head_unit) || cd_ == DType::f32) head_w_ = be.alloc(size_t(layout_.head().numel) * es, "head weights");
   head_g_ = be.alloc(size_t(layout_.head().numel) * 4, "head gradients");
   if (layout_.tied) {
     table_w_ = be.alloc(size_t(V * C) * es, "tied embedding table");
@@ -104,7 +138,6 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   for (int c = 0; c < ec.max_chunks; ++c)
     batches_.push_back(std::make_unique<DeviceBatch>(be, *h2d_, cfg, Tc));
   h2d_->synchronize();
-  (void)head_unit;
 }
 
 SlidingWindowExecutor::~SlidingWindowExecutor() {
@@ -122,18 +155,37 @@ ParamStore& SlidingWindowExecutor::params() {
 void SlidingWindowExecutor::params_changed() {
   updates_.wait_all();
   if (cd_ == DType::f32) return;  // weights load straight from the master
+  // Every home (and the tied table's staging) gets the compute-dtype weights.
+  std::vector<char> tmp;
   for (int u = 0; u < store_.n_units(); ++u) {
+    if (!homes_[size_t(u)]) continue;
     const float* src = store_.master(u);
-    auto* dst = static_cast<uint16_t*>(staging_[size_t(u)]->data());
-    host_pool().parallel_for(store_.numel(u), [&](int64_t b, int64_t e) {
-      convert_from_f32(src + b, dst + b, cd_, size_t(e - b));
+    size_t n = size_t(store_.numel(u));
+    void* dst = homes_[size_t(u)]->data();
+    if (u > 0 && resident(u)) {
+      tmp.resize(n * dtype_size(cd_));
+      dst = tmp.data();
+    }
+    host_pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+      convert_from_f32(src + b, static_cast<char*>(dst) + size_t(b) * dtype_size(cd_), cd_,
+                       size_t(e - b));
     }, 1 << 16);
+    if (u > 0 && resident(u)) {
+      be_.copy_to_device(*h2d_, homes_[size_t(u)]->data(), tmp.data(), tmp.size());
+      h2d_->synchronize();
+    }
   }
 }
 
 const void* SlidingWindowExecutor::host_weights(int unit) const {
-  return cd_ == DType::f32 ? static_cast<const void*>(store_.master(unit))
-                           : staging_[size_t(unit)]->data();
+  if (cd_ == DType::f32) return store_.master(unit);
+  SF_CHECK(!(unit > 0 && resident(unit)), "resident unit ", unit, " has no host weights");
+  return homes_[size_t(unit)]->data();
+}
+
+void* SlidingWindowExecutor::weights_on_device(const Op& op) const {
+  if (op.unit > 0 && resident(op.unit) && cd_ != DType::f32) return homes_[size_t(op.unit)]->data();
+  return slots_[size_t(op.slot)]->data();
 }
 
 Mat SlidingWindowExecutor::x_mat(int which, int chunk) const {
@@ -203,7 +255,12 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     case OpKind::load_weights: {
       if (op.unit == head_unit) {
         updates_.wait(head_unit);
-        be_.copy_to_device(*h2d_, head_w_->data(), host_weights(head_unit), head_w_->bytes());
+        if (!resident(head_unit) || cd_ == DType::f32) {
+          be_.copy_to_device(*h2d_, head_w_->data(), host_weights(head_unit),
+                             size_t(layout_.head().numel) * dtype_size(cd_));
+        } else {
+          ev.home_ready[size_t(head_unit)]->wait(*h2d_);
+        }
         if (layout_.tied) {
           updates_.wait(0);
           be_.copy_to_device(*h2d_, table_w_->data(), host_weights(0), table_w_->bytes());
@@ -212,6 +269,12 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
         return;
       }
       updates_.wait(op.unit);  // this unit's AdamW of the previous step
+      if (resident(op.unit) && cd_ != DType::f32) {
+        // Weights are home already; the slot is not used. Order after their trip home.
+        ev.home_ready[size_t(op.unit)]->wait(*h2d_);
+        ev.slot_ready[size_t(op.slot)]->record(*h2d_);
+        return;
+      }
       ev.slot_free[size_t(op.slot)]->wait(*h2d_);
       size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
       be_.copy_to_device(*h2d_, slots_[size_t(op.slot)]->data(), host_weights(op.unit), bytes);
@@ -239,7 +302,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       ev.slot_ready[size_t(op.slot)]->wait(*compute_);
       if (k == 0) ev.emb_done[size_t(c)]->wait(*compute_);
       else ev.off_done[size_t(c)]->wait(*compute_);  // x_out held layer k-1's input
-      LayerWeights w = bind_layer(layout_.layer(k), slots_[size_t(op.slot)]->data(), cd_);
+      LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
       layer_forward(be_, *compute_, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(),
                     x_mat(k % 2, c), x_mat((k + 1) % 2, c));
       ev.slot_free[size_t(op.slot)]->record(*compute_);
@@ -258,7 +321,8 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     case OpKind::head: {
       const int c = op.chunk;
       ev.head_ready->wait(*compute_);
-      HeadWeights w = head_params(*head_w_, cd_, layout_.tied ? table_w_.get() : nullptr);
+      Buffer& hw = resident(head_unit) && cd_ != DType::f32 ? *homes_[size_t(head_unit)] : *head_w_;
+      HeadWeights w = head_params(hw, cd_, layout_.tied ? table_w_.get() : nullptr);
       HeadGrads g = head_params(*head_g_, DType::f32, layout_.tied ? table_g_.get() : nullptr);
       int64_t T = batches_[size_t(c)]->inputs().n_tokens;
       int64_t rows = std::min(ec_.head_chunk_rows, ec_.max_chunk_tokens);
@@ -271,19 +335,39 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
     case OpKind::grads_out: {
-      if (op.unit == head_unit) {
+      // The unit's fp32 gradient goes home in the compute dtype. Resident homes: a cast on
+      // the compute stream plus the sum of squares for the global norm. Host homes: cast
+      // into a staging buffer, then d2h.
+      const bool is_head = op.unit == head_unit;
+      const int g = is_head ? 0 : op.layer % 2;
+      const size_t n = size_t(layout_.units[size_t(op.unit)].numel);
+      Buffer& acc = is_head ? *head_g_ : *grad_[g];
+      Mat src(acc.data(), DType::f32, 1, int64_t(n));
+      if (is_head && layout_.tied) {
         ev.head_done->wait(*d2h_);
-        be_.copy_to_host(*d2h_, host_grads_[size_t(head_unit)]->data(), head_g_->data(),
-                         size_t(layout_.head().numel) * 4);
-        if (layout_.tied)
-          be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
+        be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
+      }
+      if (resident(op.unit)) {
+        // Compute stream order: after the unit's last backward (or head) op.
+        Mat dst(homes_[size_t(op.unit)]->data(), cd_, 1, int64_t(n));
+        be_.cast(*compute_, dst, src);
+        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
+        if (!is_head) ev.grads_copied[g]->record(*compute_);
+        else ev.head_grads_home->record(*compute_);
         return;
       }
-      const int g = op.layer % 2;
-      ev.grads_done[g]->wait(*d2h_);
-      be_.copy_to_host(*d2h_, host_grads_[size_t(op.unit)]->data(), grad_[g]->data(),
-                       size_t(layout_.units[size_t(op.unit)].numel) * 4);
-      ev.grads_copied[g]->record(*d2h_);
+      Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
+      void* from = acc.data();
+      if (cd_ != DType::f32) {
+        ev.stage_free[g]->wait(*compute_);
+        be_.cast(*compute_, Mat(gstage_[g]->data(), cd_, 1, int64_t(n)), src);
+        done.record(*compute_);
+        from = gstage_[g]->data();
+      }
+      done.wait(*d2h_);
+      be_.copy_to_host(*d2h_, homes_[size_t(op.unit)]->data(), from, n * dtype_size(cd_));
+      if (!is_head) ev.grads_copied[g]->record(*d2h_);
+      ev.stage_free[g]->record(*d2h_);
       return;
     }
     case OpKind::fetch_input: {
@@ -308,7 +392,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
         be_.fill_zero(*compute_, grad_[g]->data(), size_t(unit.numel) * 4);
       }
       int64_t T = batches_[size_t(c)]->inputs().n_tokens;
-      LayerWeights w = bind_layer(unit, slots_[size_t(op.slot)]->data(), cd_);
+      LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
       LayerGrads gr = bind_layer(unit, grad_[g]->data(), DType::f32);
       Mat xin(xin_[op.buf]->data(), cd_, T, C);
       layer_backward(be_, *compute_, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(),
@@ -325,7 +409,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const int c = op.chunk;
       const Batch& b = chunks[size_t(c)];
       const int64_t T = b.n_tokens();
-      float* gE = static_cast<float*>(host_grads_[0]->data());
+      float* gE = static_cast<float*>(emb_grad_->data());
       if (c == 0) {
         ev.layer0_done->wait(*d2h_);
         d2h_->synchronize();  // all gradients of the step have landed
@@ -361,6 +445,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
   be_.fill_zero(*compute_, loss_->data(), 4);
   bool backward = ops.back().kind != OpKind::head;
   if (backward) {
+    be_.fill_zero(*compute_, norms_->data(), norms_->bytes());
     be_.fill_zero(*compute_, head_g_->data(), head_g_->bytes());
     if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
   }
@@ -393,13 +478,28 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
 void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   ThreadPool& pool = host_pool();
   const int n_units = store_.n_units();
-  double sumsq = 0;
-  for (int u = 0; u < n_units; ++u)
-    sumsq += sum_squares(static_cast<const float*>(host_grads_[size_t(u)]->data()),
-                         store_.numel(u), &pool);
+  // Global norm: host homes and the embedding in double on the host; resident homes were
+  // reduced on the device while their gradients went home.
+  std::vector<float> dev_norms(size_t(n_units), 0.f);
+  be_.copy_to_host(*compute_, dev_norms.data(), norms_->data(), size_t(n_units) * 4);
+  compute_->synchronize();
+  double sumsq = sum_squares_ranges(static_cast<const float*>(emb_grad_->data()),
+                                    store_.numel(0), store_.ranges(0), &pool);
+  for (int u = 1; u < n_units; ++u) {
+    if (resident(u)) {
+      sumsq += double(dev_norms[size_t(u)]);
+    } else if (cd_ == DType::f32) {
+      sumsq += sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
+                                  store_.numel(u), store_.ranges(u), &pool);
+    } else {
+      sumsq += sum_squares_ranges(static_cast<const uint16_t*>(homes_[size_t(u)]->data()),
+                                  store_.numel(u), store_.ranges(u), &pool);
+    }
+  }
   st.grad_norm = std::sqrt(sumsq);
   if (!std::isfinite(st.grad_norm)) {
     st.clip_coef = 0;  // skip the update; weights stay as they are
+    params_changed();  // homes hold gradients now: put the unchanged weights back
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
@@ -414,12 +514,46 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
   updates_.start(order, [this, s](int u) {
-    uint16_t* out = cd_ == DType::bf16 ? static_cast<uint16_t*>(staging_[size_t(u)]->data())
-                                       : nullptr;
-    adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u),
-                        static_cast<const float*>(host_grads_[size_t(u)]->data()), out,
-                        store_.numel(u), store_.ranges(u), s, &host_pool());
+    static thread_local int trips = 0;
+    update_unit(u, s, (trips++) & 1);
   });
+}
+
+// One unit's AdamW. The gradient is read in the compute dtype from the unit's home and the
+// new compute-dtype weights are written over it in place (element i is read before it is
+// written); resident homes make the trip through a pinned ring buffer.
+void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
+  ThreadPool& pool = host_pool();
+  float* p = store_.master(u);
+  float* m = store_.m(u);
+  float* v = store_.v(u);
+  const int64_t n = store_.numel(u);
+  const auto& ranges = store_.ranges(u);
+  if (u == 0) {  // embedding: fp32 gradient on the host; tied bf16 also refreshes the table
+    uint16_t* out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
+    adamw_update_ranges(p, m, v, static_cast<const float*>(emb_grad_->data()), out, n, ranges,
+                        s, &pool);
+    return;
+  }
+  const size_t bytes = size_t(n) * dtype_size(cd_);
+  void* grad = homes_[size_t(u)]->data();
+  if (resident(u)) {
+    be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), grad, bytes);
+    upd_d2h_->synchronize();
+    grad = ring_[ring]->data();
+  }
+  if (cd_ == DType::f32) {
+    adamw_update_ranges(p, m, v, static_cast<const float*>(grad), nullptr, n, ranges, s, &pool);
+  } else {
+    auto* g = static_cast<uint16_t*>(grad);
+    adamw_update_ranges(p, m, v, g, g, n, ranges, s, &pool);
+  }
+  if (resident(u) && cd_ != DType::f32) {
+    be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), grad, bytes);
+    ev_->home_ready[size_t(u)]->record(*upd_h2d_);
+    // The ring is reused two units later; its copy must have left by then.
+    upd_h2d_->synchronize();
+  }
 }
 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {

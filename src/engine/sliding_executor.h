@@ -9,11 +9,21 @@
 // accumulating fp32 weight gradients over the chunks on the device, and returning them to the
 // host.
 //
+// Homes: every layer and the head own one compute-dtype buffer, its "home", in device memory
+// (resident) or pinned host memory. It holds the unit's weights from its update until its
+// backward, then its gradient (the fp32 device accumulator cast down) until the update, which
+// turns it back into weights in place. So weights and gradients of the whole model cost one
+// 2-byte copy, split between the tiers by the planner; resident homes are never transferred
+// for compute. (With an fp32 compute dtype, as on the host backend, weights load straight
+// from the master and homes hold only gradients.) The embedding is gathered and scattered on
+// the host in fp32 and never leaves it (except as the LM head when tied).
+//
 // Exactness: the global gradient norm needs every gradient before any update, so the updates
 // are deferred until the backward has finished and then run on a CPU thread in forward order
-// (UpdatePipeline); the next step's forward waits only for the unit it is about to load, so
-// the CPU optimizer overlaps the next forward instead of stalling it. The result equals the
-// plain resident step (ResidentExecutor) up to fp32 summation order.
+// (UpdatePipeline); the next step's forward waits only for the unit it is about to use, so the
+// CPU optimizer overlaps the next forward instead of stalling it. The result equals the plain
+// resident step (ResidentExecutor) up to fp32 summation order and the compute-dtype rounding
+// of gradients.
 //
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
 // Nothing is allocated inside a step.
@@ -37,6 +47,10 @@ struct EngineConfig {
   int max_chunks = 1;              // chunks per step
   int64_t head_chunk_rows = 256;   // tokens per LM-head logits chunk
   bool activations_on_device = false;  // activation store tier
+  // Homes kept on the device: the last `resident_layers` layers and (head_resident) the head.
+  // The others live in pinned host memory and stream through the slots.
+  int resident_layers = 0;
+  bool head_resident = false;
 };
 
 class SlidingWindowExecutor final : public StepExecutor {
@@ -63,6 +77,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   Mat dx_mat(int chunk) const;
   Mat store_mat(int layer, int chunk) const;
   const void* host_weights(int unit) const;  // compute-dtype source for a weight load
+  void* weights_on_device(const Op& op) const;  // home (resident) or slot
+  bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
+  void update_unit(int unit, const AdamWStep& s, int ring);
 
   Backend& be_;
   HostBackend host_;  // host-side ops (embedding gather/scatter) in the reference arithmetic
@@ -75,9 +92,14 @@ class SlidingWindowExecutor final : public StepExecutor {
 
   ParamStore store_;
   UpdatePipeline updates_;
-  std::vector<std::unique_ptr<Buffer>> staging_;     // compute-dtype weights per unit (host)
-  std::vector<std::unique_ptr<Buffer>> host_grads_;  // f32 gradients per unit (host)
+  std::vector<std::unique_ptr<Buffer>> homes_;       // per unit (see above); [0]: tied table
+  std::vector<char> home_on_device_;
+  std::unique_ptr<Buffer> emb_grad_;                 // f32 embedding gradient (host)
   std::unique_ptr<Buffer> table_grad_host_;          // tied: head's share of the table grad
+  std::unique_ptr<Buffer> ring_[2];                  // pinned: resident homes' update trips
+  std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
+  std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
+  std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
   std::unique_ptr<Buffer> emb_stage_, dx_host_;      // [T_step, C] compute dtype (host)
   std::vector<float> dx_f32_;                        // [chunk, C] for the host scatter
 

@@ -36,9 +36,11 @@ struct Case {
   int grad_accum;
   int64_t chunk_tokens;  // engine chunk; smaller than a micro-batch splits it
   bool acts_on_device;
+  int resident_layers = 0;  // homes on the device
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
-               "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "");
+               "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
+               resident_layers ? cat("_resident", resident_layers) : "");
   }
 };
 
@@ -61,6 +63,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.max_chunks = 8;
   ec.head_chunk_rows = 256;  // the reference model's default: same LM-head chunking
   ec.activations_on_device = tc.acts_on_device;
+  ec.resident_layers = tc.resident_layers;
+  ec.head_resident = tc.resident_layers > 0;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
   ModelLayout layout = ModelLayout::build(cfg);
@@ -120,7 +124,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::qwen2, true, 0.f, 1, 64, false},
                       Case{Arch::qwen3, true, 0.05f, 2, 64, true},
                       Case{Arch::llama, false, 0.f, 3, 16, false},
-                      Case{Arch::mistral, true, 0.5f, 2, 16, true}),
+                      Case{Arch::mistral, true, 0.5f, 2, 16, true},
+                      Case{Arch::llama, false, 0.05f, 1, 64, false, 1},
+                      Case{Arch::qwen3, true, 0.f, 2, 16, true, 2}),
     [](const auto& info) { return info.param.name(); });
 
 // The schedule visits every layer once forward and once backward per step, loads each
@@ -137,7 +143,10 @@ TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
       for (auto& op : ops) {
         switch (op.kind) {
           case OpKind::load_weights:
-            if (op.slot >= 0) slot_layer[size_t(op.slot)] = op.layer, ++loads;
+            if (op.slot >= 0) {
+              slot_layer[size_t(op.slot)] = op.layer;
+              ++loads;
+            }
             break;
           case OpKind::layer_forward:
             ASSERT_EQ(slot_layer[size_t(op.slot)], op.layer) << describe(op);
