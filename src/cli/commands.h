@@ -8,5 +8,6 @@ void add_init_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 }  // namespace sf::cli

@@ -1,0 +1,52 @@
+// slideformer eval: the mean next-token loss of a model directory on a token file, through
+// the same engine as training (so it doubles as a numerics check against other frameworks).
+#include <iomanip>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "engine/executor_factory.h"
+#include "io/model_config.h"
+#include "model/weights_io.h"
+#include "train/token_batcher.h"
+
+namespace sf::cli {
+
+void add_eval_command(CLI::App& app) {
+  struct Opts {
+    std::string model, tokens;
+    int batch_size = 4, seq_len = 256, batches = 1;
+    ExecutorRequest req;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("eval", "mean loss of a model on a token file");
+  cmd->add_option("--model", o->model, "Hugging Face model directory")->required();
+  cmd->add_option("--tokens", o->tokens, "uint32 token ids (llm.c .bin or raw)")->required();
+  cmd->add_option("--batch-size", o->batch_size, "rows per batch");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per row");
+  cmd->add_option("--batches", o->batches, "batches from the start of the file");
+  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
+  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
+  cmd->callback([o] {
+    std::filesystem::path dir(o->model);
+    ModelConfig cfg = load_config(dir / "config.json");
+    ModelLayout layout = ModelLayout::build(cfg);
+    o->req.step = {int64_t(o->batch_size) * o->seq_len, 1, o->seq_len};
+    auto exec = make_executor(cfg, o->req);
+    load_model_weights(dir, cfg, layout, exec->params().master_ptrs());
+    exec->params_changed();
+    TokenFile tf(o->tokens);
+    TokenBatcher data(tf, 0, tf.size(), o->seq_len);
+    double loss = 0;
+    int64_t n = 0;
+    for (int i = 0; i < o->batches; ++i) {
+      Batch b = data.next(o->batch_size);
+      b.validate(cfg.vocab_size);
+      loss += exec->eval_loss_sum(b);
+      n += b.n_valid_labels();
+    }
+    std::cout << std::setprecision(9) << "loss " << loss / double(n) << " over " << n
+              << " tokens (" << exec->name() << ")\n";
+  });
+}
+
+}  // namespace sf::cli
