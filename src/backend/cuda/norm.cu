@@ -34,6 +34,10 @@ struct NormArgs {
 template <int TPG>
 constexpr int block_threads() { return TPG < 256 ? 256 : TPG; }
 
+// Above this much dynamic shared memory a kernel needs the opt-in attribute (48 KiB less the
+// kernels' own static reduction buffer, with margin).
+constexpr size_t kDefaultSmem = 46 * 1024;
+
 // Sum over the TPG threads of one group; `red` holds block_threads/32 floats.
 template <int TPG>
 __device__ __forceinline__ float group_sum(float x, float* red) {
@@ -203,7 +207,8 @@ __global__ void __launch_bounds__(block_threads<TPG>())
     const bf16* dout = p.a + t * p.ld_a + gcol;
     const bf16* x = p.b + t * p.ld_b + gcol;
     const float r = active ? p.rstd[gi] : 0.f;
-    float d[CPT][VW], xv[CPT][VW];
+    const bf16* dres = p.dres ? p.dres + t * p.ld_dres + gcol : nullptr;
+    float d[CPT][VW], xv[CPT][VW], rr[CPT][VW];
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < CPT; ++k) {
@@ -211,6 +216,7 @@ __global__ void __launch_bounds__(block_threads<TPG>())
       if (active && c < p.D) {
         loadv<VW>(dout + c, d[k]);
         loadv<VW>(x + c, xv[k]);
+        if (dres) loadv<VW>(dres + c, rr[k]);  // issued with the others: one latency, not two
       } else {
 #pragma unroll
         for (int e = 0; e < VW; ++e) d[k][e] = xv[k][e] = 0.f;
@@ -222,19 +228,16 @@ __global__ void __launch_bounds__(block_threads<TPG>())
     if (!active) continue;
     const float mean = s / float(p.D);
     bf16* dx = p.out + t * p.ld_out + gcol;
-    const bf16* dres = p.dres ? p.dres + t * p.ld_dres + gcol : nullptr;
 #pragma unroll
     for (int k = 0; k < CPT; ++k) {
       const int c = (li + k * TPG) * VW;
       if (c >= p.D) continue;
-      float rr[VW];
-      if (dres) loadv<VW>(dres + c, rr);
 #pragma unroll
       for (int e = 0; e < VW; ++e) {
         const float xhat = xv[k][e] * r;
         dw[k][e] += d[k][e] * xhat;
         float v = r * (wv[k][e] * d[k][e] - xhat * mean);
-        if (dres) v += rr[e];
+        if (dres) v += rr[k][e];
         xv[k][e] = v;
       }
       storev<VW>(dx + c, xv[k]);
@@ -419,7 +422,7 @@ void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Ma
                    " exceeds the reduction workspace");
         p.dw_partial = static_cast<float*>(ws.reduce);
         smem = sizeof(float) * size_t(GPB) * size_t(D);
-        if (smem > 48 * 1024)
+        if (smem > kDefaultSmem)
           CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_cached_kernel<VW, TPG, CPT>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           int(smem)));
@@ -444,7 +447,7 @@ void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Ma
                  " exceeds the reduction workspace");
       p.dw_partial = static_cast<float*>(ws.reduce);
       smem = sizeof(float) * size_t(GPB) * size_t(D);
-      if (smem > 48 * 1024)
+      if (smem > kDefaultSmem)
         CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<VW, TPG>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     }
