@@ -1,0 +1,67 @@
+// Helpers of the dataset tests: the tokenizers the vectors were made with, vectors.json, files.
+#pragma once
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/tokenizer.h"
+#include "test_util.h"
+
+namespace sf::test {
+
+inline nlohmann::json read_json_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+inline const nlohmann::json& dataset_vectors() {
+  static const nlohmann::json v =
+      read_json_file(source_dir() / "tests/data/datasets/vectors.json");
+  return v;
+}
+
+inline void write_file(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+
+// "qwen3" (../shared, nullopt when absent), "mistral" (committed), "llama" (GPT-2's BPE plus the
+// Llama 3 special tokens, built like scripts/gen_dataset_vectors.py builds it).
+inline std::optional<Tokenizer> vector_tokenizer(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, std::optional<Tokenizer>> cache;
+  static TempDir dir("sf-dstok");
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  std::optional<Tokenizer> t;
+  if (name == "qwen3") {
+    const auto p = source_dir() / ".." / "shared" / "data" / "tokenizers" / "qwen3";
+    if (std::filesystem::exists(p / "tokenizer.json")) t = Tokenizer::load(p);
+  } else if (name == "mistral") {
+    t = Tokenizer::load(source_dir() / "tests/data/tokenizers/mistral");
+  } else if (name == "llama") {
+    nlohmann::json tj = read_json_file(source_dir() / "tests/data/tokenizers/gpt2/tokenizer.json");
+    int id = 50257;
+    for (const auto& s : dataset_vectors()["llama_specials"])
+      tj["added_tokens"].push_back({{"id", id++}, {"content", s}, {"single_word", false},
+                                    {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                    {"special", true}});
+    const auto d = dir.path / "llama";
+    std::filesystem::create_directories(d);
+    write_file(d / "tokenizer.json", tj.dump());
+    write_file(d / "tokenizer_config.json",
+               R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": true})");
+    t = Tokenizer::load(d);
+  }
+  cache[name] = t;
+  return t;
+}
+
+}  // namespace sf::test
