@@ -87,22 +87,11 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
 #endif
   }
   HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default() : HardwareModel{};
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw);
-  if (req.engine == "sliding" && r.plan.mode == Plan::Mode::resident) {
-    // Forced window: re-plan with a budget the resident mode cannot meet.
-    Budget b = r.budget;
-    Plan p;
-    size_t resident_dev = r.plan.device_bytes;
-    b.device_bytes = std::min(b.device_bytes, resident_dev > 1 ? resident_dev - 1 : 0);
-    if (b.unified) b.host_bytes = std::min(b.host_bytes, r.plan.device_bytes + r.plan.host_bytes - 1);
-    p = make_plan(cfg, req.step, b, r.compute_dtype, hw);
-    if (p.fits && p.mode == Plan::Mode::sliding) r.plan = p;
-  } else if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident) {
+  SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
+             "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
+  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding");
+  if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
-  } else {
-    SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
-               "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
-  }
   return r;
 }
 

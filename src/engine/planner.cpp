@@ -193,7 +193,7 @@ bool fits(const Budget& b, const Plan& p) {
 }  // namespace
 
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
-               const HardwareModel& hw) {
+               const HardwareModel& hw, bool allow_resident) {
   SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
   Plan best;
   // 1. Everything resident, if it fits: no transfers at all.
@@ -202,7 +202,7 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   res.lines = resident_memory(cfg, req.micro_tokens, cd);
   total(res);
   res.fits = fits(budget, res);
-  if (res.fits) {
+  if (res.fits && allow_resident) {
     predict(cfg, req, hw, res);
     return res;
   }

@@ -56,8 +56,9 @@ struct Plan {
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd);
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd);
 
+// allow_resident = false forces a sliding window even when everything would fit.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
-               const HardwareModel& hw);
+               const HardwareModel& hw, bool allow_resident = true);
 
 // "24GiB", "24G", "1.5TB", "512MiB", "1000000" (bytes). Throws Error(input) naming `flag`.
 size_t parse_bytes(const std::string& text, const std::string& flag);

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The engine's GPU checks and benchmarks in one call (run on the GPU machine):
+#   1. the CUDA engine tests (sliding window vs resident step on the GPU),
+#   2. transformers loads slideformer's saved model directories (llama, mistral, qwen2,
+#      qwen3) and computes the same loss (scripts/check_hf_compat.py),
+#   3. engine benchmarks: `slideformer bench` on the shapes given in SF_BENCH (one per line:
+#      "<size> <layers|0> <batch> <seq> <gpu-memory>").
+# Usage: scripts/gpu_engine.sh [build-dir]   Logs under $OUT (default ./gpu_engine_out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build-gpu}
+OUT=${OUT:-$PWD/gpu_engine_out}
+mkdir -p "$OUT"
+S="$OUT/engine_summary.txt"
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+SF="$B/bin/slideformer"
+say "commit $(git rev-parse --short HEAD 2>/dev/null)  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores"
+
+# 1. engine tests on the GPU
+timeout 300 "$B/tests/test_cuda" --gtest_filter='*Engine*' > "$OUT/engine_tests.log" 2>&1
+say "engine tests rc=$? $(grep -c '^\[       OK' "$OUT/engine_tests.log") ok, $(grep -c '^\[  FAILED  \].*(' "$OUT/engine_tests.log") failed"
+grep -E '^\[ERR\]|^\[ENGINE\]' "$OUT/engine_tests.log" | tee -a "$S"
+
+# 2. transformers compatibility of saved model directories
+if [ -z "${SF_SKIP_HF:-}" ]; then
+for arch in llama mistral qwen2 qwen3; do
+  d="$OUT/hf_$arch"; mkdir -p "$d"
+  extra=""
+  case $arch in
+    llama) extra='"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, "tie_word_embeddings": false,' ;;
+    mistral) extra='"tie_word_embeddings": false, "sliding_window": null,' ;;
+    qwen2) extra='"tie_word_embeddings": true,' ;;
+    qwen3) extra='"tie_word_embeddings": false, "head_dim": 64,' ;;
+  esac
+  cat > "$d/config.json" <<JSON
+{"model_type": "$arch", $extra "vocab_size": 50304, "hidden_size": 256, "intermediate_size": 512,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+ "rope_theta": 10000.0, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
+JSON
+  "$SF" init --from-config "$d/config.json" --out "$d/model" --seed 3 --tokenizer examples/sotu > "$d/init.log" 2>&1
+  loss=$("$SF" eval --model "$d/model" --tokens examples/sotu/sotu-gpt2.bin --batch-size 4 --seq-len 256 --backend host 2>&1 | awk '/^loss/{print $2}')
+  r=$(timeout 120 python3 scripts/check_hf_compat.py "$d/model" examples/sotu/sotu-gpt2.bin 256 4 "${loss:-nan}" 2>&1 | tail -1)
+  say "hf $arch: $r"
+done
+fi
+
+# 3. engine benchmarks
+SF_BENCH=${SF_BENCH:-"llama3-8b 8 8 1024 24GiB"}
+while read -r size layers batch seq mem; do
+  [ -z "$size" ] && continue
+  log="$OUT/bench_${size}_${layers}_${batch}x${seq}.log"
+  timeout "${SF_BENCH_TIMEOUT:-420}" "$SF" bench --size "$size" --layers "$layers" --batch-size "$batch" \
+    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-6}" --gpu-memory "$mem" --backend cuda > "$log" 2>&1
+  say "bench $size layers=$layers ${batch}x$seq rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
+done <<< "$SF_BENCH"

@@ -1,0 +1,105 @@
+// slideformer bench: full-parameter training steps of a named model shape with random
+// weights on a repeated random batch — throughput, model TFLOP/s, memory, and a loss that
+// must fall. The engine benchmark of docs/BENCHMARKS.md.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <random>
+
+#include "cli/commands.h"
+#include "core/thread_pool.h"
+#include "engine/executor_factory.h"
+#include "model/model_init.h"
+#include "model/model_presets.h"
+
+namespace sf::cli {
+
+namespace {
+double peak_rss_gib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB
+}
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  struct Opts {
+    std::string size = "llama3-8b";
+    int layers = 0;  // 0: the preset's
+    int batch_size = 8, seq_len = 1024, steps = 10, grad_accum = 1;
+    double lr = 1e-4;
+    ExecutorRequest req;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("bench", "time training steps of a model shape (random weights)");
+  cmd->add_option("--size", o->size, "named model shape");
+  cmd->add_option("--layers", o->layers, "cut the model to this many layers");
+  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
+  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step");
+  cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
+  cmd->add_option("--lr", o->lr, "learning rate");
+  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
+  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
+  cmd->add_option("--gpu-memory", o->req.gpu_memory, "device memory budget, e.g. 24GiB");
+  cmd->add_option("--host-memory", o->req.host_memory, "host memory budget");
+  cmd->callback([o] {
+    ModelConfig cfg = model_preset(o->size);
+    if (o->layers > 0) cfg.num_hidden_layers = o->layers;
+    ModelLayout layout = ModelLayout::build(cfg);
+    o->req.step = {int64_t(o->batch_size) * o->seq_len, o->grad_accum, o->seq_len};
+    PlannedRun pr = plan_run(cfg, o->req);
+    std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
+    auto t0 = std::chrono::steady_clock::now();
+    auto exec = make_executor(cfg, o->req);
+    ParamStore& store = exec->params();
+    for (int u = 0; u < store.n_units(); ++u) init_unit(layout.units[size_t(u)], store.master(u), 1);
+    exec->params_changed();
+    double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "setup " << std::fixed << std::setprecision(1) << setup << " s (" << exec->name()
+              << ")\n";
+
+    std::mt19937_64 g(7);
+    std::vector<Batch> micro;
+    for (int m = 0; m < o->grad_accum; ++m) {
+      std::vector<std::vector<int32_t>> rows(static_cast<size_t>(o->batch_size));
+      for (auto& r : rows)
+        for (int i = 0; i < o->seq_len; ++i) r.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
+      micro.push_back(Batch::from_rows(rows));
+    }
+    OptimHyper h;
+    h.lr = o->lr;
+    h.max_grad_norm = 1.0f;
+    double tokens = 0, seconds = 0;
+    for (int s = 1; s <= o->steps; ++s) {
+      auto ts = std::chrono::steady_clock::now();
+      StepStats st = exec->train_step(micro, h);
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      if (s > 1) {
+        tokens += double(st.n_tokens);
+        seconds += dt;
+      }
+      std::cout << "step " << s << "  loss " << std::setprecision(4) << st.loss() << "  gnorm "
+                << st.grad_norm << "  " << std::setprecision(3) << dt << " s  "
+                << std::setprecision(0) << double(st.n_tokens) / dt << " tok/s  "
+                << std::setprecision(1) << pr.plan.model_flops_per_step / dt / 1e12
+                << " TFLOP/s\n" << std::flush;
+    }
+    exec->params();  // waits for the last update
+    double tps = seconds > 0 ? tokens / seconds : 0;
+    std::cout << std::setprecision(0) << "RESULT size=" << o->size << " layers="
+              << cfg.num_hidden_layers << " batch=" << o->batch_size << "x" << o->seq_len
+              << " accum=" << o->grad_accum << " tokens/s=" << tps << " model_TFLOP/s="
+              << std::setprecision(1)
+              << (seconds > 0 ? pr.plan.model_flops_per_step * (o->steps - 1) / seconds / 1e12 : 0)
+              << " peak_gpu_GiB=" << std::setprecision(2)
+              << double(exec->device_peak_bytes()) / double(1 << 30)
+              << " peak_rss_GiB=" << peak_rss_gib() << " predicted_tokens/s="
+              << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
+              << "\n";
+  });
+}
+
+}  // namespace sf::cli
