@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev
-      libopenblas-dev libgtest-dev libgmock-dev liburing-dev libnuma-dev)
+      libopenblas-dev libgtest-dev libgmock-dev liburing-dev libnuma-dev zlib1g-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,7 @@
-// Learning-rate schedules: linear warmup from 0, then cosine / linear decay to
-// min_lr_ratio * lr, or constant. Step numbers are 1-based optimizer steps.
+// Learning-rate schedules: linear warmup (step s <= warmup_steps runs at lr * s / warmup_steps),
+// then cosine / linear decay from lr towards min_lr_ratio * lr over the remaining steps (the
+// first of them at lr, the last one decay step short of the minimum), or constant. Step
+// numbers are 1-based optimizer steps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,6 +17,7 @@ struct LrSchedule {
 
   double at(int64_t step) const;
   static Kind parse_kind(const std::string& s);  // "constant" | "cosine" | "linear"
+  static const char* kind_name(Kind k);
 };
 
 }  // namespace sf

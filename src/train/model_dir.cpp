@@ -26,11 +26,31 @@ void replace_dir(const fs::path& tmp, const fs::path& dir) {
   fsync_dir(tmp);
   fs::path old = dir;
   old += ".old." + std::to_string(::getpid());
+  std::error_code ec;
   bool had_old = fs::exists(dir);
-  if (had_old) fs::rename(dir, old);
-  fs::rename(tmp, dir);
+  if (had_old) {
+    fs::rename(dir, old, ec);
+    if (ec) SF_FAIL(io, dir.string(), ": cannot move the previous version aside (", ec.message(), ")");
+  }
+  fs::rename(tmp, dir, ec);
+  if (ec) {
+    std::error_code ec2;
+    if (had_old) fs::rename(old, dir, ec2);  // put the previous version back
+    SF_FAIL(io, dir.string(), ": cannot rename the finished temporary ", tmp.string(),
+            " into place (", ec.message(), ")");
+  }
   fsync_dir(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
-  if (had_old) fs::remove_all(old);
+  if (had_old) fs::remove_all(old, ec);
+}
+
+void write_model_files(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,
+                       const std::vector<const float*>& unit_weights,
+                       const SaveModelOptions& opt) {
+  ModelConfig out = config;
+  out.torch_dtype = opt.dtype;
+  save_config(out, dir / "config.json");
+  save_model_weights(dir, out, layout, unit_weights, opt.dtype, opt.max_shard_bytes);
+  if (!opt.tokenizer_dir.empty()) copy_tokenizer_files(opt.tokenizer_dir, dir);
 }
 
 void save_model_dir(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,
@@ -42,11 +62,7 @@ void save_model_dir(const fs::path& dir, const ModelConfig& config, const ModelL
   fs::create_directories(tmp, ec);
   if (ec) SF_FAIL(io, tmp.string(), ": cannot create directory (", ec.message(), ")");
   try {
-    ModelConfig out = config;
-    out.torch_dtype = opt.dtype;
-    save_config(out, tmp / "config.json");
-    save_model_weights(tmp, out, layout, unit_weights, opt.dtype, opt.max_shard_bytes);
-    if (!opt.tokenizer_dir.empty()) copy_tokenizer_files(opt.tokenizer_dir, tmp);
+    write_model_files(tmp, config, layout, unit_weights, opt);
     replace_dir(tmp, dir);
   } catch (...) {
     fs::remove_all(tmp, ec);  // the previous `dir` is untouched

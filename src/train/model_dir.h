@@ -20,6 +20,12 @@ void save_model_dir(const std::filesystem::path& dir, const ModelConfig& config,
                     const ModelLayout& layout, const std::vector<const float*>& unit_weights,
                     const SaveModelOptions& opt);
 
+// The files of save_model_dir written into an existing directory, without the final rename
+// (for callers that assemble a larger directory, e.g. a checkpoint, and rename it whole).
+void write_model_files(const std::filesystem::path& dir, const ModelConfig& config,
+                       const ModelLayout& layout, const std::vector<const float*>& unit_weights,
+                       const SaveModelOptions& opt);
+
 // Replaces `dir` by the complete directory `tmp` (same parent): rename the old one aside,
 // rename tmp into place, fsync the parent, then delete the old one.
 void replace_dir(const std::filesystem::path& tmp, const std::filesystem::path& dir);

@@ -1,0 +1,117 @@
+#include "train/data_source.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/token_batcher.h"
+#include "train/token_file.h"
+
+namespace sf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// FNV-1a over the token count and up to 2^20 tokens spread evenly over the file: cheap on a
+// multi-GB file, and any other data (re-tokenized, reordered, cut) almost surely differs.
+std::string token_fingerprint(const TokenFile& f) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t x) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (x >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  const int64_t n = f.size();
+  mix(uint64_t(n));
+  const int64_t samples = std::min<int64_t>(n, int64_t(1) << 20);
+  for (int64_t i = 0; i < samples; ++i) mix(f[samples == n ? i : i * (n / samples)]);
+  std::ostringstream os;
+  os << std::hex << h;
+  return os.str();
+}
+
+class TokenStream final : public TrainStream {
+ public:
+  TokenStream(std::shared_ptr<const TokenFile> f, int64_t end, int seq_len)
+      : f_(std::move(f)), b_(*f_, 0, end, seq_len), seq_len_(seq_len) {}
+
+  Batch next(int n_rows) override { return b_.next(n_rows); }
+  int64_t epoch() const override { return b_.epoch(); }
+  double epoch_fraction() const override {
+    return double(b_.position() / seq_len_) / double(std::max<int64_t>(1, b_.rows_per_epoch()));
+  }
+  nlohmann::json state() const override {
+    return {{"position", b_.position()}, {"epoch", b_.epoch()}};
+  }
+  void restore(const nlohmann::json& s) override {
+    SF_REQUIRE(s.is_object() && s.contains("position") && s.contains("epoch"),
+               "the checkpoint's data state ", s.dump(), " lacks position/epoch");
+    b_.seek(s.at("position").get<int64_t>(), s.at("epoch").get<int64_t>());
+  }
+
+ private:
+  std::shared_ptr<const TokenFile> f_;  // outlives b_, which holds a reference
+  TokenBatcher b_;
+  int seq_len_;
+};
+
+}  // namespace
+
+DataSource open_data_source(const DataRequest& r) {
+  SF_REQUIRE(!r.path.empty(), "no training data: pass --tokens FILE");
+  SF_REQUIRE(fs::exists(r.path), r.path.string(), ": training data not found (--tokens)");
+  auto f = std::make_shared<const TokenFile>(r.path);
+  SF_REQUIRE(r.vocab_size <= 0 || int64_t(f->max_id()) < r.vocab_size, r.path.string(),
+             ": holds token id ", f->max_id(), " but the model's vocab_size is ", r.vocab_size,
+             "; the tokens were made with another tokenizer");
+  const int64_t n = f->size();
+  int64_t n_eval = int64_t(double(n) * r.eval_fraction);
+  if (n_eval > 0 && n_eval < r.seq_len + 1) n_eval = 0;  // too little to evaluate on
+  SF_REQUIRE(n - n_eval >= r.seq_len + 1, r.path.string(), ": ", n - n_eval,
+             " training tokens are too few for one row of --seq-len ", r.seq_len,
+             "; use a shorter --seq-len, a smaller --eval-fraction or more data");
+
+  DataSource d;
+  d.train_tokens = n - n_eval;
+  d.eval_tokens = n_eval;
+  if (n_eval > 0) {
+    TokenBatcher eb(*f, n - n_eval, n, r.seq_len);
+    const int64_t avail = eb.rows_per_epoch();
+    const int rows = int(std::min<int64_t>(std::max(1, r.eval_rows), avail));
+    const int64_t nb = std::max<int64_t>(1, std::min<int64_t>(r.eval_batches, avail / rows));
+    for (int64_t i = 0; i < nb; ++i) d.eval.push_back(eb.next(rows));
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(r.path, ec);
+  d.identity = {{"kind", "tokens"},
+                {"path", (ec ? r.path : abs).lexically_normal().string()},
+                {"file_bytes", uint64_t(fs::file_size(r.path))},
+                {"tokens", n},
+                {"fingerprint", token_fingerprint(*f)},
+                {"train_tokens", d.train_tokens},
+                {"eval_tokens", d.eval_tokens},
+                {"seq_len", r.seq_len}};
+  std::ostringstream os;
+  os << r.path.string() << ": " << d.train_tokens << " training tokens, " << n_eval
+     << " held out";
+  d.description = os.str();
+  d.train = std::make_unique<TokenStream>(f, n - n_eval, r.seq_len);
+  return d;
+}
+
+std::string data_identity_mismatch(const nlohmann::json& saved, const nlohmann::json& now) {
+  if (!saved.is_object()) return "the checkpoint records no training data";
+  for (auto& [key, value] : now.items()) {
+    if (key == "path") continue;
+    if (!saved.contains(key))
+      return cat("the checkpoint's data record lacks \"", key, "\"");
+    if (saved.at(key) != value)
+      return cat("the data's ", key, " is ", value.dump(), " but the checkpoint was trained with ",
+                 saved.at(key).dump(), " (", saved.value("path", std::string("?")), ")");
+  }
+  return {};
+}
+
+}  // namespace sf

@@ -1,0 +1,60 @@
+// What the trainer reads, behind a small interface so that other formats plug in:
+//  - TrainStream: an endless stream of training micro-batches whose position (and any
+//    shuffle RNG) is a JSON resume state;
+//  - DataSource: the stream, a fixed held-out evaluation set, and an identity (files, sizes,
+//    a content fingerprint, the split) that a checkpoint records so that resuming on other
+//    data is refused.
+// Today's implementation: a TokenFile (llm.c .bin or raw uint32) whose tail is held out and
+// whose head is cut into rows in order by TokenBatcher. JSONL / chat datasets add a branch to
+// open_data_source() and their own TrainStream.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/batch.h"
+
+namespace sf {
+
+class TrainStream {
+ public:
+  virtual ~TrainStream() = default;
+  // The next micro-batch: n_rows rows (sequences) of the request's seq_len tokens.
+  virtual Batch next(int n_rows) = 0;
+  virtual int64_t epoch() const = 0;            // completed passes over the training data
+  virtual double epoch_fraction() const = 0;    // progress through the current pass, [0, 1)
+  virtual nlohmann::json state() const = 0;     // everything next() depends on
+  // Restores state(); throws Error(input) when it does not fit this data.
+  virtual void restore(const nlohmann::json& state) = 0;
+};
+
+struct DataRequest {
+  std::filesystem::path path;  // the training data
+  int seq_len = 256;
+  double eval_fraction = 0.05;  // share of the data held out for evaluation
+  int eval_batches = 4;         // held-out batches evaluated at each evaluation
+  int eval_rows = 8;            // rows per held-out batch
+  int64_t vocab_size = 0;       // ids must be below this
+  uint64_t seed = 0;            // for sources that shuffle
+};
+
+struct DataSource {
+  std::unique_ptr<TrainStream> train;
+  std::vector<Batch> eval;   // the same batches at every evaluation; empty: no eval data
+  nlohmann::json identity;   // compared on resume (see data_identity_mismatch)
+  std::string description;   // one line for the log
+  int64_t train_tokens = 0, eval_tokens = 0;
+};
+
+// Opens `r.path` (today: a token file) and splits it. Throws Error(input) naming the file.
+DataSource open_data_source(const DataRequest& r);
+
+// Empty when `now` is the data a checkpoint (`saved`) was trained on; else a sentence saying
+// what differs. Paths may differ (data moved); sizes, fingerprint and split may not.
+std::string data_identity_mismatch(const nlohmann::json& saved, const nlohmann::json& now);
+
+}  // namespace sf
