@@ -1,25 +1,34 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "core/error.h"
 #include "engine/executor_factory.h"
+#include "io/atomic_file.h"
 #include "io/model_config.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "model/weights_io.h"
+#include "train/data_source.h"
 #include "train/model_dir.h"
-#include "train/token_batcher.h"
+#include "train/plot.h"
+#include "train/progress.h"
 
 namespace sf {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
+
+constexpr int kStateVersion = 1;
 
 struct ModelSource {
   ModelConfig config;
@@ -36,40 +45,288 @@ ModelSource resolve_source(const TrainOptions& opt) {
     src.tokens = opt.tokens_file.empty() ? opt.examples_dir / "sotu" / "sotu-gpt2.bin"
                                          : opt.tokens_file;
   } else {
+    SF_REQUIRE(fs::exists(opt.model_dir / "config.json"), opt.model_dir.string(),
+               ": no config.json here; --model must be a Hugging Face model directory");
     src.config = load_config(opt.model_dir / "config.json");
     src.weights_dir = opt.model_dir;
     src.tokenizer_dir = opt.model_dir;
     SF_REQUIRE(!opt.tokens_file.empty(),
-               "train: --tokens FILE is required with --model (a uint32 token stream)");
+               "--tokens FILE is required with --model (a uint32 token stream: llm.c .bin or raw)");
     src.tokens = opt.tokens_file;
   }
   return src;
 }
 
-std::string fmt_seconds(double s) {
+// ---- settings recorded in a checkpoint -------------------------------------------------
+
+struct Setting {
+  const char* flag;
+  json (*get)(const TrainOptions&);
+  void (*set)(TrainOptions&, const json&);
+};
+
+// Everything that shapes the computation of a step. (Where the model and data are read from
+// is recorded too, but compared by content: shape and data identity.)
+const std::vector<Setting>& fixed_settings() {
+  static const std::vector<Setting> s = {
+      {"batch-size", [](const TrainOptions& o) { return json(o.batch_size); },
+       [](TrainOptions& o, const json& j) { o.batch_size = j.get<int>(); }},
+      {"seq-len", [](const TrainOptions& o) { return json(o.seq_len); },
+       [](TrainOptions& o, const json& j) { o.seq_len = j.get<int>(); }},
+      {"grad-accum", [](const TrainOptions& o) { return json(o.grad_accum); },
+       [](TrainOptions& o, const json& j) { o.grad_accum = j.get<int>(); }},
+      {"lr", [](const TrainOptions& o) { return json(o.schedule.lr); },
+       [](TrainOptions& o, const json& j) { o.schedule.lr = j.get<double>(); }},
+      {"lr-schedule",
+       [](const TrainOptions& o) { return json(std::string(LrSchedule::kind_name(o.schedule.kind))); },
+       [](TrainOptions& o, const json& j) { o.schedule.kind = LrSchedule::parse_kind(j.get<std::string>()); }},
+      {"warmup-steps", [](const TrainOptions& o) { return json(o.schedule.warmup_steps); },
+       [](TrainOptions& o, const json& j) { o.schedule.warmup_steps = j.get<int64_t>(); }},
+      {"min-lr-ratio", [](const TrainOptions& o) { return json(o.schedule.min_lr_ratio); },
+       [](TrainOptions& o, const json& j) { o.schedule.min_lr_ratio = j.get<double>(); }},
+      {"weight-decay", [](const TrainOptions& o) { return json(o.hyper.weight_decay); },
+       [](TrainOptions& o, const json& j) { o.hyper.weight_decay = j.get<float>(); }},
+      {"beta1", [](const TrainOptions& o) { return json(o.hyper.beta1); },
+       [](TrainOptions& o, const json& j) { o.hyper.beta1 = j.get<float>(); }},
+      {"beta2", [](const TrainOptions& o) { return json(o.hyper.beta2); },
+       [](TrainOptions& o, const json& j) { o.hyper.beta2 = j.get<float>(); }},
+      {"adam-eps", [](const TrainOptions& o) { return json(o.hyper.eps); },
+       [](TrainOptions& o, const json& j) { o.hyper.eps = j.get<float>(); }},
+      {"max-grad-norm", [](const TrainOptions& o) { return json(o.hyper.max_grad_norm); },
+       [](TrainOptions& o, const json& j) { o.hyper.max_grad_norm = j.get<float>(); }},
+      {"seed", [](const TrainOptions& o) { return json(o.seed); },
+       [](TrainOptions& o, const json& j) { o.seed = j.get<uint64_t>(); }},
+      {"eval-fraction", [](const TrainOptions& o) { return json(o.eval_fraction); },
+       [](TrainOptions& o, const json& j) { o.eval_fraction = j.get<double>(); }},
+      {"eval-batches", [](const TrainOptions& o) { return json(o.eval_batches); },
+       [](TrainOptions& o, const json& j) { o.eval_batches = j.get<int>(); }},
+  };
+  return s;
+}
+
+json settings_json(const TrainOptions& o) {
+  json j = json::object();
+  for (auto& s : fixed_settings()) j[s.flag] = s.get(o);
+  j["steps"] = o.steps;
+  j["model"] = o.model_dir.string();
+  j["example-size"] = o.example_size;
+  j["tokens"] = o.tokens_file.string();
+  return j;
+}
+
+// The options a resumed run uses: the checkpoint's settings, except those the user set.
+TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
+                                 const fs::path& ckpt, std::vector<std::string>& notes) {
+  TrainOptions o = opt;
+  auto given = [&](const char* flag) { return opt.explicit_options.count(flag) > 0; };
+  for (auto& s : fixed_settings()) {
+    SF_REQUIRE(saved.contains(s.flag), ckpt.string(), "/trainer_state.json: settings lack \"",
+               s.flag, "\"; the checkpoint is damaged or from another version");
+    const json& v = saved.at(s.flag);
+    if (given(s.flag) && s.get(opt) != v)
+      SF_FAIL(input, "--", s.flag, " ", s.get(opt).dump(), " differs from ", v.dump(),
+              " in the checkpoint ", ckpt.string(),
+              "; a resumed run keeps the settings it started with: drop --", s.flag,
+              ", or start a new run with another --out");
+    s.set(o, v);
+  }
+  if (!given("model")) o.model_dir = saved.value("model", std::string());
+  if (!given("example-size")) o.example_size = saved.value("example-size", o.example_size);
+  if (!given("tokens")) o.tokens_file = saved.value("tokens", std::string());
+  const int64_t saved_steps = saved.value("steps", int64_t(0));
+  if (!given("steps")) {
+    o.steps = saved_steps;
+  } else if (o.steps != saved_steps && o.schedule.kind != LrSchedule::Kind::constant) {
+    notes.push_back(cat("note: --steps ", o.steps, " differs from the checkpoint's ", saved_steps,
+                        ": the learning-rate schedule now spans ", o.steps,
+                        " steps, so the run no longer matches the original one"));
+  }
+  return o;
+}
+
+json model_json(const ModelConfig& c, const ModelLayout& layout) {
+  json units = json::array();
+  for (auto& u : layout.units) units.push_back(u.numel);
+  return {{"model_type", std::string(arch_name(c.arch))},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_hidden_layers", c.num_hidden_layers},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"head_dim", c.head_dim},
+          {"tie_word_embeddings", c.tie_word_embeddings},
+          {"qkv_bias", c.qkv_bias},
+          {"qk_norm", c.qk_norm},
+          {"rope_theta", c.rope_theta},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"num_parameters", c.num_parameters()},
+          {"unit_numel", units}};
+}
+
+std::string model_mismatch(const json& saved, const json& now) {
+  for (auto& [k, v] : now.items()) {
+    if (!saved.contains(k)) return cat("the checkpoint does not record the model's ", k);
+    if (saved.at(k) != v)
+      return cat("the model's ", k, " is ", v.dump(), " but the checkpoint's is ",
+                 saved.at(k).dump());
+  }
+  return {};
+}
+
+// SplitMix64: the trainer's RNG. Nothing in a step draws from it today; it advances once per
+// step so that a stochastic feature added later (dropout, sampling) resumes exactly too.
+struct Rng {
+  uint64_t state = 0;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+std::string hex64(uint64_t v) {
   std::ostringstream os;
-  if (s >= 3600) os << int(s / 3600) << "h" << std::setw(2) << std::setfill('0') << int(s / 60) % 60 << "m";
-  else if (s >= 60) os << int(s / 60) << "m" << std::setw(2) << std::setfill('0') << int(s) % 60 << "s";
-  else os << std::fixed << std::setprecision(1) << s << "s";
+  os << std::hex << std::setw(16) << std::setfill('0') << v;
   return os.str();
+}
+
+uint64_t parse_hex64(const std::string& s) { return std::stoull(s, nullptr, 16); }
+
+double json_number(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+fs::path resolve_resume(const std::string& arg, const fs::path& out, std::string* note) {
+  if (arg == "auto") {
+    auto c = find_latest_checkpoint(out, note);
+    return c ? c->dir : fs::path();
+  }
+  fs::path p(arg);
+  SF_REQUIRE(fs::exists(p), "--resume ", arg, ": no such directory; pass a checkpoint-<step> "
+             "directory, an output directory, or auto");
+  if (fs::exists(p / "trainer_state.json")) return p;
+  auto c = find_latest_checkpoint(p, note);
+  SF_REQUIRE(c, "--resume ", arg, ": neither a checkpoint (no trainer_state.json) nor an output "
+             "directory holding one; pass a checkpoint-<step> directory or auto");
+  return c->dir;
 }
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
-  SF_REQUIRE(opt.steps > 0, "--steps must be positive");
-  SF_REQUIRE(opt.batch_size > 0 && opt.grad_accum > 0, "--batch-size and --grad-accum must be positive");
+void validate_train_options(const TrainOptions& o) {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw Error(ErrorKind::input, msg);
+  };
+  need(o.steps > 0, cat("--steps ", o.steps, " must be positive, e.g. --steps 1000"));
+  need(o.batch_size > 0, cat("--batch-size ", o.batch_size, " must be positive, e.g. --batch-size 8"));
+  need(o.seq_len > 1, cat("--seq-len ", o.seq_len, " must be at least 2, e.g. --seq-len 1024"));
+  need(o.grad_accum > 0, cat("--grad-accum ", o.grad_accum, " must be positive (1: no accumulation)"));
+  need(std::isfinite(o.schedule.lr) && o.schedule.lr > 0,
+       cat("--lr ", o.schedule.lr, " must be a positive number, e.g. --lr 2e-5"));
+  need(o.schedule.warmup_steps >= 0,
+       cat("--warmup-steps ", o.schedule.warmup_steps, " must be 0 or more"));
+  need(o.schedule.warmup_steps <= o.steps,
+       cat("--warmup-steps ", o.schedule.warmup_steps, " is longer than --steps ", o.steps,
+           "; use fewer warmup steps"));
+  need(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1,
+       cat("--min-lr-ratio ", o.schedule.min_lr_ratio, " must be in [0, 1], e.g. 0.1"));
+  need(o.hyper.weight_decay >= 0, cat("--weight-decay ", o.hyper.weight_decay, " must be 0 or more"));
+  need(o.hyper.beta1 >= 0 && o.hyper.beta1 < 1, cat("--beta1 ", o.hyper.beta1, " must be in [0, 1), e.g. 0.9"));
+  need(o.hyper.beta2 >= 0 && o.hyper.beta2 < 1, cat("--beta2 ", o.hyper.beta2, " must be in [0, 1), e.g. 0.999"));
+  need(o.hyper.eps > 0, cat("--adam-eps ", o.hyper.eps, " must be positive, e.g. 1e-8"));
+  need(o.hyper.max_grad_norm >= 0,
+       cat("--max-grad-norm ", o.hyper.max_grad_norm, " must be 0 (no clipping) or positive"));
+  need(o.eval_fraction >= 0 && o.eval_fraction < 1,
+       cat("--eval-fraction ", o.eval_fraction, " must be in [0, 1), e.g. 0.05 (0: no evaluation)"));
+  need(o.eval_batches > 0, cat("--eval-batches ", o.eval_batches, " must be positive"));
+  need(o.eval_every >= 0, cat("--eval-every ", o.eval_every, " must be 0 (only at the end) or positive"));
+  need(o.save_every >= 0, cat("--save-every ", o.save_every, " must be 0 (only at the end) or positive"));
+  need(o.keep_checkpoints >= 0,
+       cat("--keep-checkpoints ", o.keep_checkpoints, " must be 0 (keep all) or positive"));
+  need(o.log_every > 0, cat("--log-every ", o.log_every, " must be positive"));
+  need(!o.out_dir.empty(), "--out must name a directory");
+}
+
+TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
+  validate_train_options(opt_in);
+  fs::create_directories(opt_in.out_dir);
+  OutDirLock lock(opt_in.out_dir);
+  remove_checkpoint_temporaries(opt_in.out_dir);
+  const fs::path out = opt_in.out_dir;
+
+  ProgressDisplay::Mode mode = opt_in.progress == TrainOptions::Progress::bar
+                                   ? ProgressDisplay::Mode::bar
+                               : opt_in.progress == TrainOptions::Progress::lines
+                                   ? ProgressDisplay::Mode::lines
+                                   : ProgressDisplay::Mode::quiet;
+  ProgressDisplay progress(log, mode, opt_in.log_every, opt_in.columns);
+  auto say = [&](const std::string& s) { progress.message(s); };
+
+  // ---- where we start from
+  std::string note;
+  fs::path resume_dir;
+  if (!opt_in.resume.empty()) {
+    resume_dir = resolve_resume(opt_in.resume, out, &note);
+    if (!note.empty()) say(note);
+    if (resume_dir.empty())
+      say(cat("no checkpoint in ", out.string(), " to resume from; starting a new run"));
+  }
+  json saved;
+  TrainOptions opt = opt_in;
+  if (!resume_dir.empty()) {
+    saved = read_trainer_state(resume_dir);
+    SF_REQUIRE(saved.value("format", std::string()) == "slideformer-trainer-state" &&
+                   saved.value("version", 0) == kStateVersion,
+               (resume_dir / "trainer_state.json").string(),
+               ": not a slideformer trainer state of version ", kStateVersion);
+    std::vector<std::string> notes;
+    opt = settings_for_resume(opt_in, saved.at("settings"), resume_dir, notes);
+    validate_train_options(opt);
+    for (auto& n : notes) say(n);
+  }
+  opt.schedule.total_steps = opt.steps;
+  const int64_t start_step = saved.is_null() ? 0 : saved.at("step").get<int64_t>();
+  TrainResult res;
+  res.start_step = res.end_step = start_step;
+  if (start_step >= opt.steps) {
+    say(cat("the checkpoint ", resume_dir.string(), " is at step ", start_step,
+            ", which already reaches --steps ", opt.steps,
+            "; nothing to do (pass a larger --steps to train further)"));
+    res.checkpoint = resume_dir;
+    return res;
+  }
+
+  // ---- model and data
   ModelSource src = resolve_source(opt);
   const ModelConfig& cfg = src.config;
   ModelLayout layout = ModelLayout::build(cfg);
-
-  TokenFile tokens(src.tokens);
-  SF_REQUIRE(int64_t(tokens.max_id()) < cfg.vocab_size, src.tokens.string(),
-             ": holds token id ", tokens.max_id(), " but the model's vocab_size is ",
-             cfg.vocab_size, "; the tokens were made with another tokenizer");
-  int64_t n_eval = int64_t(double(tokens.size()) * opt.eval_fraction);
-  if (n_eval > 0 && n_eval < opt.seq_len + 1) n_eval = 0;  // too little to evaluate on
-  TokenBatcher train_data(tokens, 0, tokens.size() - n_eval, opt.seq_len);
+  const json model_now = model_json(cfg, layout);
+  if (!saved.is_null()) {
+    std::string why = model_mismatch(saved.at("model"), model_now);
+    SF_REQUIRE(why.empty(), "cannot resume from ", resume_dir.string(), ": ", why,
+               "; resume with the model the checkpoint was trained from, or start a new run "
+               "with another --out");
+  }
+  DataRequest dr;
+  dr.path = src.tokens;
+  dr.seq_len = opt.seq_len;
+  dr.eval_fraction = opt.eval_fraction;
+  dr.eval_batches = opt.eval_batches;
+  dr.eval_rows = opt.batch_size;
+  dr.vocab_size = cfg.vocab_size;
+  dr.seed = opt.seed;
+  DataSource data = open_data_source(dr);
+  if (!saved.is_null()) {
+    std::string why = data_identity_mismatch(saved.at("data").at("identity"), data.identity);
+    SF_REQUIRE(why.empty(), "cannot resume from ", resume_dir.string(), " on ",
+               src.tokens.string(), ": ", why,
+               "; resume with the data the checkpoint was trained on (--tokens), or start a new "
+               "run with another --out");
+    data.train->restore(saved.at("data").at("state"));
+  }
 
   ExecutorRequest er;
   er.backend = opt.backend;
@@ -80,88 +337,232 @@ TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;
   auto exec = make_executor(cfg, er);
-  ParamStore& store = exec->params();
-  if (src.weights_dir.empty()) {
-    for (int u = 0; u < store.n_units(); ++u)
-      init_unit(layout.units[size_t(u)], store.master(u), opt.seed);
-  } else {
-    load_model_weights(src.weights_dir, cfg, layout, store.master_ptrs());
+  {
+    ParamStore& store = exec->params();
+    if (!saved.is_null()) {
+      load_resume_tensors(resume_dir, layout, store);
+      store.step = saved.at("optimizer_step").get<int64_t>();
+    } else if (src.weights_dir.empty()) {
+      for (int u = 0; u < store.n_units(); ++u)
+        init_unit(layout.units[size_t(u)], store.master(u), opt.seed);
+    } else {
+      load_model_weights(src.weights_dir, cfg, layout, store.master_ptrs());
+    }
   }
   exec->params_changed();
 
-  if (!opt.quiet)
-    log << "slideformer: " << arch_name(cfg.arch) << " model, "
-        << double(cfg.num_parameters()) / 1e6 << "M parameters, " << cfg.num_hidden_layers
-        << " layers; " << exec->name() << "; " << tokens.size() - n_eval
-        << " training tokens, " << n_eval << " held out; " << opt.steps << " steps of "
-        << opt.grad_accum << " x " << opt.batch_size << " x " << opt.seq_len << " tokens\n";
+  Rng rng{opt.seed};
+  double elapsed_before = 0;
+  int64_t tokens_seen = 0;
+  std::vector<json> history;  // metrics records so far (one per step, plus evaluations)
+  if (!saved.is_null()) {
+    rng.state = parse_hex64(saved.at("rng").at("state").get<std::string>());
+    elapsed_before = saved.value("elapsed_seconds", 0.0);
+    tokens_seen = saved.value("tokens_seen", int64_t(0));
+    for (auto& m : saved.value("metrics", json::array())) history.push_back(m);
+  }
+  // metrics.jsonl: exactly the history up to the start, then appended step by step.
+  {
+    std::string text;
+    for (auto& m : history) text += m.dump() + "\n";
+    write_file_atomic(out / "metrics.jsonl", text);
+  }
+  std::ofstream metrics(out / "metrics.jsonl", std::ios::app);
+  SF_REQUIRE(metrics.good(), (out / "metrics.jsonl").string(), ": cannot open for appending");
+
+  say(cat("slideformer: ", arch_name(cfg.arch), " model, ", std::setprecision(4),
+          double(cfg.num_parameters()) / 1e6, "M parameters, ", cfg.num_hidden_layers,
+          " layers; ", exec->name(), "; ", data.description, "; ", opt.steps, " steps of ",
+          opt.grad_accum, " x ", opt.batch_size, " x ", opt.seq_len, " tokens"));
+  if (!saved.is_null())
+    say(cat("resuming from ", resume_dir.string(), " at step ", start_step, " (epoch ",
+            data.train->epoch(), ")"));
 
   auto eval = [&]() -> double {
-    if (n_eval == 0) return NAN;
-    TokenBatcher eval_data(tokens, tokens.size() - n_eval, tokens.size(), opt.seq_len);
-    int rows = int(std::min<int64_t>(opt.batch_size, eval_data.rows_per_epoch()));
+    if (data.eval.empty()) return NAN;
     double loss = 0;
     int64_t n = 0;
-    for (int i = 0; i < opt.eval_batches; ++i) {
-      Batch b = eval_data.next(rows);
+    for (const Batch& b : data.eval) {
       loss += exec->eval_loss_sum(b);
       n += b.n_valid_labels();
-      if (eval_data.epoch() > 0) break;
     }
-    return loss / double(n);
+    return loss / double(std::max<int64_t>(1, n));
+  };
+  auto curves = [&] {
+    LossCurves c;
+    for (auto& m : history) {
+      double x = json_number(m, "step"), l = json_number(m, "loss"), e = json_number(m, "eval_loss");
+      if (!std::isnan(l)) c.train.push_back({x, l});
+      if (!std::isnan(e)) c.eval.push_back({x, e});
+    }
+    std::ostringstream t;
+    t << "loss  (" << arch_name(cfg.arch) << ", " << std::setprecision(3)
+      << double(cfg.num_parameters()) / 1e6 << "m parameters, " << opt.grad_accum * opt.batch_size
+      << " x " << opt.seq_len << " tokens per step)";
+    c.title = t.str();
+    return c;
+  };
+  // What survives a failed write, for error messages.
+  auto intact = [&]() -> std::string {
+    const fs::path prev = res.checkpoint.empty() ? resume_dir : res.checkpoint;
+    return prev.empty() ? std::string("no checkpoint was saved yet")
+                        : "the previous checkpoint " + prev.string() + " is intact";
+  };
+  auto record = [&](const json& m) {
+    history.push_back(m);
+    errno = 0;
+    metrics << m.dump() << "\n";
+    metrics.flush();
+    if (!metrics.good()) {
+      const int err = errno;
+      progress.finish();
+      SF_FAIL(io, (out / "metrics.jsonl").string(), ": write failed (",
+              err ? std::strerror(err) : "stream error", "); ", intact(),
+              "; free disk space and run again with --resume auto");
+    }
+  };
+  auto plot = [&] {
+    try {
+      write_loss_plot(out / "loss.png", curves());
+    } catch (const Error& e) {
+      say(cat("warning: no loss plot: ", e.what()));
+    }
   };
 
-  fs::create_directories(opt.out_dir);
-  std::ofstream metrics(opt.out_dir / "metrics.jsonl", std::ios::app);
-  TrainResult res;
-  auto t0 = std::chrono::steady_clock::now();
-  int64_t tokens_done = 0;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto session_seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+  int64_t step = start_step;
+  int64_t last_saved = start_step;  // a resumed run's start is already on disk
+
+  auto save = [&](const std::string& why) {
+    auto t0 = std::chrono::steady_clock::now();
+    json state;
+    state["format"] = "slideformer-trainer-state";
+    state["version"] = kStateVersion;
+    state["step"] = step;
+    state["optimizer_step"] = exec->params().step;
+    state["tokens_seen"] = tokens_seen;
+    state["elapsed_seconds"] = elapsed_before + session_seconds();
+    state["rng"] = {{"kind", "splitmix64"}, {"seed", opt.seed}, {"state", hex64(rng.state)}};
+    state["data"] = {{"identity", data.identity}, {"state", data.train->state()}};
+    state["schedule"] = {{"kind", LrSchedule::kind_name(opt.schedule.kind)},
+                         {"lr", opt.schedule.lr},
+                         {"warmup_steps", opt.schedule.warmup_steps},
+                         {"total_steps", opt.schedule.total_steps},
+                         {"min_lr_ratio", opt.schedule.min_lr_ratio}};
+    state["settings"] = settings_json(opt);
+    state["model"] = model_now;
+    state["metrics"] = history;
+    CheckpointContents c;
+    c.config = &cfg;
+    c.layout = &layout;
+    c.store = &exec->params();  // waits for any update still in flight
+    c.trainer_state = std::move(state);
+    c.model.dtype = opt.save_dtype;
+    c.model.tokenizer_dir = src.tokenizer_dir;
+    try {
+      res.checkpoint = save_checkpoint(out, step, c, opt.fault);
+    } catch (const Error& e) {
+      progress.finish();
+      SF_FAIL(io, e.what(), "; ", intact(), "; free disk space and run again with --resume auto");
+    }
+    last_saved = step;
+    prune_checkpoints(out, opt.keep_checkpoints, res.checkpoint);
+    plot();
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    say(cat("saved ", res.checkpoint.string(), " (", why, ", ", format_duration(dt), ")"));
+  };
+
+  auto stop = [&] { return opt.stop_requested && opt.stop_requested(); };
+
+  if (start_step == 0 && opt.eval_every > 0 && !data.eval.empty()) {
+    double e = eval();
+    record({{"step", 0}, {"eval_loss", e}});
+    res.eval_steps.push_back(0);
+    res.eval_losses.push_back(e);
+    say(cat("eval  step 0  loss ", std::fixed, std::setprecision(4), e));
+  }
+
+  int64_t session_tokens = 0;
+  double step_seconds_total = 0;
   std::vector<Batch> micro(size_t(opt.grad_accum));
-  for (int64_t step = 1; step <= opt.steps; ++step) {
-    for (auto& b : micro) b = train_data.next(opt.batch_size);
+  while (step < opt.steps && !stop()) {
+    for (auto& b : micro) b = data.train->next(opt.batch_size);
     OptimHyper h = opt.hyper;
-    h.lr = opt.schedule.at(step);
+    h.lr = opt.schedule.at(step + 1);
     auto ts = std::chrono::steady_clock::now();
     StepStats st = exec->train_step(micro, h);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-    tokens_done += st.n_tokens;
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    ++step;
+    rng.next();
+    tokens_seen += st.n_tokens;
+    session_tokens += st.n_tokens;
+    step_seconds_total += dt;
     res.losses.push_back(st.loss());
+    res.end_step = step;
+    const double flops = step_model_flops(cfg, micro);
+
+    json m = {{"step", step},
+              {"loss", st.loss()},
+              {"lr", h.lr},
+              {"grad_norm", st.grad_norm},
+              {"clip_coef", st.clip_coef},
+              {"tokens", st.n_tokens},
+              {"tokens_seen", tokens_seen},
+              {"epoch", data.train->epoch()},
+              {"step_seconds", dt},
+              {"tokens_per_second", double(st.n_tokens) / dt},
+              {"tflops", flops / dt / 1e12},
+              {"elapsed_seconds", elapsed_before + session_seconds()}};
+    if (!std::isfinite(st.loss()) || !std::isfinite(st.grad_norm))
+      say(cat("warning: step ", step, " has a non-finite ",
+              std::isfinite(st.loss()) ? "gradient norm" : "loss",
+              "; the update was skipped. Lower --lr or check the data"));
     double eval_loss = NAN;
     if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
       eval_loss = eval();
-      if (!std::isnan(eval_loss)) res.eval_losses.push_back(eval_loss);
+      if (!std::isnan(eval_loss)) {
+        m["eval_loss"] = eval_loss;
+        res.eval_steps.push_back(step);
+        res.eval_losses.push_back(eval_loss);
+      }
     }
-    double tps = double(st.n_tokens) / dt;
-    metrics << "{\"step\":" << step << ",\"loss\":" << st.loss() << ",\"lr\":" << h.lr
-            << ",\"grad_norm\":" << st.grad_norm << ",\"tokens\":" << st.n_tokens
-            << ",\"step_seconds\":" << dt << ",\"tokens_per_second\":" << tps
-            << ",\"elapsed_seconds\":" << elapsed;
-    if (!std::isnan(eval_loss)) metrics << ",\"eval_loss\":" << eval_loss;
-    metrics << "}\n";
-    metrics.flush();
-    if (!opt.quiet) {
-      double eta = elapsed / double(step) * double(opt.steps - step);
-      log << "step " << step << "/" << opt.steps << "  loss " << std::fixed
-          << std::setprecision(4) << st.loss() << "  lr " << std::scientific
-          << std::setprecision(2) << h.lr << std::defaultfloat << "  gnorm " << std::fixed
-          << std::setprecision(3) << st.grad_norm << "  " << std::setprecision(0) << tps
-          << " tok/s  eta " << fmt_seconds(eta);
-      if (!std::isnan(eval_loss)) log << "  eval " << std::setprecision(4) << eval_loss;
-      log << std::defaultfloat << "\n";
-    }
-  }
-  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.tokens_per_second = double(tokens_done) / total;
+    record(m);
 
-  SaveModelOptions so;
-  so.dtype = opt.save_dtype;
-  so.tokenizer_dir = src.tokenizer_dir;
-  std::vector<const float*> w;
-  for (int u = 0; u < store.n_units(); ++u) w.push_back(store.master(u));
-  fs::path model_out = opt.out_dir / "model";
-  save_model_dir(model_out, cfg, layout, w, so);
-  if (!opt.quiet) log << "saved " << model_out.string() << "\n";
+    ProgressSnapshot ps;
+    ps.step = step;
+    ps.total = opt.steps;
+    ps.loss = st.loss();
+    ps.lr = h.lr;
+    ps.grad_norm = st.grad_norm;
+    ps.tokens_per_second = double(session_tokens) / step_seconds_total;
+    ps.tflops = flops / dt / 1e12;
+    ps.device_bytes = exec->device_peak_bytes();
+    ps.host_bytes = host_rss_bytes();
+    ps.epoch = data.train->epoch();
+    const int64_t done = step - start_step, left = opt.steps - step;
+    ps.eta_seconds = session_seconds() / double(done) * double(left);  // evals and saves included
+    progress.update(ps);
+    if (!std::isnan(eval_loss))
+      say(cat("eval  step ", step, "  loss ", std::fixed, std::setprecision(4), eval_loss));
+    if (opt.fault) opt.fault("step:" + std::to_string(step));
+
+    if (opt.save_every > 0 && step % opt.save_every == 0 && step < opt.steps) save("periodic");
+  }
+  res.stopped = step < opt.steps;
+  if (step > last_saved) save(res.stopped ? "stopped" : "final");
+  else if (res.stopped && step == start_step && start_step == 0)
+    say("stopped before the first step; nothing was saved");
+  plot();
+  progress.finish();
+  res.tokens_per_second =
+      step_seconds_total > 0 ? double(session_tokens) / step_seconds_total : 0;
+  if (!res.stopped && step > start_step)
+    say(cat("done: ", step - start_step, " steps in ", format_duration(session_seconds()),
+            ", ", format_rate(res.tokens_per_second), " tokens/s; model ", res.checkpoint.string(),
+            "; metrics ", (out / "metrics.jsonl").string(), "; plot ", (out / "loss.png").string()));
   return res;
 }
 

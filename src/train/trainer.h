@@ -1,48 +1,84 @@
-// The training loop: data, learning-rate schedule, step execution, logging, evaluation and
-// saving. Execution strategy (resident or sliding window) and backend are chosen here from
-// the options; everything below is the library's.
+// The training loop: data (train/data_source.h), learning-rate schedule, step execution,
+// evaluation, progress display, metrics log (<out>/metrics.jsonl, one JSON object per step,
+// rewritten from the checkpoint on resume, then appended), loss plot (<out>/loss.png),
+// checkpoints (train/checkpoint.h) every save_every steps, at the end and when a stop is
+// requested, and exact resume from a checkpoint.
+//
+// Exact resume: a run resumed from checkpoint-k computes the same losses and ends with the
+// same weights (bit for bit, for a deterministic backend such as host) as the uninterrupted
+// run, because the checkpoint holds everything a step depends on: fp32 master weights, AdamW
+// m and v and step count, the data stream position, the RNG state, the schedule and every
+// setting that shapes the computation. Settings recorded in the checkpoint win over the
+// options unless an option is named in `explicit_options` (the user set it), in which case a
+// different value is an error naming the flag; --steps may change (it re-shapes the schedule).
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "engine/step_executor.h"
+#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 
 namespace sf {
 
 struct TrainOptions {
+  // --- what is trained on what (recorded in checkpoints)
   std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
   std::string example_size = "tiny";  // preset randomly initialised for the bundled example
   std::filesystem::path tokens_file;  // uint32 token stream; empty with no model: bundled
-  std::filesystem::path out_dir = "slideformer-out";
   std::filesystem::path examples_dir;  // where the bundled example lives
 
+  // --- how (recorded in checkpoints)
   int64_t steps = 200;
   int batch_size = 8;   // sequences per micro-batch
   int seq_len = 256;
   int grad_accum = 1;   // micro-batches per optimizer step
-  LrSchedule schedule;
-  OptimHyper hyper;
+  LrSchedule schedule;  // total_steps is always taken from `steps`
+  OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
   double eval_fraction = 0.05;  // tail of the token stream held out for evaluation
+  int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
+
+  // --- where and how often (free to change on resume)
+  std::filesystem::path out_dir = "slideformer-out";
   int64_t eval_every = 0;       // steps; 0: only at the end
-  int eval_batches = 4;
+  int64_t save_every = 0;       // steps; 0: only at the end (and when stopped)
+  int keep_checkpoints = 0;     // keep the newest K checkpoints; 0: keep all
+  std::string resume;           // "": fresh run; "auto": <out>'s latest if any; or a path
+  int64_t log_every = 10;       // plain-log lines (not on a terminal)
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
   std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
   std::string host_memory;       // budget; empty: available RAM minus a margin
   DType save_dtype = DType::bf16;
-  bool quiet = false;
+  enum class Progress { bar, lines, quiet } progress = Progress::lines;
+  int columns = 0;  // terminal width for the bar (0: 100)
+
+  // Names of options the user set (flag names without "--", e.g. "lr", "batch-size").
+  std::set<std::string> explicit_options;
+  // Polled before and after every step: true stops the run after a checkpoint.
+  std::function<bool()> stop_requested;
+  FaultHook fault;  // tests: called at named points (checkpoint saves, "step:<n>")
 };
 
 struct TrainResult {
-  std::vector<double> losses;       // training loss per step
-  std::vector<double> eval_losses;  // at each evaluation
+  int64_t start_step = 0;           // the step resumed from (0: a fresh run)
+  int64_t end_step = 0;             // the last step done
+  std::vector<double> losses;       // training loss of steps start_step+1 .. end_step
+  std::vector<int64_t> eval_steps;  // evaluations of this invocation
+  std::vector<double> eval_losses;
   double tokens_per_second = 0;
+  bool stopped = false;             // stop_requested ended the run early
+  std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
 };
+
+// Checks the options; Error(input) naming the flag and what to pass instead.
+void validate_train_options(const TrainOptions& opt);
 
 TrainResult run_training(const TrainOptions& opt, std::ostream& log);
 

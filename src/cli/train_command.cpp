@@ -1,0 +1,293 @@
+// slideformer train: flags and a config file -> TrainOptions -> run_training, with SIGINT /
+// SIGTERM turned into "finish the step, save a checkpoint, exit" (a second one exits at once).
+//
+// Config file: `slideformer train --config run.toml` reads `key = value` lines (TOML or INI;
+// keys are the long flag names, with - or _; an optional [train] section). Flags given on
+// the command line win over the file; an unknown key or a bad value is an error naming the
+// file and the key. `--print-config` prints the effective settings in that format and exits.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "model/model_presets.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace sf::cli {
+
+namespace {
+
+// ---- signals ------------------------------------------------------------------------------
+
+std::atomic<int> g_stop_signal{0};  // the first SIGINT/SIGTERM received (0: none)
+
+void write_stderr(const char* s) {
+  ssize_t r = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)r;
+}
+
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, sig)) {
+    write_stderr("\nslideformer: stopping after this step and saving a checkpoint "
+                 "(press Ctrl-C again to quit at once)\n");
+    return;
+  }
+  // Second signal: leave now. Checkpoints are renamed into place only when complete, so the
+  // previous one stays intact; the temporary is removed by the next run.
+  write_stderr("\nslideformer: quitting without saving; the previous checkpoint is intact\n");
+  ::_exit(128 + sig);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // file writes of a checkpoint in progress continue
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// ---- test hooks (SF_TEST_FAULT) --------------------------------------------------------------
+// Comma-separated "<action>@<point>": at hook point <point> (see train/checkpoint.h), action
+// kill (SIGKILL: a crash), sigint / sigint2 (one or two Ctrl-C), sigterm, or fail (a write
+// error, as on a full disk). For the tests of tests/train; harmless when unset.
+FaultHook fault_hook_from_env() {
+  const char* env = std::getenv("SF_TEST_FAULT");
+  if (!env || !*env) return {};
+  std::vector<std::pair<std::string, std::string>> rules;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto at = item.find('@');
+    if (at != std::string::npos) rules.push_back({item.substr(0, at), item.substr(at + 1)});
+  }
+  return [rules](std::string_view point) {
+    for (auto& [action, where] : rules) {
+      if (where != point) continue;
+      if (action == "kill") ::raise(SIGKILL);
+      if (action == "sigint") ::raise(SIGINT);
+      if (action == "sigint2") ::raise(SIGINT), ::raise(SIGINT);
+      if (action == "sigterm") ::raise(SIGTERM);
+      if (action == "fail")
+        SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");
+    }
+  };
+}
+
+// ---- flags -------------------------------------------------------------------------------
+
+std::string toml_value(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+template <class T>
+std::string toml_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, fs::path>) {
+    return toml_value(v.string());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    std::ostringstream os;
+    os << std::setprecision(9) << double(v);
+    std::string s = os.str();
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  } else {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+}
+
+struct Flags {
+  CLI::App* cmd = nullptr;
+  std::vector<std::pair<std::string, std::function<std::string()>>> shown;  // for --print-config
+
+  template <class T>
+  CLI::Option* add(const std::string& name, T& var, const std::string& help) {
+    shown.push_back({name, [&var] { return toml_value(var); }});
+    return cmd->add_option("--" + name, var, help);
+  }
+};
+
+// Applies `path` to the options of `cmd` that the command line did not set.
+void apply_config_file(CLI::App* cmd, const std::string& path) {
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::Error& e) {
+    SF_FAIL(input, "--config ", path, ": cannot read (", e.what(), ")");
+  }
+  std::set<std::string> seen;
+  for (auto& it : items) {
+    if (it.name == "++" || it.name == "--") continue;  // section markers
+    std::string key = it.name;
+    for (char& c : key)
+      if (c == '_') c = '-';
+    const bool top = it.parents.empty() || (it.parents.size() == 1 && it.parents[0] == "train");
+    SF_REQUIRE(top, path, ": \"", it.fullname(),
+               "\" is not a train option; put options at the top level or under [train]");
+    SF_REQUIRE(key != "config" && key != "print-config" && key != "help", path, ": \"", key,
+               "\" cannot be set from a config file");
+    CLI::Option* opt = cmd->get_option_no_throw("--" + key);
+    SF_REQUIRE(opt, path, ": unknown option \"", it.name,
+               "\"; the keys are the long flags of `slideformer train --help` without the "
+               "leading --");
+    SF_REQUIRE(seen.insert(key).second, path, ": \"", key, "\" is set twice");
+    if (opt->count() > 0) continue;  // the command line wins
+    try {
+      opt->add_result(it.inputs);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      std::string v;
+      for (auto& s : it.inputs) v += (v.empty() ? "" : ", ") + s;
+      SF_FAIL(input, path, ": ", key, " = ", v, ": ", e.what(), " (see --", key, " in --help)");
+    }
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  struct State {
+    TrainOptions o;
+    std::string schedule = "cosine", dtype = "bf16", progress = "auto", config;
+    bool print_config = false, quiet = false;
+    Flags flags;
+  };
+  auto st = std::make_shared<State>();
+  TrainOptions& o = st->o;
+  auto* cmd = app.add_subcommand("train", "fine-tune every parameter of a model");
+  Flags& f = st->flags;
+  f.cmd = cmd;
+  cmd->add_option("--config", st->config,
+                  "read options from a TOML/INI file (keys: these flags without --); flags win");
+  cmd->add_flag("--print-config", st->print_config,
+                "print the effective options in config-file form and exit");
+  f.add("model", o.model_dir, "Hugging Face model directory (default: the bundled example)");
+  f.add("tokens", o.tokens_file, "training data: uint32 token ids (llm.c .bin or raw)");
+  f.add("out", o.out_dir, "output directory: checkpoint-<step>/, latest, metrics.jsonl, loss.png");
+  f.add("example-size", o.example_size, "model shape for the bundled example");
+  f.add("steps", o.steps, "optimizer steps (bundled example: 60)");
+  f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 4)");
+  f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 128)");
+  f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step");
+  f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)")->default_val(3e-4);
+  f.add("lr-schedule", st->schedule, "constant, cosine or linear (after warmup)");
+  f.add("warmup-steps", o.schedule.warmup_steps, "linear warmup steps (bundled example: 5)");
+  f.add("min-lr-ratio", o.schedule.min_lr_ratio, "final lr / peak lr");
+  f.add("weight-decay", o.hyper.weight_decay, "decoupled weight decay (not on norms/biases)");
+  f.add("beta1", o.hyper.beta1, "AdamW beta1");
+  f.add("beta2", o.hyper.beta2, "AdamW beta2");
+  f.add("adam-eps", o.hyper.eps, "AdamW epsilon");
+  f.add("max-grad-norm", o.hyper.max_grad_norm, "global-norm clipping (0: off)")->default_val(1.0);
+  f.add("seed", o.seed, "seed for initialisation and data order");
+  f.add("eval-every", o.eval_every, "steps between evaluations (0: at the end; bundled example: 10)");
+  f.add("eval-fraction", o.eval_fraction, "tail of the tokens held out for eval");
+  f.add("eval-batches", o.eval_batches, "held-out batches per evaluation");
+  f.add("save-every", o.save_every, "steps between checkpoints (0: only at the end)");
+  f.add("keep-checkpoints", o.keep_checkpoints, "keep only the newest K checkpoints (0: all)");
+  f.add("resume", o.resume,
+        "continue from a checkpoint: a checkpoint-<step> directory, an output directory, or "
+        "auto (<out>/latest); alone: auto")
+      ->expected(0, 1)
+      ->default_str("auto");
+  f.add("log-every", o.log_every, "steps between log lines when stdout is not a terminal");
+  f.add("progress", st->progress, "auto (a status bar on a terminal, else lines), bar, lines, none");
+  f.add("backend", o.backend, "auto, host or cuda");
+  f.add("engine", o.engine, "auto, resident or sliding");
+  f.add("gpu-memory", o.gpu_memory, "device memory budget, e.g. 24GiB");
+  f.add("host-memory", o.host_memory, "host memory budget, e.g. 100GiB");
+  f.add("dtype", st->dtype, "dtype of the saved model: bf16, f16, f32");
+  cmd->add_flag("--quiet", st->quiet, "no progress output (same as --progress none)");
+
+  cmd->callback([st, cmd] {
+    TrainOptions& o = st->o;
+    if (!st->config.empty()) apply_config_file(cmd, st->config);
+    for (CLI::Option* opt : cmd->get_options())
+      if (opt->count() > 0 && !opt->get_lnames().empty())
+        o.explicit_options.insert(opt->get_lnames().front());
+    auto given = [&](const char* k) { return o.explicit_options.count(k) > 0; };
+
+    if (o.model_dir.empty()) {
+      // The bundled example: a tiny model from scratch on 2 CPU cores in well under a minute.
+      if (!given("steps")) o.steps = 60;
+      if (!given("batch-size")) o.batch_size = 4;
+      if (!given("seq-len")) o.seq_len = 128;
+      if (!given("lr")) o.schedule.lr = 3e-3;
+      if (!given("warmup-steps")) o.schedule.warmup_steps = std::min<int64_t>(5, o.steps / 4);
+      if (!given("eval-every")) o.eval_every = 10;
+      o.examples_dir = examples_dir();
+    }
+    o.schedule.kind = LrSchedule::parse_kind(st->schedule);
+    o.schedule.total_steps = o.steps;
+    o.save_dtype = parse_save_dtype(st->dtype);
+    const bool tty = ::isatty(STDOUT_FILENO);
+    if (st->quiet || st->progress == "none") o.progress = TrainOptions::Progress::quiet;
+    else if (st->progress == "bar") o.progress = TrainOptions::Progress::bar;
+    else if (st->progress == "lines") o.progress = TrainOptions::Progress::lines;
+    else if (st->progress == "auto")
+      o.progress = tty ? TrainOptions::Progress::bar : TrainOptions::Progress::lines;
+    else
+      SF_FAIL(input, "--progress \"", st->progress, "\" is unknown; use auto, bar, lines or none");
+    o.columns = terminal_columns(STDOUT_FILENO);
+    validate_train_options(o);
+
+    if (st->print_config) {
+      std::cout << "# slideformer train options (pass back with --config FILE)\n";
+      for (auto& [name, show] : st->flags.shown)
+        if (name != "resume" || !o.resume.empty()) std::cout << name << " = " << show() << "\n";
+      return;
+    }
+
+    StopSignals signals;
+    o.stop_requested = [] { return g_stop_signal.load() != 0; };
+    o.fault = fault_hook_from_env();
+    TrainResult r = run_training(o, std::cout);
+    if (r.stopped) {
+      const int sig = g_stop_signal.load();
+      std::cout << "stopped at step " << r.end_step << " of " << o.steps;
+      if (!r.checkpoint.empty()) {
+        std::cout << "; saved " << r.checkpoint.string() << "\n"
+                  << "resume with: slideformer train --out " << o.out_dir.string()
+                  << " --resume auto\n";
+      } else {
+        std::cout << "; nothing to save yet\n";
+      }
+      std::cout << std::flush;
+      throw CLI::RuntimeError(128 + (sig ? sig : SIGINT));
+    }
+  });
+}
+
+}  // namespace sf::cli
