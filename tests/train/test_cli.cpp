@@ -1,0 +1,227 @@
+// End to end through the slideformer binary: the bundled example trains, saves and reloads;
+// options come from a config file; Ctrl-C / SIGTERM save and exit with a resume hint, a
+// second Ctrl-C quits at once; a process killed during a save resumes exactly.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/dtype.h"
+#include "model/weights_io.h"
+#include "train/checkpoint.h"
+#include "train/png.h"
+#include "train_test_util.h"
+
+namespace sf::test {
+namespace {
+
+bool contains(const std::string& s, const std::string& w) { return s.find(w) != std::string::npos; }
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> v;
+  std::ifstream f(p);
+  std::string l;
+  while (std::getline(f, l)) v.push_back(nlohmann::json::parse(l));
+  return v;
+}
+
+TEST(Cli, BundledExampleTrainsSavesAndReloads) {
+  ASSERT_TRUE(fs::exists(cli_binary())) << cli_binary();
+  TempDir tmp("sf-cli-example");
+  const fs::path out = tmp.path / "out";
+  auto r = run_cli({"train", "--steps", "3", "--batch-size", "2", "--seq-len", "32",
+                    "--eval-every", "2", "--save-every", "2", "--backend", "host", "--out",
+                    out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "eval  step 2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "saved " + (out / "checkpoint-3").string())) << r.output;
+  EXPECT_EQ(read_file(out / "latest"), "checkpoint-3\n");
+  EXPECT_TRUE(fs::exists(out / "checkpoint-2" / "trainer_state.json"));
+
+  auto m = read_jsonl(out / "metrics.jsonl");
+  ASSERT_EQ(m.size(), 4u);  // eval at 0, steps 1..3
+  EXPECT_EQ(m[0].at("step"), 0);
+  EXPECT_TRUE(m[0].contains("eval_loss"));
+  for (int s = 1; s <= 3; ++s) {
+    EXPECT_EQ(m[size_t(s)].at("step"), s);
+    for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_second", "tflops"})
+      EXPECT_TRUE(m[size_t(s)].contains(k)) << k;
+  }
+  EXPECT_TRUE(m[2].contains("eval_loss") && m[3].contains("eval_loss"));
+  const std::string png = read_file(out / "loss.png");
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+
+  // The checkpoint is a Hugging Face directory: config, bf16 weights, tokenizer files.
+  const fs::path ck = out / "checkpoint-3";
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
+                        "tokenizer_config.json"})
+    EXPECT_TRUE(fs::exists(ck / f)) << f;
+  ModelConfig cfg = load_config(ck / "config.json");
+  EXPECT_EQ(cfg.torch_dtype, DType::bf16);
+  ModelLayout layout = ModelLayout::build(cfg);
+  std::vector<std::vector<float>> w(layout.units.size());
+  std::vector<float*> ptrs;
+  for (size_t u = 0; u < w.size(); ++u) {
+    w[u].resize(size_t(layout.units[u].numel));
+    ptrs.push_back(w[u].data());
+  }
+  load_model_weights(ck, cfg, layout, ptrs);
+  // The saved weights are the fp32 master rounded to bf16 (exactly: round to nearest even).
+  SafetensorsFile master(ck / "resume" / "master.safetensors");
+  ASSERT_EQ(master.tensors().size(), layout.units.size());
+  size_t checked = 0;
+  for (size_t u = 0; u < w.size(); ++u) {
+    const TensorInfo& t = master.tensors()[u];
+    std::vector<float> fp32(size_t(t.numel)), rounded(size_t(t.numel));
+    std::vector<uint16_t> bf(size_t(t.numel));
+    master.read_f32(t, fp32.data());
+    convert_from_f32(fp32.data(), bf.data(), DType::bf16, fp32.size());
+    convert_to_f32(bf.data(), DType::bf16, rounded.data(), rounded.size());
+    ASSERT_EQ(fp32.size(), w[u].size());
+    for (const Unit* unit = &layout.units[u]; const ParamSlot& s : unit->params)
+      for (int64_t i = 0; i < s.numel(); ++i, ++checked)
+        ASSERT_EQ(w[u][size_t(s.offset + i)], rounded[size_t(s.offset + i)]) << "unit " << u;
+  }
+  EXPECT_GT(checked, size_t(7'000'000));
+}
+
+TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
+  TempDir tmp("sf-cli-config");
+  const fs::path cfg = tmp.path / "run.toml";
+  write_file_atomic(cfg,
+                    "# a training run\n"
+                    "steps = 4\n"
+                    "lr = 0.002\n"
+                    "save_every = 2          # underscores work too\n"
+                    "lr-schedule = \"linear\"\n"
+                    "weight-decay = 0.05\n"
+                    "\n[train]\n"
+                    "keep-checkpoints = 3\n"
+                    "out = \"" + (tmp.path / "o").string() + "\"\n");
+  auto r = run_cli({"train", "--config", cfg.string(), "--steps", "5", "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"steps = 5\n", "lr = 0.002\n", "save-every = 2\n",
+                           "lr-schedule = \"linear\"\n", "weight-decay = 0.0500000007\n",
+                           "keep-checkpoints = 3\n", "batch-size = 4\n", "seq-len = 128\n"})
+    EXPECT_TRUE(contains(r.output, line)) << line << " in:\n" << r.output;
+  EXPECT_FALSE(fs::exists(tmp.path / "o"));  // --print-config trains nothing
+
+  // The printed form reads back to the same options.
+  const fs::path again = tmp.path / "again.toml";
+  write_file_atomic(again, r.output);
+  auto r2 = run_cli({"train", "--config", again.string(), "--print-config"});
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_EQ(r2.output, r.output);
+
+  // Errors name the file, the key or flag, and what to do.
+  write_file_atomic(cfg, "stepz = 3\n");
+  auto bad = run_cli({"train", "--config", cfg.string(), "--print-config"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "run.toml") && contains(bad.output, "stepz")) << bad.output;
+  write_file_atomic(cfg, "steps = \"many\"\n");
+  bad = run_cli({"train", "--config", cfg.string(), "--print-config"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "run.toml: steps = many")) << bad.output;
+  write_file_atomic(cfg, "[eval]\nsteps = 3\n");
+  bad = run_cli({"train", "--config", cfg.string(), "--print-config"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "eval.steps")) << bad.output;
+  for (auto [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps", "0"}, {"--lr", "-1"}, {"--save-every", "-2"}, {"--keep-checkpoints", "-1"},
+           {"--log-every", "0"}, {"--eval-every", "-5"}, {"--min-lr-ratio", "2"}}) {
+    bad = run_cli({"train", flag, value, "--print-config"});
+    EXPECT_EQ(bad.exit_code, 2) << flag << ": " << bad.output;
+    EXPECT_TRUE(contains(bad.output, flag + " " + value)) << bad.output;
+  }
+  bad = run_cli({"train", "--progress", "fancy", "--print-config"});
+  EXPECT_TRUE(contains(bad.output, "--progress \"fancy\"")) << bad.output;
+}
+
+// A tiny model run through the CLI (fast), killed or interrupted in various ways.
+struct CliRun {
+  TempDir tmp{"sf-cli-signals"};
+  fs::path model = make_tiny_model(tmp.path / "model");
+  fs::path tokens = make_tokens(tmp.path / "tokens.bin", 400);
+  std::vector<std::string> args(const fs::path& out, const std::string& steps = "6") const {
+    return {"train",         "--model",      model.string(), "--tokens",    tokens.string(),
+            "--out",         out.string(),   "--steps",      steps,         "--batch-size",
+            "2",             "--seq-len",    "16",           "--grad-accum", "2",
+            "--lr",          "0.01",         "--warmup-steps", "2",         "--eval-every",
+            "2",             "--save-every", "2",            "--backend",   "host"};
+  }
+};
+
+TEST(Cli, CtrlCSavesAndResumesExactly_SecondCtrlCQuitsAtOnce) {
+  CliRun run;
+  const fs::path straight = run.tmp.path / "straight";
+  auto a = run_cli(run.args(straight));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+
+  // One Ctrl-C after step 3: the step finishes, a checkpoint is saved, exit 130 with a hint.
+  const fs::path out = run.tmp.path / "int";
+  auto b = run_cli(run.args(out), {"SF_TEST_FAULT=sigint@step:3"});
+  EXPECT_EQ(b.exit_code, 130) << b.output;
+  EXPECT_TRUE(contains(b.output, "stopping after this step")) << b.output;
+  EXPECT_TRUE(contains(b.output, "stopped at step 3 of 6")) << b.output;
+  EXPECT_TRUE(contains(b.output, "resume with: slideformer train --out " + out.string() +
+                                     " --resume auto"))
+      << b.output;
+  EXPECT_EQ(read_file(out / "latest"), "checkpoint-3\n");
+  EXPECT_FALSE(fs::exists(out / "checkpoint-4"));
+  // The hint works as printed: everything else comes from the checkpoint.
+  auto c = run_cli({"train", "--out", out.string(), "--resume", "auto", "--backend", "host"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "resuming from " + (out / "checkpoint-3").string())) << c.output;
+  for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
+                        "resume/adam_v.safetensors", "model.safetensors"})
+    expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
+
+  // SIGTERM: the same, exit 143.
+  const fs::path term = run.tmp.path / "term";
+  auto d = run_cli(run.args(term), {"SF_TEST_FAULT=sigterm@step:1"});
+  EXPECT_EQ(d.exit_code, 143) << d.output;
+  EXPECT_EQ(read_file(term / "latest"), "checkpoint-1\n");
+
+  // Two Ctrl-C during step 3 (before its save): quit at once, checkpoint-2 stays the latest.
+  const fs::path twice = run.tmp.path / "twice";
+  auto e = run_cli(run.args(twice), {"SF_TEST_FAULT=sigint2@step:3"});
+  EXPECT_EQ(e.exit_code, 130) << e.output;
+  EXPECT_TRUE(contains(e.output, "quitting without saving")) << e.output;
+  EXPECT_EQ(read_file(twice / "latest"), "checkpoint-2\n");
+  EXPECT_EQ(list_checkpoints(twice).size(), 1u);
+}
+
+TEST(Cli, KilledDuringASaveResumesFromThePreviousCheckpointExactly) {
+  CliRun run;
+  const fs::path straight = run.tmp.path / "straight";
+  ASSERT_EQ(run_cli(run.args(straight)).exit_code, 0);
+  for (const char* point : {"checkpoint:model-written:4", "checkpoint:before-rename:4"}) {
+    const fs::path out = run.tmp.path / (std::string("killed-") + point[11]);
+    auto k = run_cli(run.args(out), {std::string("SF_TEST_FAULT=kill@") + point});
+    EXPECT_EQ(k.signal, SIGKILL) << point << ": " << k.output;
+    // The half-written checkpoint is a temporary; the previous one is intact and latest.
+    bool tmp_left = false;
+    for (auto& e : fs::directory_iterator(out))
+      tmp_left |= e.path().filename().string().rfind("checkpoint-4.tmp.", 0) == 0;
+    EXPECT_TRUE(tmp_left) << point;
+    EXPECT_FALSE(fs::exists(out / "checkpoint-4"));
+    EXPECT_EQ(read_file(out / "latest"), "checkpoint-2\n");
+    auto r = run_cli({"train", "--out", out.string(), "--resume", "--backend", "host"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "resuming from " + (out / "checkpoint-2").string())) << r.output;
+    for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
+                          "resume/adam_v.safetensors", "model.safetensors"})
+      expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
+  }
+  // A failed write (full disk) in the CLI: exit 2 with the message, previous checkpoint kept.
+  const fs::path full = run.tmp.path / "full";
+  auto f = run_cli(run.args(full), {"SF_TEST_FAULT=fail@checkpoint:model-written:4"});
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_TRUE(contains(f.output, "No space left on device")) << f.output;
+  EXPECT_TRUE(contains(f.output, (full / "checkpoint-2").string() + " is intact")) << f.output;
+  EXPECT_EQ(read_file(full / "latest"), "checkpoint-2\n");
+}
+
+}  // namespace
+}  // namespace sf::test

@@ -1,0 +1,303 @@
+// The trainer's parts: LR schedules, the token batcher's wrap-around, the data source split,
+// the PNG writer (decoded back with zlib), the plot, the progress line and FLOP count.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "train/data_source.h"
+#include "train/lr_schedule.h"
+#include "train/plot.h"
+#include "train/png.h"
+#include "train/progress.h"
+#include "train/token_batcher.h"
+#include "train_test_util.h"
+
+namespace sf::test {
+namespace {
+
+// ---- LR schedules ----------------------------------------------------------------------------
+
+LrSchedule sched(LrSchedule::Kind k, double lr, int64_t warmup, int64_t total, double min_ratio) {
+  LrSchedule s;
+  s.kind = k;
+  s.lr = lr;
+  s.warmup_steps = warmup;
+  s.total_steps = total;
+  s.min_lr_ratio = min_ratio;
+  return s;
+}
+
+// Tolerance: the values are a few double operations from exact closed forms; 1e-15 relative.
+constexpr double kTol = 1e-15;
+
+TEST(LrSchedule, WarmupIsLinearFromTheFirstStep) {
+  for (auto k : {LrSchedule::Kind::constant, LrSchedule::Kind::cosine, LrSchedule::Kind::linear}) {
+    auto s = sched(k, 1e-3, 4, 20, 0.1);
+    EXPECT_NEAR(s.at(1), 0.25e-3, kTol);  // no step at lr 0
+    EXPECT_NEAR(s.at(2), 0.50e-3, kTol);
+    EXPECT_NEAR(s.at(4), 1e-3, kTol);
+  }
+}
+
+TEST(LrSchedule, CosineDecaysFromPeakToJustAboveTheMinimum) {
+  auto s = sched(LrSchedule::Kind::cosine, 1e-3, 2, 12, 0.1);
+  // Decay steps 3..12 (10 of them): progress (step - 3) / 10.
+  EXPECT_NEAR(s.at(3), 1e-3, kTol);
+  const double pi = std::acos(-1.0);
+  for (int64_t step = 3; step <= 12; ++step) {
+    double p = double(step - 3) / 10.0;
+    EXPECT_NEAR(s.at(step), 1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(pi * p)), kTol) << step;
+  }
+  EXPECT_NEAR(s.at(8), 1e-4 + 0.9e-3 * 0.5, kTol);  // half way
+  EXPECT_GT(s.at(12), 1e-4);                        // the last step still learns
+  EXPECT_NEAR(s.at(13), 1e-4, kTol);                // beyond the end: the minimum
+  EXPECT_NEAR(s.at(1000), 1e-4, kTol);
+  for (int64_t step = 3; step < 12; ++step) EXPECT_GT(s.at(step), s.at(step + 1));
+}
+
+TEST(LrSchedule, LinearAndConstant) {
+  auto lin = sched(LrSchedule::Kind::linear, 2e-3, 0, 4, 0.0);
+  EXPECT_NEAR(lin.at(1), 2e-3, kTol);
+  EXPECT_NEAR(lin.at(2), 1.5e-3, kTol);
+  EXPECT_NEAR(lin.at(3), 1e-3, kTol);
+  EXPECT_NEAR(lin.at(4), 0.5e-3, kTol);
+  EXPECT_NEAR(lin.at(5), 0.0, kTol);
+  auto c = sched(LrSchedule::Kind::constant, 3e-4, 3, 100, 0.1);
+  EXPECT_NEAR(c.at(3), 3e-4, kTol);
+  EXPECT_EQ(c.at(4), 3e-4);
+  EXPECT_EQ(c.at(100), 3e-4);
+  EXPECT_EQ(c.at(5000), 3e-4);
+  EXPECT_EQ(LrSchedule::parse_kind(LrSchedule::kind_name(LrSchedule::Kind::linear)),
+            LrSchedule::Kind::linear);
+  EXPECT_THROW(LrSchedule::parse_kind("exp"), Error);
+}
+
+// ---- data --------------------------------------------------------------------------------------
+
+TEST(TokenBatcher, WrapsAroundAndCountsEpochs) {
+  TempDir tmp("sf-batcher");
+  std::vector<uint32_t> ids(50);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t(i);
+  write_token_file(tmp.path / "t.bin", ids.data(), 50);
+  TokenFile f(tmp.path / "t.bin");
+  // Range [5, 45): 40 tokens; rows of 8 need 9 tokens: rows start at 5, 13, 21, 29 (the one at
+  // 37 would need token 45, outside the range) -> 4 rows per epoch.
+  TokenBatcher b(f, 5, 45, 8);
+  EXPECT_EQ(b.rows_per_epoch(), 4);
+  Batch x = b.next(3);
+  ASSERT_EQ(x.n_tokens(), 24);
+  EXPECT_EQ(x.tokens[0], 5);
+  EXPECT_EQ(x.labels[0], 6);
+  EXPECT_EQ(x.labels[7], 13);  // the last label of a row is the next row's first token
+  EXPECT_EQ(x.tokens[8], 13);
+  EXPECT_EQ(x.positions[8], 0);
+  EXPECT_EQ(x.cu_seqlens, (std::vector<int32_t>{0, 8, 16, 24}));
+  EXPECT_EQ(b.epoch(), 0);
+  Batch y = b.next(2);  // row at 29, then wrap to 5
+  EXPECT_EQ(y.tokens[0], 29);
+  EXPECT_EQ(y.labels[7], 37);
+  EXPECT_EQ(y.tokens[8], 5);
+  EXPECT_EQ(b.epoch(), 1);
+  EXPECT_EQ(b.position(), 13);
+  // seek restores exactly; positions outside the range are refused.
+  TokenBatcher c(f, 5, 45, 8);
+  c.seek(b.position(), b.epoch());
+  EXPECT_EQ(c.next(4).tokens, b.next(4).tokens);
+  EXPECT_THROW(c.seek(45, 0), Error);
+  EXPECT_THROW(TokenBatcher(f, 0, 8, 8), Error);  // too short for one row
+}
+
+TEST(DataSource, SplitsHeldOutTailAndRestoresItsPosition) {
+  TempDir tmp("sf-data");
+  auto p = make_tokens(tmp.path / "t.bin", 1000);
+  DataRequest r;
+  r.path = p;
+  r.seq_len = 16;
+  r.eval_fraction = 0.1;
+  r.eval_batches = 3;
+  r.eval_rows = 2;
+  r.vocab_size = 53;
+  DataSource d = open_data_source(r);
+  EXPECT_EQ(d.train_tokens, 900);
+  EXPECT_EQ(d.eval_tokens, 100);
+  ASSERT_EQ(d.eval.size(), 3u);  // 100 tokens: 6 rows of 16 -> 3 batches of 2
+  TokenFile f(p);
+  EXPECT_EQ(d.eval[0].tokens[0], int32_t(f[900]));
+  Batch a = d.train->next(2);
+  EXPECT_EQ(a.tokens[0], int32_t(f[0]));
+  auto state = d.train->state();
+  Batch b = d.train->next(2);
+  DataSource e = open_data_source(r);
+  e.train->restore(state);
+  EXPECT_EQ(e.train->next(2).tokens, b.tokens);
+  EXPECT_TRUE(data_identity_mismatch(d.identity, e.identity).empty());
+  // Other content of the same size differs in the fingerprint.
+  auto q = make_tokens(tmp.path / "u.bin", 1000, 53, 5);
+  r.path = q;
+  DataSource g = open_data_source(r);
+  EXPECT_NE(data_identity_mismatch(d.identity, g.identity).find("fingerprint"), std::string::npos);
+  // Ids beyond the vocabulary are refused, naming the file.
+  r.vocab_size = 20;
+  try {
+    open_data_source(r);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("u.bin"), std::string::npos);
+  }
+}
+
+// ---- PNG -----------------------------------------------------------------------------------
+
+uint32_t be32(const std::string& s, size_t at) {
+  return uint32_t(uint8_t(s[at])) << 24 | uint32_t(uint8_t(s[at + 1])) << 16 |
+         uint32_t(uint8_t(s[at + 2])) << 8 | uint32_t(uint8_t(s[at + 3]));
+}
+
+// Parses a PNG written by encode_png, checks every chunk's CRC, inflates and un-filters it.
+RgbImage decode_png(const std::string& png) {
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  size_t at = 8;
+  RgbImage img;
+  std::string idat;
+  std::vector<std::string> types;
+  while (at + 12 <= png.size()) {
+    uint32_t len = be32(png, at);
+    std::string type = png.substr(at + 4, 4);
+    types.push_back(type);
+    std::string body = png.substr(at + 4, 4 + len);
+    uint32_t crc = be32(png, at + 8 + len);
+    EXPECT_EQ(crc, uint32_t(::crc32(0, reinterpret_cast<const Bytef*>(body.data()), uInt(body.size()))))
+        << type;
+    EXPECT_EQ(crc, png_crc32(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
+    std::string data = png.substr(at + 8, len);
+    if (type == "IHDR") {
+      EXPECT_EQ(len, 13u);
+      img.width = int(be32(data, 0));
+      img.height = int(be32(data, 4));
+      EXPECT_EQ(data.substr(8), std::string("\x08\x02\x00\x00\x00", 5));  // 8-bit RGB
+    } else if (type == "IDAT") {
+      idat += data;
+    }
+    at += 12 + len;
+  }
+  EXPECT_EQ(at, png.size());
+  EXPECT_EQ(types.front(), "IHDR");
+  EXPECT_EQ(types.back(), "IEND");
+  const size_t stride = size_t(img.width) * 3;
+  std::vector<uint8_t> raw((stride + 1) * size_t(img.height));
+  uLongf n = uLongf(raw.size());
+  EXPECT_EQ(Z_OK, ::uncompress(raw.data(), &n, reinterpret_cast<const Bytef*>(idat.data()),
+                               uLong(idat.size())));
+  EXPECT_EQ(n, raw.size());
+  img.rgb.resize(stride * size_t(img.height));
+  for (int y = 0; y < img.height; ++y) {
+    uint8_t filter = raw[size_t(y) * (stride + 1)];
+    const uint8_t* src = &raw[size_t(y) * (stride + 1) + 1];
+    uint8_t* dst = &img.rgb[size_t(y) * stride];
+    for (size_t i = 0; i < stride; ++i) {
+      uint8_t up = y > 0 ? dst[i - stride] : 0;
+      if (filter == 0) dst[i] = src[i];
+      else if (filter == 2) dst[i] = uint8_t(src[i] + up);
+      else ADD_FAILURE() << "filter " << int(filter);
+    }
+  }
+  return img;
+}
+
+TEST(Png, RoundTripsThroughZlibWithValidChunks) {
+  RgbImage img(37, 23, 0xffffff);
+  std::mt19937 g(3);
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x)
+      if (g() % 3) img.set(x, y, g() & 0xffffff);
+  std::string png = encode_png(img);
+  RgbImage back = decode_png(png);
+  ASSERT_EQ(back.width, 37);
+  ASSERT_EQ(back.height, 23);
+  EXPECT_EQ(back.rgb, img.rgb);
+  // The CRC of the standard check string.
+  const char* check = "123456789";
+  EXPECT_EQ(png_crc32(reinterpret_cast<const uint8_t*>(check), 9), 0xcbf43926u);
+}
+
+TEST(Plot, DrawsAxesCurvesAndLabels) {
+  LossCurves c;
+  for (int s = 1; s <= 60; ++s) c.train.push_back({double(s), 10.0 - 4.0 * std::log1p(s) / std::log(61.0) + 0.1 * std::sin(s)});
+  for (int s = 0; s <= 60; s += 10) c.eval.push_back({double(s), 10.0 - 3.5 * s / 60.0});
+  RgbImage img = plot_loss_curves(c, 640, 400);
+  RgbImage back = decode_png(encode_png(img));
+  EXPECT_EQ(back.rgb, img.rgb);
+  size_t orange = 0, blue = 0, dark = 0;
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x) {
+      uint32_t p = img.get(x, y);
+      orange += p == 0xe8710a;
+      blue += p == 0x1f5fa8;
+      dark += p == 0x222222;
+    }
+  EXPECT_GT(orange, 500u);  // eval line and markers
+  EXPECT_GT(blue, 500u);    // smoothed train line
+  EXPECT_GT(dark, 1500u);   // axes, ticks, labels
+  // Text renders glyph pixels (and unknown characters as boxes).
+  RgbImage t(40, 10, 0xffffff);
+  draw_text(t, 0, 0, "1.5", 0x000000);
+  size_t ink = 0;
+  for (int y = 0; y < 10; ++y)
+    for (int x = 0; x < 40; ++x) ink += t.get(x, y) == 0;
+  EXPECT_GT(ink, 10u);
+  EXPECT_EQ(text_width("abc"), 17);
+  EXPECT_EQ(nice_ticks(0, 60, 6), (std::vector<double>{0, 10, 20, 30, 40, 50, 60}));
+  EXPECT_EQ(nice_ticks(6.2, 10.9, 5), (std::vector<double>{7, 8, 9, 10}));
+}
+
+// ---- progress ------------------------------------------------------------------------------
+
+TEST(Progress, StatusLineFitsTheTerminalAndFlopsCount) {
+  ProgressSnapshot s;
+  s.step = 12;
+  s.total = 400;
+  s.loss = 3.14159;
+  s.lr = 2e-4;
+  s.tokens_per_second = 12345;
+  s.tflops = 0.4;
+  s.device_bytes = size_t(3) << 30;
+  s.host_bytes = size_t(700) << 20;
+  s.eta_seconds = 125;
+  std::string wide = format_status(s, 200, true);
+  for (const char* w : {"step  12/400", "loss 3.1416", "lr 2.00e-04", "12.3k tok/s", "0.4 TFLOP/s",
+                        "dev 3.0G", "host 700M", "eta 2m05s", "[...."})
+    EXPECT_NE(wide.find(w), std::string::npos) << w << " in " << wide;
+  std::string narrow = format_status(s, 60, true);
+  EXPECT_LE(narrow.size(), 60u);
+  EXPECT_NE(narrow.find("eta 2m05s"), std::string::npos) << narrow;  // kept before the rest
+  EXPECT_NE(narrow.find("loss 3.1416"), std::string::npos) << narrow;
+  s.step = 200;
+  EXPECT_NE(format_status(s, 200, true).find("[############............]"), std::string::npos);
+  EXPECT_GT(host_rss_bytes(), size_t(1) << 20);
+
+  // 6 N T + attention: one sequence of 4 tokens on tiny_config (untied: the embedding table
+  // takes no part in products).
+  ModelConfig c = tiny_config(Arch::qwen3);
+  Batch b = Batch::from_rows({{1, 2, 3, 4}});
+  std::vector<Batch> m = {b};
+  double n = double(c.num_parameters()) - double(c.vocab_size * c.hidden_size);
+  double expect = 6 * n * 4 + 6.0 * double(c.q_dim()) * 4 * 5 * double(c.num_hidden_layers);
+  EXPECT_DOUBLE_EQ(step_model_flops(c, m), expect);
+
+  std::ostringstream os;
+  ProgressDisplay d(os, ProgressDisplay::Mode::lines, 5);
+  for (int i = 1; i <= 12; ++i) {
+    s.step = i;
+    s.total = 12;
+    d.update(s);
+  }
+  d.message("eval  step 12  loss 1.0");
+  std::string log = os.str();
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 5);  // steps 1, 5, 10, 12 + message
+  EXPECT_EQ(log.find('\r'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sf::test
