@@ -102,7 +102,9 @@ bool has_regex(const std::string& s, const char* re) {
   return std::regex_search(s, std::regex(re));
 }
 
-std::string today_string() {
+}  // namespace
+
+std::string today_date_string() {
   static const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                  "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   std::time_t now = std::time(nullptr);
@@ -112,6 +114,8 @@ std::string today_string() {
   std::snprintf(buf, sizeof buf, "%02d %s %d", tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900);
   return buf;
 }
+
+namespace {
 
 // ---- rendering ----------------------------------------------------------------------------
 
@@ -207,7 +211,7 @@ void render_llama3(const ChatFormat& f, const ChatRenderOptions& opt,
       first = 1;
     }
     const std::string date = !opt.date_string.empty() ? opt.date_string
-                             : f.date_from_clock      ? today_string()
+                             : f.date_from_clock      ? today_date_string()
                                                       : f.date_string;
     o.add("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
     o.add(date);

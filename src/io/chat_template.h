@@ -89,6 +89,9 @@ const std::vector<std::string>& chat_format_names();
 RenderedChat render_chat(const ChatFormat& fmt, std::span<const ChatMessage> messages,
                          const ChatRenderOptions& opt = {});
 
+// Today's date as Llama 3.2's template writes it (strftime_now("%d %b %Y"), local time).
+std::string today_date_string();
+
 // Python's str.strip() / lstrip() / rstrip() with no argument (Unicode whitespace, as Jinja's
 // trim filter uses), on UTF-8.
 std::string py_strip(std::string_view s);

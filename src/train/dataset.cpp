@@ -467,6 +467,12 @@ LoadedData load_dataset(const fs::path& path, const Tokenizer* tok, const Datase
                                 : (opt.tokenizer_dir / "tokenizer_config.json").string();
     chat = resolve_chat_format(*tok, opt.chat_format, src);
     rep.chat_format = chat.name;
+    if (chat.family == ChatFamily::llama3 && chat.llama31_system) {
+      // One date for the whole run (and its resume), even across midnight.
+      if (ctx.render.date_string.empty())
+        ctx.render.date_string = chat.date_from_clock ? today_date_string() : chat.date_string;
+      rep.chat_date = ctx.render.date_string;
+    }
   }
   auto samples = std::make_shared<SampleSet>();
   JsonlReader reader(path);

@@ -57,6 +57,8 @@ struct DataReport {
   std::filesystem::path path;
   DataFormat format = DataFormat::text;
   std::string chat_format;   // messages: the template recognised or forced
+  std::string chat_date;     // Llama 3.2+: the "Today Date" rendered (record it for resume:
+                             // pass it back as DatasetOptions::chat_date, or the text changes)
   int64_t lines = 0;         // non-blank JSONL lines read
   int64_t samples = 0;
   int64_t bad_lines = 0;     // skipped with skip_bad_lines

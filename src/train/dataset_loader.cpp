@@ -1,6 +1,7 @@
 #include "train/dataset_loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
@@ -75,7 +76,7 @@ DataLoader::DataLoader(std::shared_ptr<const SampleSet> samples, std::vector<int
   fingerprint_ = h;
 }
 
-void DataLoader::plan_epoch() {
+void DataLoader::plan_epoch() const {
   if (planned_epoch_ == epoch_) return;
   std::vector<int32_t> order(items_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
@@ -117,12 +118,35 @@ void DataLoader::plan_epoch() {
   planned_epoch_ = epoch_;
 }
 
-int64_t DataLoader::rows_in_epoch() {
+int64_t DataLoader::rows_in_epoch() const {
   plan_epoch();
   return int64_t(row_start_.size()) - 1;
 }
 
-int64_t DataLoader::rows_left_in_epoch() { return rows_in_epoch() - row_; }
+int64_t DataLoader::rows_left_in_epoch() const { return rows_in_epoch() - row_; }
+
+double DataLoader::epoch_fraction() const {
+  return double(row_) / double(std::max<int64_t>(1, rows_in_epoch()));
+}
+
+nlohmann::json DataLoader::state() const {
+  char fp[20];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(fingerprint_));
+  return {{"epoch", epoch_}, {"row", row_}, {"fingerprint", fp}};
+}
+
+void DataLoader::restore(const nlohmann::json& s) {
+  SF_REQUIRE(s.is_object() && s.contains("epoch") && s.contains("row") &&
+                 s.contains("fingerprint") && s["epoch"].is_number_integer() &&
+                 s["row"].is_number_integer() && s["fingerprint"].is_string(),
+             "the resume state's data position ", s.dump(),
+             " is not {\"epoch\", \"row\", \"fingerprint\"} (made by another data source?)");
+  DataPosition p;
+  p.epoch = s["epoch"].get<int64_t>();
+  p.row = s["row"].get<int64_t>();
+  p.fingerprint = std::stoull(s["fingerprint"].get<std::string>(), nullptr, 16);
+  seek(p);
+}
 
 Batch DataLoader::next(int n_rows) {
   SF_REQUIRE(n_rows > 0, "batch of ", n_rows, " rows");
@@ -170,7 +194,7 @@ void DataLoader::seek(const DataPosition& p) {
              rows_in_epoch(), " rows of epoch ", p.epoch);
 }
 
-std::string DataLoader::summary() {
+std::string DataLoader::summary() const {
   std::ostringstream os;
   const int64_t rows = rows_in_epoch();
   os << stats_.items << " sequences in " << rows << " rows of up to " << opt_.seq_len
@@ -194,6 +218,41 @@ DataLoader TrainingData::eval_loader() const {
   LoaderOptions o = loader;
   o.shuffle = false;
   return DataLoader(eval_samples, eval_indices, o);
+}
+
+std::vector<Batch> TrainingData::eval_batches(int rows, int max_batches) const {
+  std::vector<Batch> out;
+  if (!has_eval() || rows <= 0) return out;
+  DataLoader ev = eval_loader();
+  while (int(out.size()) < max_batches && ev.rows_left_in_epoch() > 0)
+    out.push_back(ev.next(int(std::min<int64_t>(rows, ev.rows_left_in_epoch()))));
+  return out;
+}
+
+int64_t TrainingData::train_tokens() const { return train_loader().stats().tokens; }
+
+int64_t TrainingData::eval_tokens() const { return has_eval() ? eval_loader().stats().tokens : 0; }
+
+nlohmann::json TrainingData::identity() const {
+  auto fp = [](uint64_t v) {
+    char b[20];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
+  auto file = [&](const DataReport& r, const SampleSet& s) {
+    return nlohmann::json{{"format", data_format_name(r.format)}, {"chat_format", r.chat_format},
+                          {"samples", s.size()}, {"tokens", r.tokens},
+                          {"loss_tokens", r.loss_tokens}, {"fingerprint", fp(s.fingerprint())}};
+  };
+  nlohmann::json j = {{"kind", "dataset"},
+                      {"path", train_report.path.string()},
+                      {"train", file(train_report, *train_samples)},
+                      {"train_samples", train_indices.size()},
+                      {"eval_samples", eval_indices.size()},
+                      {"seq_len", loader.seq_len},
+                      {"overflow", loader.overflow}};
+  if (!eval_report.path.empty()) j["eval"] = file(eval_report, *eval_samples);
+  return j;
 }
 
 uint32_t TrainingData::max_token_id() const {

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/batch.h"
 #include "train/dataset.h"
 
@@ -56,23 +58,30 @@ class DataLoader {
 
   // The next n_rows rows (continuing into the next epoch, reshuffled, at the end of one).
   Batch next(int n_rows);
-  int64_t rows_in_epoch();       // of the current epoch's plan
-  int64_t rows_left_in_epoch();  // eval: next(min(rows, rows_left_in_epoch())) until 0
+  // At the end of an epoch the position stays there ({epoch, rows_in_epoch()}); the next row
+  // served starts the next epoch.
+  int64_t rows_in_epoch() const;       // of the current epoch's plan
+  int64_t rows_left_in_epoch() const;  // eval: next(min(rows, rows_left_in_epoch())) until 0
   int64_t epoch() const { return epoch_; }
+  double epoch_fraction() const;       // rows served of the current epoch, [0, 1]
 
   DataPosition position() const { return {epoch_, row_, fingerprint_}; }
   void seek(const DataPosition& p);
   uint64_t fingerprint() const { return fingerprint_; }
+  // The position as JSON for a resume state: {"epoch", "row", "fingerprint" (hex)}; restore()
+  // takes it back (Error(input) when it is malformed or belongs to other data or settings).
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
 
   const PackStats& stats() const { return stats_; }
   // One line: items, rows and fill of the current epoch, truncations.
-  std::string summary();
+  std::string summary() const;
 
  private:
   struct Item {
     int64_t sample, begin, len;
   };
-  void plan_epoch();
+  void plan_epoch() const;
 
   std::shared_ptr<const SampleSet> samples_;
   LoaderOptions opt_;
@@ -80,9 +89,10 @@ class DataLoader {
   PackStats stats_;
   uint64_t fingerprint_ = 0;
   int64_t epoch_ = 0, row_ = 0;
-  int64_t planned_epoch_ = -1;
-  std::vector<int64_t> row_start_;  // into row_items_, rows + 1 entries
-  std::vector<int32_t> row_items_;
+  // The current epoch's packing plan, made on first use (a cache: hence mutable).
+  mutable int64_t planned_epoch_ = -1;
+  mutable std::vector<int64_t> row_start_;  // into row_items_, rows + 1 entries
+  mutable std::vector<int32_t> row_items_;
 };
 
 // Everything the trainer needs: the training samples and split, the evaluation set, loaders.
@@ -95,7 +105,15 @@ struct TrainingData {
   DataLoader train_loader() const;  // shuffled per LoaderOptions
   DataLoader eval_loader() const;   // fixed order; check has_eval() first
   bool has_eval() const { return !eval_indices.empty(); }
+  // The fixed evaluation batches: up to max_batches batches of `rows` rows from the start of
+  // the eval set (fewer rows in the last one); empty without eval data.
+  std::vector<Batch> eval_batches(int rows, int max_batches) const;
   uint32_t max_token_id() const;
+  int64_t train_tokens() const;  // input tokens of one training epoch (after truncation)
+  int64_t eval_tokens() const;
+  // What a checkpoint records to refuse resuming on other data: format, sample and token
+  // counts, content fingerprints, the split and the loader settings ("path" is informative).
+  nlohmann::json identity() const;
   std::string summary() const;  // a few lines for the log
 };
 

@@ -265,3 +265,60 @@ TEST(DataLoader, TrainingDataWithEvalFractionAndEvalFile) {
 
 }  // namespace
 }  // namespace sf
+
+namespace sf {
+namespace {
+
+// The resume state as JSON (what the trainer's checkpoint stores) round-trips exactly.
+TEST(DataLoader, JsonStateRoundTripAndRefusals) {
+  auto s = make_set(80, 50, 7);
+  DataLoader a(s, all_indices(*s), opts(100, 3));
+  for (int i = 0; i < 13; ++i) a.next(2);
+  const nlohmann::json st = nlohmann::json::parse(a.state().dump());  // through text, as saved
+  EXPECT_GT(a.epoch_fraction(), 0.0);
+  EXPECT_LE(a.epoch_fraction(), 1.0);
+  std::vector<Batch> want;
+  for (int i = 0; i < 25; ++i) want.push_back(a.next(2));
+  DataLoader b(s, all_indices(*s), opts(100, 3));
+  b.restore(st);
+  for (int i = 0; i < 25; ++i) EXPECT_TRUE(same(b.next(2), want[size_t(i)])) << "batch " << i;
+  EXPECT_THROW(b.restore(nlohmann::json{{"position", 5}, {"epoch", 0}}), Error);
+  nlohmann::json other = st;
+  other["fingerprint"] = "0123456789abcdef";
+  EXPECT_THROW(b.restore(other), Error);
+  nlohmann::json far = st;
+  far["row"] = 1 << 20;
+  EXPECT_THROW(b.restore(far), Error);
+}
+
+TEST(DataLoader, EvalBatchesAndIdentity) {
+  auto tok = test::vector_tokenizer("llama");
+  test::TempDir dir("sf-dl");
+  std::string train;
+  for (int i = 0; i < 30; ++i) train += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
+  test::write_file(dir.path / "t.jsonl", train);
+  DatasetOptions o;
+  o.seq_len = 16;
+  o.eval_fraction = 0.2;
+  TrainingData d = open_training_data(dir.path / "t.jsonl", &*tok, o, 1);
+  const auto ev = d.eval_batches(2, 100);
+  int64_t seqs = 0, toks = 0;
+  for (const Batch& b : ev) {
+    seqs += b.n_seqs();
+    toks += b.n_tokens();
+  }
+  EXPECT_EQ(seqs, 6);  // the 6 held-out samples, each once
+  EXPECT_EQ(toks, d.eval_tokens());
+  EXPECT_EQ(d.eval_batches(2, 1).size(), 1u);
+  const auto id = d.identity();
+  EXPECT_EQ(id["train_samples"], 24);
+  EXPECT_EQ(id["eval_samples"], 6);
+  // Same data: same identity; one changed document: another fingerprint.
+  EXPECT_EQ(open_training_data(dir.path / "t.jsonl", &*tok, o, 1).identity(), id);
+  test::write_file(dir.path / "t.jsonl", train + "{\"text\": \"one more\"}\n");
+  EXPECT_NE(open_training_data(dir.path / "t.jsonl", &*tok, o, 1).identity()["train"]["fingerprint"],
+            id["train"]["fingerprint"]);
+}
+
+}  // namespace
+}  // namespace sf
