@@ -3,6 +3,8 @@
 // examples (exact -100 positions), plus JSONL loading, format detection and bad lines.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "core/error.h"
 #include "train/dataset.h"
 #include "dataset_test_util.h"
@@ -316,6 +318,51 @@ TEST(DatasetFormats, TokenFileWindows) {
   const DataSplit sp = split_dataset(*d.samples, 0.3);  // the stream's tail: 2 windows
   EXPECT_EQ(sp.eval, (std::vector<int64_t>{5, 6}));
   EXPECT_EQ(sp.train.size(), 5u);
+}
+
+// The whole path for a real model: tokenizer_config.json's template recognised, a JSONL chat file
+// loaded, labels = transformers' ids with its assistant mask (shifted).
+TEST(DatasetFormats, Qwen3ChatFileEndToEnd) {
+  auto tok = test::vector_tokenizer("qwen3");
+  if (!tok) GTEST_SKIP() << "../shared/data/tokenizers/qwen3 absent";
+  const json* want = nullptr;
+  for (const auto& e : test::dataset_vectors()["chat"])
+    if (e["template"] == "shared:qwen3" && e["case"] == "multi_turn_system") want = &e;
+  ASSERT_NE(want, nullptr);
+  json line;
+  for (const auto& c : test::dataset_vectors()["conversations"])
+    if (c["case"] == "multi_turn_system") line = {{"messages", c["messages"]}};
+  test::TempDir dir("sf-ds");
+  test::write_file(dir.path / "chat.jsonl", line.dump() + "\n");
+  DatasetOptions o;
+  o.seq_len = 512;
+  LoadedData d = load_dataset(dir.path / "chat.jsonl", &*tok, o);
+  EXPECT_EQ(d.report.format, DataFormat::messages);
+  EXPECT_EQ(d.report.chat_format, "qwen3");
+  const auto ids = (*want)["ids"].get<std::vector<int32_t>>();
+  const auto mask = as_mask((*want)["mask"]);
+  const int64_t n = d.samples->length(0);
+  ASSERT_EQ(n + 1, int64_t(ids.size()));
+  std::vector<int32_t> in(static_cast<size_t>(n)), lab(static_cast<size_t>(n));
+  d.samples->read(0, 0, n, in.data(), lab.data());
+  for (int64_t t = 0; t < n; ++t) {
+    EXPECT_EQ(in[size_t(t)], ids[size_t(t)]);
+    EXPECT_EQ(lab[size_t(t)], mask[size_t(t) + 1] ? ids[size_t(t) + 1] : kIgnoreLabel) << t;
+  }
+}
+
+// Load speed on the real corpus (run with --gtest_also_run_disabled_tests).
+TEST(DatasetFormats, DISABLED_LoadSpeedSotu) {
+  auto tok = test::vector_tokenizer("qwen3");
+  const auto p = test::source_dir() / ".." / "shared/data/corpus/sotu.jsonl";
+  if (!tok || !std::filesystem::exists(p)) GTEST_SKIP();
+  DatasetOptions o;
+  o.seq_len = 1024;
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadedData d = load_dataset(p, &*tok, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cerr << d.report.summary() << "\n" << double(std::filesystem::file_size(p)) / 1e6 / s
+            << " MB/s\n";
 }
 
 }  // namespace
