@@ -2,6 +2,7 @@
 
 #include "backend/host/host_backend.h"
 #include "core/error.h"
+#include "engine/device_resident_executor.h"
 #include "engine/resident_executor.h"
 #include "engine/sliding_executor.h"
 #if SF_WITH_CUDA
@@ -107,8 +108,11 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
     be = std::make_unique<CudaBackend>(0, r.budget.device_bytes);
 #endif
   }
+  const int64_t max_tokens = req.step.micro_tokens;
+  if (r.plan.mode == Plan::Mode::resident && r.backend == BackendKind::host)
+    return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, max_tokens);
   if (r.plan.mode == Plan::Mode::resident)
-    return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, req.step.micro_tokens);
+    return std::make_unique<Owning<DeviceResidentExecutor>>(std::move(be), cfg, max_tokens);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 

@@ -49,6 +49,12 @@ class ReferenceModel {
   // Same loss; gradients of grad_scale * loss accumulate into the gradient buffers.
   double forward_backward(const Batch& b, float grad_scale);
 
+  // The unit's compute-dtype weights and f32 gradients in backend memory (for optimizers
+  // that update the model where it lives).
+  void* unit_weights_device(int unit) const { return weights_[size_t(unit)]->data(); }
+  float* unit_grads_device(int unit) const { return static_cast<float*>(grads_[size_t(unit)]->data()); }
+  Stream& stream() const { return s_; }
+
   // Bound views, for tests of the recipes against the model's own buffers.
   LayerWeights layer_weights(int layer) const;
   LayerGrads layer_grads(int layer) const;

@@ -1,0 +1,100 @@
+#include "engine/device_resident_executor.h"
+
+#include <cmath>
+
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+DeviceResidentExecutor::DeviceResidentExecutor(Backend& be, const ModelConfig& cfg,
+                                               int64_t max_tokens)
+    : be_(be), model_(be, cfg, max_tokens), store_(model_.layout()),
+      name_("resident on " + be.name() + " with device AdamW") {
+  for (int u = 0; u < store_.n_units(); ++u) {
+    size_t bytes = size_t(store_.numel(u)) * 4;
+    master_.push_back(be.alloc(bytes, cat("fp32 master of unit ", u)));
+    m_.push_back(be.alloc(bytes, cat("AdamW m of unit ", u)));
+    v_.push_back(be.alloc(bytes, cat("AdamW v of unit ", u)));
+  }
+  norm_ = be.alloc(4, "gradient norm");
+}
+
+void DeviceResidentExecutor::params_changed() {
+  Stream& s = model_.stream();
+  for (int u = 0; u < store_.n_units(); ++u) {
+    size_t bytes = size_t(store_.numel(u)) * 4;
+    be_.copy_to_device(s, master_[size_t(u)]->data(), store_.master(u), bytes);
+    be_.copy_to_device(s, m_[size_t(u)]->data(), store_.m(u), bytes);
+    be_.copy_to_device(s, v_[size_t(u)]->data(), store_.v(u), bytes);
+    Mat src(master_[size_t(u)]->data(), DType::f32, 1, store_.numel(u));
+    Mat dst(model_.unit_weights_device(u), be_.compute_dtype(), 1, store_.numel(u));
+    be_.cast(s, dst, src);
+  }
+  s.synchronize();
+  host_stale_ = false;
+}
+
+ParamStore& DeviceResidentExecutor::params() {
+  if (!host_stale_) return store_;
+  host_stale_ = false;
+  Stream& s = model_.stream();
+  for (int u = 0; u < store_.n_units(); ++u) {
+    size_t bytes = size_t(store_.numel(u)) * 4;
+    be_.copy_to_host(s, store_.master(u), master_[size_t(u)]->data(), bytes);
+    be_.copy_to_host(s, store_.m(u), m_[size_t(u)]->data(), bytes);
+    be_.copy_to_host(s, store_.v(u), v_[size_t(u)]->data(), bytes);
+  }
+  s.synchronize();
+  return store_;
+}
+
+StepStats DeviceResidentExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  StepStats st;
+  for (auto& b : micro) {
+    st.n_valid += b.n_valid_labels();
+    st.n_tokens += b.n_tokens();
+  }
+  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
+  const float grad_scale = float(1.0 / double(st.n_valid));
+  model_.zero_grads();
+  for (auto& b : micro) st.loss_sum += model_.forward_backward(b, grad_scale);
+
+  Stream& s = model_.stream();
+  be_.fill_zero(s, norm_->data(), 4);
+  for (int u = 0; u < store_.n_units(); ++u)
+    for (const ParamRange& r : store_.ranges(u))
+      be_.sum_squares(s, static_cast<float*>(norm_->data()),
+                      Mat(model_.unit_grads_device(u) + r.offset, DType::f32, 1, r.numel));
+  float sumsq = 0;
+  be_.copy_to_host(s, &sumsq, norm_->data(), 4);
+  s.synchronize();
+  st.grad_norm = std::sqrt(double(sumsq));
+  if (!std::isfinite(st.grad_norm)) {
+    st.clip_coef = 0;
+    return st;
+  }
+  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
+  AdamWStep a;
+  a.lr = float(h.lr);
+  a.beta1 = h.beta1;
+  a.beta2 = h.beta2;
+  a.eps = h.eps;
+  a.step = ++store_.step;
+  host_stale_ = true;
+  a.grad_scale = st.clip_coef;
+  const size_t es = dtype_size(be_.compute_dtype());
+  for (int u = 0; u < store_.n_units(); ++u)
+    for (const ParamRange& r : store_.ranges(u)) {
+      a.weight_decay = r.decay ? h.weight_decay : 0.f;
+      be_.adamw(s, static_cast<float*>(master_[size_t(u)]->data()) + r.offset,
+                static_cast<float*>(m_[size_t(u)]->data()) + r.offset,
+                static_cast<float*>(v_[size_t(u)]->data()) + r.offset,
+                model_.unit_grads_device(u) + r.offset,
+                static_cast<char*>(model_.unit_weights_device(u)) + size_t(r.offset) * es,
+                r.numel, a);
+    }
+  s.synchronize();
+  return st;
+}
+
+}  // namespace sf
