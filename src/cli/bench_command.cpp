@@ -85,7 +85,12 @@ void add_bench_command(CLI::App& app) {
                 << st.grad_norm << "  " << std::setprecision(3) << dt << " s  "
                 << std::setprecision(0) << double(st.n_tokens) / dt << " tok/s  "
                 << std::setprecision(1) << pr.plan.model_flops_per_step / dt / 1e12
-                << " TFLOP/s\n" << std::flush;
+                << " TFLOP/s";
+      if (st.forward_seconds > 0)
+        std::cout << std::setprecision(3) << "  [fwd " << st.forward_seconds << " s, bwd "
+                  << st.backward_seconds << " s, waited for updates " << st.update_wait_seconds
+                  << " s, previous update " << st.update_seconds << " s]";
+      std::cout << "\n" << std::flush;
     }
     exec->params();  // waits for the last update
     double tps = seconds > 0 ? tokens / seconds : 0;

@@ -1,6 +1,7 @@
 #include "engine/sliding_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -450,10 +451,22 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
     if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
   }
   schedule_ = ops;
-  for (const Op& op : ops) exec(op, chunks, grad_scale);
+  auto t0 = std::chrono::steady_clock::now();
+  phase_seconds_[0] = phase_seconds_[1] = 0;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::fetch_input && op.layer == layout_.n_layers - 1 && op.chunk == 0) {
+      compute_->synchronize();  // the forward and head are done: split the timing here
+      auto t1 = std::chrono::steady_clock::now();
+      phase_seconds_[0] = std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    }
+    exec(op, chunks, grad_scale);
+  }
   compute_->synchronize();
   h2d_->synchronize();
   d2h_->synchronize();
+  double rest = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (phase_seconds_[0] == 0 ? phase_seconds_[0] : phase_seconds_[1]) = rest;
 }
 
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
@@ -471,6 +484,10 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   be_.copy_to_host(*compute_, &loss, loss_->data(), 4);
   compute_->synchronize();
   st.loss_sum = loss;
+  st.forward_seconds = phase_seconds_[0];
+  st.backward_seconds = phase_seconds_[1];
+  st.update_wait_seconds = updates_.take_wait_seconds();
+  st.update_seconds = updates_.last_round_seconds();
   finish_update(h, st);
   return st;
 }

@@ -115,6 +115,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step
   std::vector<Op> schedule_;
+  double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
 };
 
 }  // namespace sf

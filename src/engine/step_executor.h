@@ -24,6 +24,11 @@ struct StepStats {
   int64_t n_tokens = 0;    // tokens processed (incl. unlabelled)
   double grad_norm = 0;    // global L2 norm before clipping
   double clip_coef = 1;    // factor applied to the gradients
+  // Where the step's wall time went (host clock; 0 when the executor does not say).
+  double forward_seconds = 0;      // enqueue + run of the forward and head
+  double backward_seconds = 0;     // the backward until every gradient has landed
+  double update_wait_seconds = 0;  // this step waiting for the previous step's updates
+  double update_seconds = 0;       // the previous step's CPU optimizer, on its own thread
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
 

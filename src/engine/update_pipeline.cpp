@@ -1,6 +1,7 @@
 #include "engine/update_pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace sf {
 
@@ -18,6 +19,7 @@ void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> upda
     error_ = nullptr;
   }
   thread_ = std::thread([this, order = std::move(order), update = std::move(update)] {
+    auto t0 = std::chrono::steady_clock::now();
     for (int u : order) {
       try {
         update(u);
@@ -30,16 +32,26 @@ void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> upda
       cv_.notify_all();
     }
     std::lock_guard<std::mutex> lk(mu_);
+    round_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     finished_ = true;
     cv_.notify_all();
   });
 }
 
+double UpdatePipeline::take_wait_seconds() {
+  std::lock_guard<std::mutex> lk(mu_);
+  double s = wait_seconds_;
+  wait_seconds_ = 0;
+  return s;
+}
+
 void UpdatePipeline::wait(int unit) {
+  auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] {
     return finished_ || (size_t(unit) < done_.size() && done_[size_t(unit)]);
   });
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (error_) {
     auto e = error_;
     lk.unlock();

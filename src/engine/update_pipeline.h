@@ -21,6 +21,9 @@ class UpdatePipeline {
   void wait(int unit);
   void wait_all();
   bool busy() const { return thread_.joinable(); }
+  // Seconds callers spent blocked in wait() since the last call; the last round's duration.
+  double take_wait_seconds();
+  double last_round_seconds() const { return round_seconds_; }
 
  private:
   std::mutex mu_;
@@ -29,6 +32,7 @@ class UpdatePipeline {
   bool finished_ = true;
   std::exception_ptr error_;
   std::thread thread_;
+  double wait_seconds_ = 0, round_seconds_ = 0;
 };
 
 }  // namespace sf
