@@ -117,9 +117,14 @@ std::string toml_value(const T& v) {
   } else if constexpr (std::is_same_v<T, fs::path>) {
     return toml_value(v.string());
   } else if constexpr (std::is_floating_point_v<T>) {
-    std::ostringstream os;
-    os << std::setprecision(9) << double(v);
-    std::string s = os.str();
+    // The shortest decimal that reads back as the same T (0.9f prints as 0.9).
+    std::string s;
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::ostringstream os;
+      os << std::setprecision(prec) << double(v);
+      s = os.str();
+      if (T(std::strtod(s.c_str(), nullptr)) == v) break;
+    }
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
     return s;
   } else {
@@ -159,6 +164,8 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
                "\" is not a train option; put options at the top level or under [train]");
     SF_REQUIRE(key != "config" && key != "print-config" && key != "help", path, ": \"", key,
                "\" cannot be set from a config file");
+    SF_REQUIRE(key.rfind("no-", 0) != 0, path, ": write \"", key.substr(3), " = false\" instead of \"",
+               it.name, "\"");
     CLI::Option* opt = cmd->get_option_no_throw("--" + key);
     SF_REQUIRE(opt, path, ": unknown option \"", it.name,
                "\"; the keys are the long flags of `slideformer train --help` without the "
@@ -198,9 +205,9 @@ void add_train_command(CLI::App& app) {
   f.add("tokens", o.tokens_file, "training data: uint32 token ids (llm.c .bin or raw)");
   f.add("out", o.out_dir, "output directory: checkpoint-<step>/, latest, metrics.jsonl, loss.png");
   f.add("example-size", o.example_size, "model shape for the bundled example");
-  f.add("steps", o.steps, "optimizer steps (bundled example: 60)");
-  f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 4)");
-  f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 128)");
+  f.add("steps", o.steps, "optimizer steps (bundled example: 50)");
+  f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 8)");
+  f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 64)");
   f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step");
   f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)")->default_val(3e-4);
   f.add("lr-schedule", st->schedule, "constant, cosine or linear (after warmup)");
@@ -212,6 +219,10 @@ void add_train_command(CLI::App& app) {
   f.add("adam-eps", o.hyper.eps, "AdamW epsilon");
   f.add("max-grad-norm", o.hyper.max_grad_norm, "global-norm clipping (0: off)")->default_val(1.0);
   f.add("seed", o.seed, "seed for initialisation and data order");
+  f.shown.push_back({"shuffle", [&o] { return toml_value(o.shuffle); }});
+  cmd->add_flag("--shuffle,!--no-shuffle", o.shuffle,
+                "train on the rows of the data in a seeded random order, new every epoch "
+                "(default; --no-shuffle: in file order)");
   f.add("eval-every", o.eval_every, "steps between evaluations (0: at the end; bundled example: 10)");
   f.add("eval-fraction", o.eval_fraction, "tail of the tokens held out for eval");
   f.add("eval-batches", o.eval_batches, "held-out batches per evaluation");
@@ -222,6 +233,8 @@ void add_train_command(CLI::App& app) {
         "auto (<out>/latest); alone: auto")
       ->expected(0, 1)
       ->default_str("auto");
+  cmd->add_flag("--overwrite", o.overwrite,
+                "start afresh in an --out that holds an earlier run's checkpoints (deletes them)");
   f.add("log-every", o.log_every, "steps between log lines when stdout is not a terminal");
   f.add("progress", st->progress, "auto (a status bar on a terminal, else lines), bar, lines, none");
   f.add("backend", o.backend, "auto, host or cuda");
@@ -241,14 +254,18 @@ void add_train_command(CLI::App& app) {
 
     if (o.model_dir.empty()) {
       // The bundled example: a tiny model from scratch on 2 CPU cores in well under a minute.
-      if (!given("steps")) o.steps = 60;
-      if (!given("batch-size")) o.batch_size = 4;
-      if (!given("seq-len")) o.seq_len = 128;
+      if (!given("steps")) o.steps = 50;
+      if (!given("batch-size")) o.batch_size = 8;
+      if (!given("seq-len")) o.seq_len = 64;
       if (!given("lr")) o.schedule.lr = 3e-3;
       if (!given("warmup-steps")) o.schedule.warmup_steps = std::min<int64_t>(5, o.steps / 4);
       if (!given("eval-every")) o.eval_every = 10;
+      // The demo's default output is scratch: running it again starts it again.
+      if (!given("out") && !given("overwrite")) o.overwrite = true;
       o.examples_dir = examples_dir();
     }
+    SF_REQUIRE(!(given("overwrite") && given("resume")),
+               "--overwrite and --resume contradict each other; pass one of them");
     o.schedule.kind = LrSchedule::parse_kind(st->schedule);
     o.schedule.total_steps = o.steps;
     o.save_dtype = parse_save_dtype(st->dtype);

@@ -57,6 +57,75 @@ class TokenStream final : public TrainStream {
   int seq_len_;
 };
 
+// The rows of TokenStream (row r covers tokens [r * seq_len, r * seq_len + seq_len + 1)) in a
+// fresh seeded permutation every epoch (Fisher-Yates with SplitMix64 seeded by seed and
+// epoch), so that a few hundred steps already see the whole file. State: epoch and the index
+// into the epoch's permutation.
+class ShuffledTokenStream final : public TrainStream {
+ public:
+  ShuffledTokenStream(std::shared_ptr<const TokenFile> f, int64_t end, int seq_len, uint64_t seed)
+      : f_(std::move(f)), seq_len_(seq_len), n_rows_((end - 1) / seq_len), seed_(seed) {
+    shuffle();
+  }
+
+  Batch next(int n_rows) override {
+    Batch b;
+    b.cu_seqlens.push_back(0);
+    for (int r = 0; r < n_rows; ++r) {
+      if (row_ == n_rows_) {
+        ++epoch_;
+        row_ = 0;
+        shuffle();
+      }
+      const int64_t p = order_[size_t(row_++)] * seq_len_;
+      for (int i = 0; i < seq_len_; ++i) {
+        b.tokens.push_back(int32_t((*f_)[p + i]));
+        b.labels.push_back(int32_t((*f_)[p + i + 1]));
+        b.positions.push_back(i);
+      }
+      b.cu_seqlens.push_back(int32_t(b.tokens.size()));
+    }
+    return b;
+  }
+  int64_t epoch() const override { return epoch_; }
+  double epoch_fraction() const override { return double(row_) / double(n_rows_); }
+  nlohmann::json state() const override {
+    return {{"epoch", epoch_}, {"row", row_}, {"shuffle_seed", seed_}};
+  }
+  void restore(const nlohmann::json& s) override {
+    SF_REQUIRE(s.is_object() && s.contains("epoch") && s.contains("row"),
+               "the checkpoint's data state ", s.dump(), " lacks epoch/row");
+    const int64_t row = s.at("row").get<int64_t>();
+    SF_REQUIRE(row >= 0 && row <= n_rows_, "the checkpoint's data row ", row,
+               " is outside this data's ", n_rows_, " rows; the checkpoint was made with other data");
+    epoch_ = s.at("epoch").get<int64_t>();
+    row_ = row;
+    shuffle();
+  }
+
+ private:
+  void shuffle() {
+    order_.resize(size_t(n_rows_));
+    for (int64_t i = 0; i < n_rows_; ++i) order_[size_t(i)] = i;
+    uint64_t st = seed_ ^ (0x9e3779b97f4a7c15ull * uint64_t(epoch_ + 1));
+    auto next = [&st] {
+      uint64_t z = (st += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      return z ^ (z >> 31);
+    };
+    for (int64_t i = n_rows_ - 1; i > 0; --i)
+      std::swap(order_[size_t(i)], order_[size_t(next() % uint64_t(i + 1))]);
+  }
+
+  std::shared_ptr<const TokenFile> f_;
+  int seq_len_;
+  int64_t n_rows_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, row_ = 0;
+  std::vector<int64_t> order_;
+};
+
 }  // namespace
 
 DataSource open_data_source(const DataRequest& r) {
@@ -97,7 +166,10 @@ DataSource open_data_source(const DataRequest& r) {
   os << r.path.string() << ": " << d.train_tokens << " training tokens, " << n_eval
      << " held out";
   d.description = os.str();
-  d.train = std::make_unique<TokenStream>(f, n - n_eval, r.seq_len);
+  if (r.shuffle)
+    d.train = std::make_unique<ShuffledTokenStream>(f, n - n_eval, r.seq_len, r.seed);
+  else
+    d.train = std::make_unique<TokenStream>(f, n - n_eval, r.seq_len);
   return d;
 }
 

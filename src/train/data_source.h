@@ -5,8 +5,9 @@
 //    a content fingerprint, the split) that a checkpoint records so that resuming on other
 //    data is refused.
 // Today's implementation: a TokenFile (llm.c .bin or raw uint32) whose tail is held out and
-// whose head is cut into rows in order by TokenBatcher. JSONL / chat datasets add a branch to
-// open_data_source() and their own TrainStream.
+// whose head is cut into rows of seq_len + 1 tokens with stride seq_len: in order
+// (TokenBatcher, llm.c style) or, with shuffle, in a seeded permutation drawn afresh every
+// epoch. JSONL / chat datasets add a branch to open_data_source() and their own TrainStream.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -39,6 +40,7 @@ struct DataRequest {
   int eval_batches = 4;         // held-out batches evaluated at each evaluation
   int eval_rows = 8;            // rows per held-out batch
   int64_t vocab_size = 0;       // ids must be below this
+  bool shuffle = false;         // rows in a seeded random order, reshuffled every epoch
   uint64_t seed = 0;            // for sources that shuffle
 };
 

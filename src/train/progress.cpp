@@ -94,7 +94,7 @@ std::string format_status(const ProgressSnapshot& s, int width, bool bar, bool g
   // (the bar, then memory, TFLOP/s, tokens/s, lr); step, loss and ETA stay.
   std::string bar_text;
   if (bar && s.total > 0) {
-    const int n = 24;
+    const int n = 20;
     const int fill = int(double(n) * double(s.step) / double(s.total));
     bar_text = "[" + std::string(size_t(fill), '#') + std::string(size_t(n - fill), '.') + "]";
   }

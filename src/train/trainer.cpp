@@ -96,6 +96,8 @@ const std::vector<Setting>& fixed_settings() {
        [](TrainOptions& o, const json& j) { o.hyper.max_grad_norm = j.get<float>(); }},
       {"seed", [](const TrainOptions& o) { return json(o.seed); },
        [](TrainOptions& o, const json& j) { o.seed = j.get<uint64_t>(); }},
+      {"shuffle", [](const TrainOptions& o) { return json(o.shuffle); },
+       [](TrainOptions& o, const json& j) { o.shuffle = j.get<bool>(); }},
       {"eval-fraction", [](const TrainOptions& o) { return json(o.eval_fraction); },
        [](TrainOptions& o, const json& j) { o.eval_fraction = j.get<double>(); }},
       {"eval-batches", [](const TrainOptions& o) { return json(o.eval_batches); },
@@ -274,6 +276,19 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     if (resume_dir.empty())
       say(cat("no checkpoint in ", out.string(), " to resume from; starting a new run"));
   }
+  if (resume_dir.empty()) {
+    // A fresh run never mixes its checkpoints with an earlier run's.
+    auto old = list_checkpoints(out);
+    if (!old.empty()) {
+      SF_REQUIRE(opt_in.overwrite, out.string(), " holds checkpoints of an earlier run (newest: ",
+                 old.back().dir.filename().string(), "); pass --resume to continue it, "
+                 "--overwrite to delete them and start again, or another --out");
+      for (auto& c : old) fs::remove_all(c.dir);
+      say(cat("removed ", old.size(), " checkpoint(s) of an earlier run in ", out.string()));
+    }
+    std::error_code ec;
+    for (const char* f : {"latest", "loss.png"}) fs::remove(out / f, ec);
+  }
   json saved;
   TrainOptions opt = opt_in;
   if (!resume_dir.empty()) {
@@ -318,6 +333,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   dr.eval_rows = opt.batch_size;
   dr.vocab_size = cfg.vocab_size;
   dr.seed = opt.seed;
+  dr.shuffle = opt.shuffle;
   DataSource data = open_data_source(dr);
   if (!saved.is_null()) {
     std::string why = data_identity_mismatch(saved.at("data").at("identity"), data.identity);
@@ -396,9 +412,9 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
       if (!std::isnan(e)) c.eval.push_back({x, e});
     }
     std::ostringstream t;
-    t << "loss  (" << arch_name(cfg.arch) << ", " << std::setprecision(3)
+    t << "loss of " << arch_name(cfg.arch) << ", " << std::setprecision(3)
       << double(cfg.num_parameters()) / 1e6 << "m parameters, " << opt.grad_accum * opt.batch_size
-      << " x " << opt.seq_len << " tokens per step)";
+      << " x " << opt.seq_len << " tokens per step";
     c.title = t.str();
     return c;
   };

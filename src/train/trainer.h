@@ -41,6 +41,7 @@ struct TrainOptions {
   LrSchedule schedule;  // total_steps is always taken from `steps`
   OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
+  bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
   double eval_fraction = 0.05;  // tail of the token stream held out for evaluation
   int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
 
@@ -50,6 +51,7 @@ struct TrainOptions {
   int64_t save_every = 0;       // steps; 0: only at the end (and when stopped)
   int keep_checkpoints = 0;     // keep the newest K checkpoints; 0: keep all
   std::string resume;           // "": fresh run; "auto": <out>'s latest if any; or a path
+  bool overwrite = false;       // a fresh run may replace an earlier run's checkpoints in out_dir
   int64_t log_every = 10;       // plain-log lines (not on a terminal)
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)

@@ -102,8 +102,9 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
   auto r = run_cli({"train", "--config", cfg.string(), "--steps", "5", "--print-config"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* line : {"steps = 5\n", "lr = 0.002\n", "save-every = 2\n",
-                           "lr-schedule = \"linear\"\n", "weight-decay = 0.0500000007\n",
-                           "keep-checkpoints = 3\n", "batch-size = 4\n", "seq-len = 128\n"})
+                           "lr-schedule = \"linear\"\n", "weight-decay = 0.05\n", "beta1 = 0.9\n", "adam-eps = 1e-08\n",
+                           "keep-checkpoints = 3\n", "batch-size = 8\n", "seq-len = 64\n",
+                           "shuffle = true\n"})
     EXPECT_TRUE(contains(r.output, line)) << line << " in:\n" << r.output;
   EXPECT_FALSE(fs::exists(tmp.path / "o"));  // --print-config trains nothing
 

@@ -38,15 +38,19 @@ void expect_same_final_state(const fs::path& a, const fs::path& b) {
     expect_same_tensors(a / f, b / f);
 }
 
-TEST(Resume, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
+class ResumeOrder : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ResumeOrder, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   Fixture fx;
   std::ostringstream log;
   TrainOptions straight = tiny_run(fx.model, fx.tokens, fx.tmp.path / "straight");
+  straight.shuffle = GetParam();
   TrainResult a = run_training(straight, log);
   ASSERT_EQ(a.losses.size(), 6u);
   ASSERT_EQ(a.end_step, 6);
 
   TrainOptions split = tiny_run(fx.model, fx.tokens, fx.tmp.path / "split");
+  split.shuffle = GetParam();
   TrainResult b1 = run_stopping(split, 3);
   ASSERT_TRUE(b1.stopped);
   ASSERT_EQ(b1.end_step, 3);
@@ -91,12 +95,15 @@ TEST(Resume, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   EXPECT_EQ(st.at("optimizer_step"), 6);
   EXPECT_EQ(st.at("settings").at("lr"), 1e-2);
   EXPECT_EQ(st.at("data").at("identity").at("tokens"), 400);
-  EXPECT_TRUE(st.at("data").at("state").contains("position"));
+  EXPECT_TRUE(st.at("data").at("state").contains(GetParam() ? "row" : "position"));
   EXPECT_TRUE(st.at("rng").contains("state"));
   EXPECT_EQ(st.at("schedule").at("kind"), "cosine");
   EXPECT_EQ(st.at("metrics").size(), ma.size());
   EXPECT_EQ(read_file(split.out_dir / "latest"), "checkpoint-6\n");
 }
+
+INSTANTIATE_TEST_SUITE_P(Resume, ResumeOrder, ::testing::Bool(),
+                         [](const auto& i) { return i.param ? "Shuffled" : "InOrder"; });
 
 TEST(Resume, FromAnExplicitDirectoryAndWithSettingsFromTheCheckpoint) {
   Fixture fx;
@@ -320,6 +327,31 @@ TEST(Resume, KeepCheckpointsPrunesOlderOnesAndLatestIsAtomic) {
   EXPECT_EQ(all[0].step, 5);
   EXPECT_EQ(all[1].step, 6);
   EXPECT_TRUE(fs::exists(o.out_dir / "loss.png"));
+}
+
+TEST(Resume, FreshRunDoesNotMixWithAnEarlierRunsCheckpoints) {
+  Fixture fx;
+  std::ostringstream log;
+  TrainOptions o = tiny_run(fx.model, fx.tokens, fx.tmp.path / "run");
+  o.save_every = 2;
+  run_training(o, log);
+  o.steps = 3;
+  try {
+    run_training(o, log);
+    FAIL() << "a fresh run wrote over an earlier run's checkpoints";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("checkpoint-6"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume"), std::string::npos) << m;
+    EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
+  }
+  EXPECT_EQ(list_checkpoints(o.out_dir).size(), 3u);
+  o.overwrite = true;
+  run_training(o, log);
+  auto all = list_checkpoints(o.out_dir);
+  ASSERT_EQ(all.size(), 2u);  // 2 and 3 of the new run only
+  EXPECT_EQ(all[1].step, 3);
+  EXPECT_EQ(read_file(o.out_dir / "latest"), "checkpoint-3\n");
 }
 
 TEST(Resume, SecondRunOnTheSameOutputDirectoryIsRefused) {
