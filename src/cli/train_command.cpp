@@ -188,7 +188,7 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
 void add_train_command(CLI::App& app) {
   struct State {
     TrainOptions o;
-    std::string schedule = "cosine", dtype = "bf16", progress = "auto", config;
+    std::string schedule = "cosine", dtype = "auto", progress = "auto", config;
     bool print_config = false, quiet = false;
     Flags flags;
   };
@@ -241,7 +241,7 @@ void add_train_command(CLI::App& app) {
   f.add("engine", o.engine, "auto, resident or sliding");
   f.add("gpu-memory", o.gpu_memory, "device memory budget, e.g. 24GiB");
   f.add("host-memory", o.host_memory, "host memory budget, e.g. 100GiB");
-  f.add("dtype", st->dtype, "dtype of the saved model: bf16, f16, f32");
+  f.add("dtype", st->dtype, "dtype of the saved weights: auto (the model's torch_dtype), bf16, f16, f32");
   cmd->add_flag("--quiet", st->quiet, "no progress output (same as --progress none)");
 
   cmd->callback([st, cmd] {
@@ -268,7 +268,14 @@ void add_train_command(CLI::App& app) {
                "--overwrite and --resume contradict each other; pass one of them");
     o.schedule.kind = LrSchedule::parse_kind(st->schedule);
     o.schedule.total_steps = o.steps;
-    o.save_dtype = parse_save_dtype(st->dtype);
+    if (st->dtype != "auto") {
+      try {
+        o.save_dtype = parse_save_dtype(st->dtype);
+      } catch (const Error&) {
+        SF_FAIL(input, "--dtype \"", st->dtype,
+                "\" is unknown; use auto (the model's own dtype), bf16, f16 or f32");
+      }
+    }
     const bool tty = ::isatty(STDOUT_FILENO);
     if (st->quiet || st->progress == "none") o.progress = TrainOptions::Progress::quiet;
     else if (st->progress == "bar") o.progress = TrainOptions::Progress::bar;
@@ -295,7 +302,7 @@ void add_train_command(CLI::App& app) {
       const int sig = g_stop_signal.load();
       std::cout << "stopped at step " << r.end_step << " of " << o.steps;
       if (!r.checkpoint.empty()) {
-        std::cout << "; saved " << r.checkpoint.string() << "\n"
+        std::cout << "; checkpoint " << r.checkpoint.string() << "\n"
                   << "resume with: slideformer train --out " << o.out_dir.string()
                   << " --resume auto\n";
       } else {

@@ -306,11 +306,11 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   const int64_t start_step = saved.is_null() ? 0 : saved.at("step").get<int64_t>();
   TrainResult res;
   res.start_step = res.end_step = start_step;
+  res.checkpoint = resume_dir;  // until this run saves one
   if (start_step >= opt.steps) {
     say(cat("the checkpoint ", resume_dir.string(), " is at step ", start_step,
             ", which already reaches --steps ", opt.steps,
             "; nothing to do (pass a larger --steps to train further)"));
-    res.checkpoint = resume_dir;
     return res;
   }
 
@@ -420,7 +420,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   };
   // What survives a failed write, for error messages.
   auto intact = [&]() -> std::string {
-    const fs::path prev = res.checkpoint.empty() ? resume_dir : res.checkpoint;
+    const fs::path prev = res.checkpoint;
     return prev.empty() ? std::string("no checkpoint was saved yet")
                         : "the previous checkpoint " + prev.string() + " is intact";
   };
@@ -476,7 +476,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     c.layout = &layout;
     c.store = &exec->params();  // waits for any update still in flight
     c.trainer_state = std::move(state);
-    c.model.dtype = opt.save_dtype;
+    c.model.dtype = opt.save_dtype.value_or(cfg.torch_dtype);
     c.model.tokenizer_dir = src.tokenizer_dir;
     try {
       res.checkpoint = save_checkpoint(out, step, c, opt.fault);

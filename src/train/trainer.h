@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -57,7 +58,7 @@ struct TrainOptions {
   std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
   std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
   std::string host_memory;       // budget; empty: available RAM minus a margin
-  DType save_dtype = DType::bf16;
+  std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype
   enum class Progress { bar, lines, quiet } progress = Progress::lines;
   int columns = 0;  // terminal width for the bar (0: 100)
 
@@ -76,7 +77,7 @@ struct TrainResult {
   std::vector<double> eval_losses;
   double tokens_per_second = 0;
   bool stopped = false;             // stop_requested ended the run early
-  std::filesystem::path checkpoint;  // the last checkpoint written (empty: none)
+  std::filesystem::path checkpoint;  // the run's newest checkpoint: written, else resumed from
 };
 
 // Checks the options; Error(input) naming the flag and what to pass instead.

@@ -100,6 +100,10 @@ TEST_P(ResumeOrder, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   EXPECT_EQ(st.at("schedule").at("kind"), "cosine");
   EXPECT_EQ(st.at("metrics").size(), ma.size());
   EXPECT_EQ(read_file(split.out_dir / "latest"), "checkpoint-6\n");
+  // The HF weights are saved in the model's dtype (tiny_config: float32).
+  SafetensorsFile weights(b2.checkpoint / "model.safetensors");
+  for (auto& t : weights.tensors()) EXPECT_EQ(t.dtype, StDType::F32) << t.name;
+  EXPECT_EQ(load_config(b2.checkpoint / "config.json").torch_dtype, DType::f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Resume, ResumeOrder, ::testing::Bool(),
