@@ -195,6 +195,7 @@ void add_train_command(CLI::App& app) {
   auto st = std::make_shared<State>();
   TrainOptions& o = st->o;
   auto* cmd = app.add_subcommand("train", "fine-tune every parameter of a model");
+  cmd->option_defaults()->always_capture_default();  // --help shows every default
   Flags& f = st->flags;
   f.cmd = cmd;
   cmd->add_option("--config", st->config,
