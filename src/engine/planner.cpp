@@ -98,7 +98,13 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     if (cd != DType::f32) t += host_round(size_t(l.embedding().numel) * es);
     m.push_back({"tied table staging + gradient", t, false});
   }
-  if (max_home) m.push_back({"update ring (2)", 2 * host_round(max_home * es), false});
+  if (max_home || ec.speculative)
+    m.push_back({"update ring (2)", 2 * host_round(max_home * es), false});
+  if (ec.speculative && cd != DType::f32) {
+    size_t next = 0;
+    for (int u = 1; u < n_units; ++u) next += host_round(size_t(l.units[size_t(u)].numel) * es);
+    m.push_back({"next weights (speculative update)", next, false});
+  }
   m.push_back({"embedding gather/scatter staging", 2 * host_round(xbytes) + Tc * C * 4, false});
   m.push_back({"activation store (layer inputs)",
                L * (ec.activations_on_device ? dev_round(xbytes) : host_round(xbytes)),
@@ -188,9 +194,14 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     double acts = p.engine.activations_on_device ? 0 : L * T * C * es / hw.h2d_bytes_per_s;
     double grads = streamed * layer_bytes / hw.d2h_bytes_per_s;
     p.transfer_seconds = w_fwd + w_bwd + 2 * acts + grads;
-    double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s});
-    double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
-    p.step_seconds = fwd_phase + head_s + bwd_phase;
+    if (p.engine.speculative) {  // AdamW overlaps the backward and the next forward
+      double gpu = std::max(fwd_s, w_fwd + acts) + head_s + std::max({bwd_s, w_bwd + acts, grads});
+      p.step_seconds = std::max(gpu, adam_s + head_s);
+    } else {
+      double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s});
+      double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
+      p.step_seconds = fwd_phase + head_s + bwd_phase;
+    }
   }
   p.tokens_per_second = T / p.step_seconds;
 }
@@ -248,8 +259,15 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
             else hi = mid - 1;
           }
           p.engine.resident_layers = lo;
+          // Overlap the optimizer with the backward when the host can hold the extra copy.
+          p.engine.speculative = true;
           p.lines = sliding_memory(cfg, p.engine, cd);
           total(p);
+          if (!fits(budget, p)) {
+            p.engine.speculative = false;
+            p.lines = sliding_memory(cfg, p.engine, cd);
+            total(p);
+          }
           predict(cfg, req, hw, p);
           return p;
         }
@@ -336,7 +354,8 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   } else {
     os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
        << p.engine.resident_layers << " of " << cfg.num_hidden_layers
-       << " layers resident, chunks of "
+       << " layers resident, " << (p.engine.speculative ? "speculative" : "deferred")
+       << " update, chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "
        << (p.engine.activations_on_device ? "device" : "host") << "\n";

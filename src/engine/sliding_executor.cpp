@@ -8,6 +8,11 @@
 #include "core/thread_pool.h"
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
+#include "engine/adamw_rollback.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 namespace sf {
 
@@ -19,6 +24,7 @@ struct SlidingWindowExecutor::Events {
   std::unique_ptr<Event> head_ready, head_done, fwd_done, offloads_done, layer0_done,
       batch_ready, head_grads_home;
   std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
+  std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
   std::unique_ptr<Event> ring_down[2];             // update thread: gradient is in the ring
   std::unique_ptr<Event> stage_free[2];            // gstage buffer copied out
 
@@ -46,11 +52,24 @@ struct SlidingWindowExecutor::Events {
     batch_ready = be.create_event();
     head_grads_home = be.create_event();
     home_ready = make(n_units);
+    grads_home = make(n_units);
     for (int i = 0; i < 2; ++i) {
       ring_down[i] = be.create_event();
       stage_free[i] = be.create_event();
     }
   }
+};
+
+struct SlidingWindowExecutor::Spec {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> ready;       // gradient of the unit is (being) copied home
+  std::vector<char> speculated;  // AdamW already applied with coefficient 1
+  std::vector<double> sumsq;     // per unit, in double on the host
+  std::thread thread;
+  std::exception_ptr error;
+  AdamWStep step;                // the speculated step (grad_scale 1)
+  bool active = false;
 };
 
 SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg,
@@ -112,6 +131,18 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
     if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
   }
   norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
+  if (ec.speculative) {
+    spec_ = std::make_unique<Spec>();
+    for (int u = 0; u < n_units; ++u)
+      next_.push_back(u > 0 && cd_ != DType::f32
+                          ? be.alloc_host(size_t(layout_.units[size_t(u)].numel) * es,
+                                          cat("next weights of unit ", u))
+                          : nullptr);
+    if (!ring_[0]) {  // phase A reads device-home gradients through the ring
+      for (int i = 0; i < 2 && max_home > 0; ++i)
+        ring_[i] = be.alloc_host(size_t(max_home) * es, cat("update ring ", i));
+    }
+  }
 
   for (int s = 0; s < ec.n_slots; ++s)
     slots_.push_back(be.alloc(size_t(max_layer) * es, cat("weight slot ", s)));
@@ -142,6 +173,14 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
 }
 
 SlidingWindowExecutor::~SlidingWindowExecutor() {
+  if (spec_ && spec_->thread.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(spec_->mu);
+      std::fill(spec_->ready.begin(), spec_->ready.end(), 1);  // let it run out
+    }
+    spec_->cv.notify_all();
+    spec_->thread.join();
+  }
   try {
     updates_.wait_all();
   } catch (...) {
@@ -355,6 +394,8 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
         be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
         if (!is_head) ev.grads_copied[g]->record(*compute_);
         else ev.head_grads_home->record(*compute_);
+        ev.grads_home[size_t(op.unit)]->record(*compute_);
+        mark_grad_ready(op.unit);
         return;
       }
       Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
@@ -369,6 +410,8 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       be_.copy_to_host(*d2h_, homes_[size_t(op.unit)]->data(), from, n * dtype_size(cd_));
       if (!is_head) ev.grads_copied[g]->record(*d2h_);
       ev.stage_free[g]->record(*d2h_);
+      ev.grads_home[size_t(op.unit)]->record(*d2h_);
+      mark_grad_ready(op.unit);
       return;
     }
     case OpKind::fetch_input: {
@@ -430,6 +473,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const auto& slot = layout_.embedding().get(ParamKind::embedding);
       host_.embedding_backward(host_.default_stream(), Mat(gE + slot.offset, DType::f32, V, C),
                                b.tokens.data(), Mat(dx_f32_.data(), DType::f32, T, C));
+      if (c == n_chunks - 1) mark_grad_ready(0);
       return;
     }
   }
@@ -478,6 +522,28 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   }
   SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
   const float grad_scale = float(1.0 / double(st.n_valid));
+  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
+  if (speculate) {
+    AdamWStep s;
+    s.lr = float(h.lr);
+    s.beta1 = h.beta1;
+    s.beta2 = h.beta2;
+    s.eps = h.eps;
+    s.weight_decay = h.weight_decay;
+    s.step = store_.step + 1;
+    s.grad_scale = 1.f;
+    const int n_units = store_.n_units();
+    spec_->ready.assign(size_t(n_units), 0);
+    spec_->speculated.assign(size_t(n_units), 0);
+    spec_->sumsq.assign(size_t(n_units), 0.0);
+    spec_->error = nullptr;
+    spec_->step = s;
+    spec_->active = true;
+    // The previous step's phase B may still be running (it overlaps this forward); it works
+    // from its own copy of the flags, and phase A touches nothing before this backward,
+    // which starts only after the forward waited for every unit's update.
+    spec_->thread = std::thread([this, s, m = h.max_grad_norm] { speculate_loop(s, m); });
+  }
   run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, true}), chunks,
       grad_scale);
   float loss = 0;
@@ -488,7 +554,8 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.backward_seconds = phase_seconds_[1];
   st.update_wait_seconds = updates_.take_wait_seconds();
   st.update_seconds = updates_.last_round_seconds();
-  finish_update(h, st);
+  if (speculate) finish_speculative(h, st);
+  else finish_update(h, st);
   return st;
 }
 
@@ -571,6 +638,133 @@ void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
     // The ring is reused two units later; its copy must have left by then.
     upd_h2d_->synchronize();
   }
+}
+
+void SlidingWindowExecutor::mark_grad_ready(int unit) {
+  if (!spec_ || !spec_->active) return;
+  {
+    std::lock_guard<std::mutex> lk(spec_->mu);
+    spec_->ready[size_t(unit)] = 1;
+  }
+  spec_->cv.notify_all();
+}
+
+// The unit's gradient, in host memory: the home itself, or (resident homes) a copy in the
+// ring. Called from the update threads only.
+const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
+  if (unit == 0) return emb_grad_->data();
+  if (!resident(unit)) return homes_[size_t(unit)]->data();
+  const size_t bytes = size_t(store_.numel(unit)) * dtype_size(cd_);
+  ev_->grads_home[size_t(unit)]->wait(*upd_d2h_);
+  be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), homes_[size_t(unit)]->data(), bytes);
+  upd_d2h_->synchronize();
+  return ring_[ring]->data();
+}
+
+// Phase A, on its own thread during the backward: take each unit's gradient as it comes home
+// (head, last layer ... first layer, embedding), add its sum of squares to the global norm,
+// and while the norm so far cannot need clipping, apply AdamW with coefficient 1 at once.
+void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
+  const int n_units = store_.n_units();
+  std::vector<int> order;
+  order.push_back(n_units - 1);
+  for (int u = n_units - 2; u >= 0; --u) order.push_back(u);
+  double running = 0;
+  int ring = 0;
+  try {
+    for (int u : order) {
+      {
+        std::unique_lock<std::mutex> lk(spec_->mu);
+        spec_->cv.wait(lk, [&] { return spec_->ready[size_t(u)] != 0; });
+      }
+      if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
+      const DType gt = u == 0 ? DType::f32 : cd_;
+      const void* g = fetch_grad(u, ring);
+      ring ^= 1;
+      const double sq = gt == DType::f32
+          ? sum_squares_ranges(static_cast<const float*>(g), store_.numel(u), store_.ranges(u), &host_pool())
+          : sum_squares_ranges(static_cast<const uint16_t*>(g), store_.numel(u), store_.ranges(u), &host_pool());
+      spec_->sumsq[size_t(u)] = sq;
+      running += sq;
+      // Coefficient 1 is certain only if even the final norm (>= this one) can stay below
+      // max_norm - 1e-6; otherwise stop speculating and leave the rest to phase B.
+      const bool safe = std::isfinite(running) && (max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm);
+      if (!safe) continue;
+      uint16_t* out = nullptr;
+      if (u == 0) out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
+      else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
+      if (gt == DType::f32)
+        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
+                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+      else
+        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
+                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+      spec_->speculated[size_t(u)] = 1;
+    }
+  } catch (...) {
+    spec_->error = std::current_exception();
+  }
+}
+
+// Phase B: the global norm is known. Speculated units are final when the coefficient is 1;
+// otherwise they are rolled back and redone, and the other units are updated, in forward
+// order on the update thread (pipelined into the next forward). New weights land in `next`,
+// which becomes the home (host homes: a pointer swap; resident homes: one h2d copy).
+void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& st) {
+  spec_->thread.join();
+  spec_->active = false;
+  if (spec_->error) std::rethrow_exception(spec_->error);
+  double sumsq = 0;
+  for (double x : spec_->sumsq) sumsq += x;
+  st.grad_norm = std::sqrt(sumsq);
+  const int n_units = store_.n_units();
+  const AdamWStep s1 = spec_->step;
+  if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
+    st.clip_coef = 0;
+    for (int u = 0; u < n_units; ++u)
+      if (spec_->speculated[size_t(u)])
+        adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), fetch_grad(u, 0),
+                              u == 0 ? DType::f32 : cd_, store_.numel(u), store_.ranges(u), s1,
+                              &host_pool());
+    params_changed();
+    return;
+  }
+  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
+  AdamWStep s = s1;
+  s.grad_scale = float(st.clip_coef);
+  store_.step = s.step;
+  std::vector<int> order(static_cast<size_t>(n_units));
+  for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
+  updates_.start(order, [this, s, s1, speculated = spec_->speculated](int u) {
+    static thread_local int trips = 0;
+    const int ring = (trips++) & 1;
+    const bool done = speculated[size_t(u)] && s.grad_scale == 1.f;
+    if (!done) {
+      const void* g = fetch_grad(u, ring);
+      const DType gt = u == 0 ? DType::f32 : cd_;
+      if (speculated[size_t(u)])
+        adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), g, gt, store_.numel(u),
+                              store_.ranges(u), s1, &host_pool());
+      uint16_t* out = nullptr;
+      if (u == 0) out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
+      else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
+      if (gt == DType::f32)
+        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
+                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+      else
+        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
+                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+    }
+    if (u == 0 || cd_ == DType::f32) return;
+    if (resident(u)) {
+      const size_t bytes = size_t(store_.numel(u)) * dtype_size(cd_);
+      be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), next_[size_t(u)]->data(), bytes);
+      ev_->home_ready[size_t(u)]->record(*upd_h2d_);
+      upd_h2d_->synchronize();
+    } else {
+      std::swap(homes_[size_t(u)], next_[size_t(u)]);
+    }
+  });
 }
 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {

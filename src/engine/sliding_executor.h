@@ -51,6 +51,11 @@ struct EngineConfig {
   // The others live in pinned host memory and stream through the slots.
   int resident_layers = 0;
   bool head_resident = false;
+  // Speculative update: AdamW of each unit starts during the backward, as soon as its
+  // gradient is home, assuming no clipping; if the final global norm needs clipping (or is
+  // not finite) the speculated units are rolled back and updated again. Needs a second
+  // compute-dtype copy ("next" weights, pinned host) so the gradient survives until then.
+  bool speculative = false;
 };
 
 class SlidingWindowExecutor final : public StepExecutor {
@@ -80,6 +85,12 @@ class SlidingWindowExecutor final : public StepExecutor {
   void* weights_on_device(const Op& op) const;  // home (resident) or slot
   bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
   void update_unit(int unit, const AdamWStep& s, int ring);
+  // Speculative update (EngineConfig::speculative).
+  struct Spec;
+  void speculate_loop(AdamWStep s, float max_norm);
+  void mark_grad_ready(int unit);
+  const void* fetch_grad(int unit, int ring);  // host pointer to the unit's gradient
+  void finish_speculative(const OptimHyper& h, StepStats& st);
 
   Backend& be_;
   HostBackend host_;  // host-side ops (embedding gather/scatter) in the reference arithmetic
@@ -115,6 +126,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step
   std::vector<Op> schedule_;
+  std::unique_ptr<Spec> spec_;
+  std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
 };
 

@@ -38,10 +38,12 @@ struct Case {
   int64_t chunk_tokens;  // engine chunk; smaller than a micro-batch splits it
   bool acts_on_device;
   int resident_layers = 0;  // homes on the device
+  bool speculative = false;
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
-               resident_layers ? cat("_resident", resident_layers) : "");
+               resident_layers ? cat("_resident", resident_layers) : "",
+               speculative ? "_speculative" : "");
   }
 };
 
@@ -66,6 +68,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.activations_on_device = tc.acts_on_device;
   ec.resident_layers = tc.resident_layers;
   ec.head_resident = tc.resident_layers > 0;
+  ec.speculative = tc.speculative;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
   ModelLayout layout = ModelLayout::build(cfg);
@@ -93,14 +96,17 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
     EXPECT_EQ(a.n_valid, b.n_valid);
     clipped |= a.clip_coef < 1;
   }
-  if (tc.max_grad_norm > 0) EXPECT_TRUE(clipped) << "the clipping case must actually clip";
+  if (tc.max_grad_norm > 0 && tc.max_grad_norm < 10)
+    EXPECT_TRUE(clipped) << "the clipping case must actually clip";
   // Weights after 3 updates. When every micro-batch is one chunk and the embeddings are
   // untied, the engine performs the reference's operations in the reference's order: the
   // weights must be bitwise equal. Otherwise the summation order of some gradients differs
   // (chunk splits accumulate dW in pieces; the tied table sums head and embedding parts in
   // another order); AdamW divides by sqrt(v), so an element whose gradient nearly cancels can
   // move its step by a visible fraction of lr (3e-3): allow 1e-3 lr per step.
-  const bool same_order = !tc.tied && tc.chunk_tokens >= rows * (seq + 2);
+  // A speculative step that had to clip was rolled back algebraically: fp32 rounding again.
+  const bool same_order = !tc.tied && tc.chunk_tokens >= rows * (seq + 2) &&
+                          !(tc.speculative && clipped);
   const double tol = same_order ? 0.0 : 3 * 1e-3 * h.lr;
   double max_diff = 0;
   for (int u = 0; u < ref.params().n_units(); ++u)
@@ -127,7 +133,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::llama, false, 0.f, 3, 16, false},
                       Case{Arch::mistral, true, 0.5f, 2, 16, true},
                       Case{Arch::llama, false, 0.05f, 1, 64, false, 1},
-                      Case{Arch::qwen3, true, 0.f, 2, 16, true, 2}),
+                      Case{Arch::qwen3, true, 0.f, 2, 16, true, 2},
+                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, true},
+                      Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true},
+                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true},
+                      Case{Arch::mistral, false, 50.f, 1, 64, false, 0, true}),
     [](const auto& info) { return info.param.name(); });
 
 // The schedule visits every layer once forward and once backward per step, loads each
