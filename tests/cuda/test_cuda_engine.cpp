@@ -42,6 +42,7 @@ struct EngineCase {
   bool tied;
   int resident_layers;
   bool acts_on_device;
+  bool speculative = false;
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
@@ -60,6 +61,7 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   ec.activations_on_device = tc.acts_on_device;
   ec.resident_layers = tc.resident_layers;
   ec.head_resident = true;
+  ec.speculative = tc.speculative;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ModelLayout layout = ModelLayout::build(cfg);
   std::vector<std::vector<float>> w0;
@@ -93,8 +95,9 @@ TEST_P(CudaEngine, MatchesResidentStep) {
       den += (a - o) * (a - o);
     }
   double rel = std::sqrt(num / den);
-  std::printf("[ERR] engine %s tied=%d resident=%d: weight-update rel L2 %.3e\n",
-              std::string(arch_name(tc.arch)).c_str(), tc.tied, tc.resident_layers, rel);
+  std::printf("[ERR] engine %s tied=%d resident=%d speculative=%d: weight-update rel L2 %.3e\n",
+              std::string(arch_name(tc.arch)).c_str(), tc.tied, tc.resident_layers,
+              tc.speculative, rel);
   // AdamW normalises each element's step, so bf16 gradient rounding moves tiny-gradient
   // elements by a visible fraction of lr; the bulk of the update must agree.
   EXPECT_LT(rel, 0.1);
@@ -105,6 +108,8 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                          ::testing::Values(EngineCase{Arch::llama, false, 0, false},
                                            EngineCase{Arch::qwen3, true, 2, true},
                                            EngineCase{Arch::qwen2, false, 4, false},
-                                           EngineCase{Arch::mistral, true, 1, false}));
+                                           EngineCase{Arch::mistral, true, 1, false},
+                                           EngineCase{Arch::llama, false, 2, false, true},
+                                           EngineCase{Arch::qwen3, true, 0, true, true}));
 
 }  // namespace
