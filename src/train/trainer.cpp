@@ -276,18 +276,16 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     if (resume_dir.empty())
       say(cat("no checkpoint in ", out.string(), " to resume from; starting a new run"));
   }
+  // A fresh run never mixes its checkpoints with an earlier run's: refused here, or (with
+  // overwrite) deleted once the model and data have loaded.
+  std::vector<CheckpointRef> earlier;
   if (resume_dir.empty()) {
-    // A fresh run never mixes its checkpoints with an earlier run's.
-    auto old = list_checkpoints(out);
-    if (!old.empty()) {
-      SF_REQUIRE(opt_in.overwrite, out.string(), " holds checkpoints of an earlier run (newest: ",
-                 old.back().dir.filename().string(), "); pass --resume to continue it, "
-                 "--overwrite to delete them and start again, or another --out");
-      for (auto& c : old) fs::remove_all(c.dir);
-      say(cat("removed ", old.size(), " checkpoint(s) of an earlier run in ", out.string()));
-    }
-    std::error_code ec;
-    for (const char* f : {"latest", "loss.png"}) fs::remove(out / f, ec);
+    earlier = list_checkpoints(out);
+    SF_REQUIRE(earlier.empty() || opt_in.overwrite, out.string(),
+               " holds checkpoints of an earlier run (newest: ",
+               earlier.empty() ? std::string() : earlier.back().dir.filename().string(),
+               "); pass --resume to continue it, --overwrite to delete them and start again, or "
+               "another --out");
   }
   json saved;
   TrainOptions opt = opt_in;
@@ -376,6 +374,13 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     elapsed_before = saved.value("elapsed_seconds", 0.0);
     tokens_seen = saved.value("tokens_seen", int64_t(0));
     for (auto& m : saved.value("metrics", json::array())) history.push_back(m);
+  }
+  if (resume_dir.empty()) {
+    for (auto& c : earlier) fs::remove_all(c.dir);
+    if (!earlier.empty())
+      say(cat("removed ", earlier.size(), " checkpoint(s) of an earlier run in ", out.string()));
+    std::error_code ec;
+    for (const char* f : {"latest", "loss.png"}) fs::remove(out / f, ec);
   }
   // metrics.jsonl: exactly the history up to the start, then appended step by step.
   {
@@ -532,10 +537,11 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
               {"tokens_per_second", double(st.n_tokens) / dt},
               {"tflops", flops / dt / 1e12},
               {"elapsed_seconds", elapsed_before + session_seconds()}};
-    if (!std::isfinite(st.loss()) || !std::isfinite(st.grad_norm))
-      say(cat("warning: step ", step, " has a non-finite ",
-              std::isfinite(st.loss()) ? "gradient norm" : "loss",
-              "; the update was skipped. Lower --lr or check the data"));
+    if (!std::isfinite(st.grad_norm))
+      say(cat("warning: step ", step, ": the gradient is not finite, so the weights were left "
+              "unchanged; lower --lr or check the data if this repeats"));
+    else if (!std::isfinite(st.loss()))
+      say(cat("warning: step ", step, ": the loss is not finite; lower --lr or check the data"));
     double eval_loss = NAN;
     if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
       eval_loss = eval();
