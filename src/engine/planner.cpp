@@ -98,9 +98,9 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     if (cd != DType::f32) t += host_round(size_t(l.embedding().numel) * es);
     m.push_back({"tied table staging + gradient", t, false});
   }
-  if (max_home || ec.speculative)
+  if (max_home || ec.speculative())
     m.push_back({"update ring (2)", 2 * host_round(max_home * es), false});
-  if (ec.speculative && cd != DType::f32) {
+  if (ec.speculative() && cd != DType::f32) {
     size_t next = 0;
     for (int u = 1; u < n_units; ++u) next += host_round(size_t(l.units[size_t(u)].numel) * es);
     m.push_back({"next weights (speculative update)", next, false});
@@ -194,7 +194,7 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     double acts = p.engine.activations_on_device ? 0 : L * T * C * es / hw.h2d_bytes_per_s;
     double grads = streamed * layer_bytes / hw.d2h_bytes_per_s;
     p.transfer_seconds = w_fwd + w_bwd + 2 * acts + grads;
-    if (p.engine.speculative) {  // AdamW overlaps the backward and the next forward
+    if (p.engine.speculative()) {  // AdamW overlaps the backward (once clipping is rare)
       double gpu = std::max(fwd_s, w_fwd + acts) + head_s + std::max({bwd_s, w_bwd + acts, grads});
       p.step_seconds = std::max(gpu, adam_s + head_s);
     } else {
@@ -260,11 +260,11 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
           }
           p.engine.resident_layers = lo;
           // Overlap the optimizer with the backward when the host can hold the extra copy.
-          p.engine.speculative = true;
+          p.engine.speculation = EngineConfig::Speculation::adaptive;
           p.lines = sliding_memory(cfg, p.engine, cd);
           total(p);
           if (!fits(budget, p)) {
-            p.engine.speculative = false;
+            p.engine.speculation = EngineConfig::Speculation::off;
             p.lines = sliding_memory(cfg, p.engine, cd);
             total(p);
           }
@@ -354,7 +354,7 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   } else {
     os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
        << p.engine.resident_layers << " of " << cfg.num_hidden_layers
-       << " layers resident, " << (p.engine.speculative ? "speculative" : "deferred")
+       << " layers resident, " << (p.engine.speculative() ? "speculative" : "deferred")
        << " update, chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "

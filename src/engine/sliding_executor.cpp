@@ -131,7 +131,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
     if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
   }
   norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
-  if (ec.speculative) {
+  if (ec.speculative()) {
     spec_ = std::make_unique<Spec>();
     for (int u = 0; u < n_units; ++u)
       next_.push_back(u > 0 && cd_ != DType::f32
@@ -522,7 +522,9 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   }
   SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
   const float grad_scale = float(1.0 / double(st.n_valid));
-  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
+  bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
+  if (speculate && ec_.speculation == EngineConfig::Speculation::adaptive && h.max_grad_norm > 0)
+    speculate = last_grad_norm_ >= 0 && last_grad_norm_ < 0.8 * h.max_grad_norm;
   if (speculate) {
     AdamWStep s;
     s.lr = float(h.lr);
@@ -556,6 +558,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.update_seconds = updates_.last_round_seconds();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
+  last_grad_norm_ = st.grad_norm;
   return st;
 }
 

@@ -55,7 +55,11 @@ struct EngineConfig {
   // gradient is home, assuming no clipping; if the final global norm needs clipping (or is
   // not finite) the speculated units are rolled back and updated again. Needs a second
   // compute-dtype copy ("next" weights, pinned host) so the gradient survives until then.
-  bool speculative = false;
+  // adaptive: speculate when clipping is off or the previous step's norm was below 80% of
+  // the limit (a failed speculation costs a rollback and a redo: during early training,
+  // when clipping is active every step, it would make steps slower, not faster).
+  enum class Speculation { off, adaptive, always } speculation = Speculation::off;
+  bool speculative() const { return speculation != Speculation::off; }
 };
 
 class SlidingWindowExecutor final : public StepExecutor {
@@ -128,6 +132,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<Op> schedule_;
   std::unique_ptr<Spec> spec_;
   std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
+  double last_grad_norm_ = -1;                 // previous step's norm (-1: none yet)
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
 };
 

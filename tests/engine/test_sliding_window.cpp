@@ -68,7 +68,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.activations_on_device = tc.acts_on_device;
   ec.resident_layers = tc.resident_layers;
   ec.head_resident = tc.resident_layers > 0;
-  ec.speculative = tc.speculative;
+  // always: every step speculates, so the clipping cases exercise the rollback.
+  ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
   ModelLayout layout = ModelLayout::build(cfg);
