@@ -2,7 +2,7 @@
 """PyTorch baselines for bench_cuda_kernels, same shapes (Llama-3.1-8B, 16K tokens per call).
 
 Run on the GPU machine next to bench_cuda_kernels (scripts/gpu_check.sh does both):
-  python3 bench/torch_ref.py
+  python3 bench/torch_ref.py [--only attention]
 Prints one line per op: median ms and GB/s or TFLOP/s, counted exactly as the C++ benchmark
 counts them. Attention uses SDPA restricted to the flash backend; the LM head is
 F.linear + F.cross_entropy on f32 logits (what transformers does), with its peak memory.
@@ -42,8 +42,47 @@ def bw(op, shape, nbytes, ms):
     row(op, shape, ms, nbytes / ms / 1e6, "GB/s")
 
 
+def attention():
+    for L in (1024, 4096, 8192):
+        B = T // L
+        q = torch.randn(B, H, L, D, device=dev, dtype=bf, requires_grad=True)
+        k = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
+        v = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
+        fwd_flops = 4.0 * D * H * B * L * L / 2
+        shape = f"seq {L} x {B}, 32/8 heads, D 128"
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                def fwd():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                o = fwd()
+                gq = False
+        except RuntimeError:
+            # Flash without GQA support: expand k/v once, outside the timed region.
+            k = k.repeat_interleave(H // KV, 1).detach().requires_grad_(True)
+            v = v.repeat_interleave(H // KV, 1).detach().requires_grad_(True)
+            gq = True
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            def fwd():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                      enable_gqa=not gq)
+            ms = bench(fwd)
+            o = fwd()
+            do = torch.randn_like(o)
+            msb = bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+        tag = " (kv expanded)" if gq else ""
+        row("sdpa flash forward" + tag, shape, ms, fwd_flops / ms / 1e9, "TFLOP/s")
+        row("sdpa flash backward" + tag, shape, msb, 2.5 * fwd_flops / msb / 1e9, "TFLOP/s")
+        row("sdpa flash fwd+bwd" + tag, shape, ms + msb, 3.5 * fwd_flops / (ms + msb) / 1e9,
+            "TFLOP/s")
+        del q, k, v, o, do
+
+
 def main():
     torch.manual_seed(0)
+    if "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1] == "attention":
+        attention()  # just the SDPA rows (for quick attention comparisons)
+        return
     n = 1 << 29
     x = torch.randn(n, device=dev, dtype=bf)
     y = torch.empty_like(x)
@@ -89,39 +128,7 @@ def main():
     bw("cast f32->bf16", "128M", (1 << 27) * 6, ms)
     del xf
 
-    for L in (1024, 4096, 8192):
-        B = T // L
-        q = torch.randn(B, H, L, D, device=dev, dtype=bf, requires_grad=True)
-        k = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
-        v = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
-        fwd_flops = 4.0 * D * H * B * L * L / 2
-        shape = f"seq {L} x {B}, 32/8 heads, D 128"
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        try:
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                def fwd():
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                o = fwd()
-                gq = False
-        except RuntimeError:
-            # Flash without GQA support: expand k/v once, outside the timed region.
-            k = k.repeat_interleave(H // KV, 1).detach().requires_grad_(True)
-            v = v.repeat_interleave(H // KV, 1).detach().requires_grad_(True)
-            gq = True
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            def fwd():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                      enable_gqa=not gq)
-            ms = bench(fwd)
-            o = fwd()
-            do = torch.randn_like(o)
-            msb = bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
-        tag = " (kv expanded)" if gq else ""
-        row("sdpa flash forward" + tag, shape, ms, fwd_flops / ms / 1e9, "TFLOP/s")
-        row("sdpa flash backward" + tag, shape, msb, 2.5 * fwd_flops / msb / 1e9, "TFLOP/s")
-        row("sdpa flash fwd+bwd" + tag, shape, ms + msb, 3.5 * fwd_flops / (ms + msb) / 1e9,
-            "TFLOP/s")
-        del q, k, v, o, do
+    attention()
 
     h = torch.randn(T, C, device=dev, dtype=bf, requires_grad=True)
     W = (torch.randn(V, C, device=dev, dtype=bf) * 0.05).requires_grad_(True)

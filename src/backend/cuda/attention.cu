@@ -56,10 +56,18 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::);
+// 4-byte copy (f32 statistics); zero-filled when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0));
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -332,21 +340,23 @@ __global__ void attn_delta_kernel(AttnArgs p, int n_heads) {
 }
 
 // dk, dv for one key tile of one kv head; grid (key tiles, sequences, kv heads). Query tiles of
-// BQ rows; light early key tiles (which see the most queries) start first.
+// BQ rows, double-buffered: the (head, query tile) item after the current one is copied in
+// (cp.async) while the current one is computed. Heavy early key tiles (which see the most
+// queries) start first.
 template <int D, int BQ>
 __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(AttnArgs p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);
   bf16* Vs = Ks + kTile * D;
-  bf16* Qs = Vs + kTile * D;
-  bf16* dOs = Qs + BQ * D;
-  float* lse_s = reinterpret_cast<float*>(dOs + BQ * D);  // [BQ], log2 units
-  float* dl_s = lse_s + BQ;                               // [BQ]
+  bf16* Qbuf = Vs + kTile * D;                                    // [2][BQ, D]
+  bf16* dObuf = Qbuf + 2 * BQ * D;                                // [2][BQ, D]
+  float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * BQ * D);  // [2][BQ], natural log
+  float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
   const int seq = blockIdx.y, hk = blockIdx.z;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
   const int k0 = blockIdx.x * kTile;
   if (k0 >= len) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
 
   load_tile<D, kTile>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
                       min(kTile, len - k0), p.k);
@@ -354,59 +364,81 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
                       min(kTile, len - k0), p.v);
   cp_async_commit();
 
+  // Work items: (query head gi of the group, query tile) with gi outer.
+  const int q_first = (k0 / BQ) * BQ;
+  const int n_qt = (len - q_first + BQ - 1) / BQ;
+  const int n_items = p.group * n_qt;
+  auto prefetch = [&](int it, int buf) {
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int h = hk * p.group + gi, nq = min(BQ, len - q0);
+    load_tile<D, BQ>(Qbuf + buf * BQ * D, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq,
+                     p.q);
+    load_tile<D, BQ>(dObuf + buf * BQ * D, p.dout + int64_t(start + q0) * p.lddo + h * D,
+                     p.lddo, nq, p.dout);
+    for (int i = threadIdx.x; i < BQ; i += kThreads) {
+      const bool ok = i < nq;
+      const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
+      cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
+      cp_async4(smem_addr(dl_buf + buf * BQ + i),
+                reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
+    }
+    cp_async_commit();
+  };
+
   float dk[D / 8][4], dv[D / 8][4];
   zero(dk);
   zero(dv);
-  const int krow0 = k0 + warp * 16 + g;  // key index of accumulator rows g (and +8)
+  const int krow0 = k0 + warp * 16 + (lane >> 2);  // key index of accumulator rows g (and +8)
 
-  for (int gi = 0; gi < p.group; ++gi) {
-    const int h = hk * p.group + gi;
-    for (int q0 = (k0 / BQ) * BQ; q0 < len; q0 += BQ) {
-      __syncthreads();  // every warp is done with the previous Q/dO tile
-      const int nq = min(BQ, len - q0);
-      load_tile<D, BQ>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
-      load_tile<D, BQ>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq, p.dout);
-      cp_async_commit();
-      for (int i = threadIdx.x; i < BQ; i += kThreads) {
-        const bool ok = i < nq;
-        const int64_t tq = start + q0 + i;
-        lse_s[i] = ok ? p.lse[int64_t(h) * p.T + tq] * kLog2e : INFINITY;
-        dl_s[i] = ok ? reinterpret_cast<const float*>(p.o + tq * p.ld_o)[h] : 0.f;
-      }
-      cp_async_wait_all();
-      __syncthreads();
-
-      // S^T = K Q^T: rows = this warp's 16 keys, columns = BQ queries.
-      float st[BQ / 8][4];
-      zero(st);
-      mma_abt<D, BQ / 8>(st, Ks, warp * 16, Qs, lane);
-      // P^T = exp(scale * s - lse); zero where the key is after the query or past the end.
-#pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = nt * 8 + 2 * t4 + (e & 1);
-          const float pv = exp2f(st[nt][e] * p.scale_log2 - lse_s[qi]);
-          st[nt][e] = krow0 + (e >> 1) * 8 > q0 + qi ? 0.f : pv;
-        }
-      uint32_t pf[BQ / 16][4];
-      to_a_frags<BQ / 8>(pf, st);
-      mma_pv<D, BQ / 16>(dv, pf, dOs, lane);  // dV += P^T dO
-
-      // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta).
-      float dp[BQ / 8][4];
-      zero(dp);
-      mma_abt<D, BQ / 8>(dp, Vs, warp * 16, dOs, lane);
-#pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = nt * 8 + 2 * t4 + (e & 1);
-          dp[nt][e] = st[nt][e] * (dp[nt][e] - dl_s[qi]);
-        }
-      to_a_frags<BQ / 8>(pf, dp);
-      mma_pv<D, BQ / 16>(dk, pf, Qs, lane);  // dK += dS^T Q
+  prefetch(0, 0);
+  for (int it = 0; it < n_items; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < n_items) {
+      prefetch(it + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
+    __syncthreads();  // item it (and K, V) landed for every thread
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int nq = min(BQ, len - q0);
+    const bf16* Qs = Qbuf + buf * BQ * D;
+    const bf16* dOs = dObuf + buf * BQ * D;
+    const float* lse_s = lse_buf + buf * BQ;
+    const float* dl_s = dl_buf + buf * BQ;
+
+    // S^T = K Q^T: rows = this warp's 16 keys, columns = BQ queries.
+    float st[BQ / 8][4];
+    zero(st);
+    mma_abt<D, BQ / 8>(st, Ks, warp * 16, Qs, lane);
+    // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
+    // the end (its zero-filled lse would give finite junk).
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t4 + (e & 1);
+        const float pv = exp2f(st[nt][e] * p.scale_log2 - lse_s[qi] * kLog2e);
+        st[nt][e] = (krow0 + (e >> 1) * 8 > q0 + qi || qi >= nq) ? 0.f : pv;
+      }
+    uint32_t pf[BQ / 16][4];
+    to_a_frags<BQ / 8>(pf, st);
+    mma_pv<D, BQ / 16>(dv, pf, dOs, lane);  // dV += P^T dO
+
+    // dP^T = V dO^T, then dS^T = P^T * (dP^T - delta).
+    float dp[BQ / 8][4];
+    zero(dp);
+    mma_abt<D, BQ / 8>(dp, Vs, warp * 16, dOs, lane);
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t4 + (e & 1);
+        dp[nt][e] = st[nt][e] * (dp[nt][e] - dl_s[qi]);
+      }
+    to_a_frags<BQ / 8>(pf, dp);
+    mma_pv<D, BQ / 16>(dk, pf, Qs, lane);  // dK += dS^T Q
+    __syncthreads();  // every warp is done with buffer buf before it is refilled
   }
   store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
                 p.scale, p.scale, lane);
@@ -415,14 +447,15 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
 }
 
 // dq for one query tile of one head; grid (query tiles, sequences, query heads), heavy first.
+// Key/value tiles of BK rows, double-buffered like the dk/dv kernel's query tiles.
 template <int D, int BK>
 __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(AttnArgs p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
   bf16* dOs = Qs + kTile * D;
-  bf16* Ks = dOs + kTile * D;
-  bf16* Vs = Ks + BK * D;
-  float* dl_s = reinterpret_cast<float*>(Vs + BK * D);  // [kTile]
+  bf16* Kbuf = dOs + kTile * D;                          // [2][BK, D]
+  bf16* Vbuf = Kbuf + 2 * BK * D;                        // [2][BK, D]
+  float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * BK * D);  // [kTile]
   const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
@@ -433,6 +466,17 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
   load_tile<D, kTile>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
   load_tile<D, kTile>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq, p.dout);
   cp_async_commit();
+  auto prefetch = [&](int kt, int buf) {
+    const int kb0 = kt * BK, nk = min(BK, len - kb0);
+    load_tile<D, BK>(Kbuf + buf * BK * D, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk,
+                     nk, p.k);
+    load_tile<D, BK>(Vbuf + buf * BK * D, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv,
+                     nk, p.v);
+    cp_async_commit();
+  };
+  const int kend = min(len, q0 + kTile);
+  const int n_kt = (kend + BK - 1) / BK;
+  prefetch(0, 0);
   {
     // delta for the tile's rows: two threads per row, each half of D, from global memory.
     const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
@@ -464,15 +508,17 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
 
   float dq[D / 8][4];
   zero(dq);
-  const int kend = min(len, q0 + kTile);
-  for (int kb0 = 0; kb0 < kend; kb0 += BK) {
-    __syncthreads();  // every warp is done with the previous K/V tile
-    const int nk = min(BK, len - kb0);
-    load_tile<D, BK>(Ks, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk, nk, p.k);
-    load_tile<D, BK>(Vs, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv, nk, p.v);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int buf = kt & 1, kb0 = kt * BK;
+    if (kt + 1 < n_kt) {
+      prefetch(kt + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile kt (and Q, dO) landed for every thread
+    const bf16* Ks = Kbuf + buf * BK * D;
+    const bf16* Vs = Vbuf + buf * BK * D;
 
     float s[BK / 8][4];
     zero(s);
@@ -493,6 +539,7 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
     uint32_t dsf[BK / 16][4];
     to_a_frags<BK / 8>(dsf, dp);
     mma_pv<D, BK / 16>(dq, dsf, Ks, lane);  // dQ += dS K
+    __syncthreads();  // every warp is done with buffer buf before it is refilled
   }
   store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
                 p.scale, lane);
@@ -563,8 +610,9 @@ void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 template <int D>
 void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   constexpr int BQ = dkdv_bq<D>(), BK = dq_bk<D>();
-  const size_t smem_kv = (2 * size_t(kTile) + 2 * BQ) * D * sizeof(bf16) + 2 * BQ * sizeof(float);
-  const size_t smem_q = (2 * size_t(kTile) + 2 * BK) * D * sizeof(bf16) + kTile * sizeof(float);
+  // K, V + two stages of Q, dO (+ lse, delta); Q, dO + two stages of K, V (+ delta).
+  const size_t smem_kv = (2 * size_t(kTile) + 4 * BQ) * D * sizeof(bf16) + 4 * BQ * sizeof(float);
+  const size_t smem_q = (2 * size_t(kTile) + 4 * BK) * D * sizeof(bf16) + kTile * sizeof(float);
   static std::once_flag once;
   std::call_once(once, [&] {
     set_smem(attn_dkdv_kernel<D, BQ>, smem_kv);
