@@ -49,7 +49,8 @@ ModelConfig model_preset(const std::string& name) {
   // tiny/small use the bundled GPT-2 tokenizer's vocabulary (50257, padded to 50304), so
   // they train on the bundled text.
   if (name == "tiny") {  // ~7M parameters: trains on 2 CPU cores in CI
-    return base(Arch::qwen3, 50304, 128, 384, 4, 4, 2, 32, 1e6, 1e-6, true);
+    // head_dim 64: the smallest the CUDA attention kernels take, so the example runs there too.
+    return base(Arch::qwen3, 50304, 128, 384, 4, 2, 1, 64, 1e6, 1e-6, true);
   }
   if (name == "small") {  // ~45M parameters
     return base(Arch::qwen3, 50304, 512, 1536, 8, 8, 4, 64, 1e6, 1e-6, true);
