@@ -9,6 +9,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/thread_pool.h"
 #include "engine/executor_factory.h"
 #include "model/model_init.h"
@@ -25,31 +26,24 @@ double peak_rss_gib() {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  struct Opts {
+  struct Opts : RunFlags {
     std::string size = "llama3-8b";
     int layers = 0;  // 0: the preset's
-    int batch_size = 8, seq_len = 1024, steps = 10, grad_accum = 1;
+    int steps = 10;
     double lr = 1e-4;
-    ExecutorRequest req;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "time training steps of a model shape (random weights)");
   cmd->add_option("--size", o->size, "named model shape");
   cmd->add_option("--layers", o->layers, "cut the model to this many layers");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
-  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per step");
+  o->add_to(cmd);
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
   cmd->add_option("--lr", o->lr, "learning rate");
-  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
-  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
-  cmd->add_option("--gpu-memory", o->req.gpu_memory, "device memory budget, e.g. 24GiB");
-  cmd->add_option("--host-memory", o->req.host_memory, "host memory budget");
   cmd->callback([o] {
     ModelConfig cfg = model_preset(o->size);
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     ModelLayout layout = ModelLayout::build(cfg);
-    o->req.step = {int64_t(o->batch_size) * o->seq_len, o->grad_accum, o->seq_len};
+    o->resolve();
     PlannedRun pr = plan_run(cfg, o->req);
     std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
     auto t0 = std::chrono::steady_clock::now();

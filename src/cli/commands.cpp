@@ -76,29 +76,29 @@ void add_init_command(CLI::App& app) {
   });
 }
 
+void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
+  cmd->add_option("--batch-size", batch_size, "sequences per micro-batch");
+  cmd->add_option("--seq-len", seq_len, "tokens per sequence");
+  if (with_accum) cmd->add_option("--grad-accum", grad_accum, "micro-batches per optimizer step");
+  cmd->add_option("--backend", req.backend, "auto, host or cuda");
+  cmd->add_option("--engine", req.engine, "auto, resident or sliding");
+  cmd->add_option("--gpu-memory", req.gpu_memory, "device memory budget, e.g. 24GiB");
+  cmd->add_option("--host-memory", req.host_memory, "host memory budget, e.g. 100GiB");
+}
+
 void add_plan_command(CLI::App& app) {
-  struct Opts {
+  struct Opts : RunFlags {
     std::string model, size = "llama3-8b";
-    int batch_size = 8, seq_len = 1024, grad_accum = 1;
-    ExecutorRequest req;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plan", "show what a training run needs and whether it fits");
   cmd->add_option("--model", o->model, "Hugging Face model directory");
   cmd->add_option("--size", o->size, "named model shape (when no --model)");
-  cmd->add_option("--batch-size", o->batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence");
-  cmd->add_option("--grad-accum", o->grad_accum, "micro-batches per optimizer step");
-  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
-  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
-  cmd->add_option("--gpu-memory", o->req.gpu_memory, "device memory budget, e.g. 24GiB");
-  cmd->add_option("--host-memory", o->req.host_memory, "host memory budget, e.g. 100GiB");
+  o->add_to(cmd);
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
                                        : load_config(fs::path(o->model) / "config.json");
-    o->req.step.micro_tokens = int64_t(o->batch_size) * o->seq_len;
-    o->req.step.grad_accum = o->grad_accum;
-    o->req.step.max_seq_len = o->seq_len;
+    o->resolve();
     o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);
     std::cout << "backend    " << (r.backend == BackendKind::cuda ? "cuda" : "host") << "\n"

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "engine/executor_factory.h"
 #include "io/model_config.h"
 #include "model/weights_io.h"
@@ -12,25 +13,23 @@
 namespace sf::cli {
 
 void add_eval_command(CLI::App& app) {
-  struct Opts {
+  struct Opts : RunFlags {
     std::string model, tokens;
-    int batch_size = 4, seq_len = 256, batches = 1;
-    ExecutorRequest req;
+    int batches = 1;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("eval", "mean loss of a model on a token file");
   cmd->add_option("--model", o->model, "Hugging Face model directory")->required();
   cmd->add_option("--tokens", o->tokens, "uint32 token ids (llm.c .bin or raw)")->required();
-  cmd->add_option("--batch-size", o->batch_size, "rows per batch");
-  cmd->add_option("--seq-len", o->seq_len, "tokens per row");
+  o->batch_size = 4;
+  o->seq_len = 256;
+  o->add_to(cmd, false);
   cmd->add_option("--batches", o->batches, "batches from the start of the file");
-  cmd->add_option("--backend", o->req.backend, "auto, host or cuda");
-  cmd->add_option("--engine", o->req.engine, "auto, resident or sliding");
   cmd->callback([o] {
     std::filesystem::path dir(o->model);
     ModelConfig cfg = load_config(dir / "config.json");
     ModelLayout layout = ModelLayout::build(cfg);
-    o->req.step = {int64_t(o->batch_size) * o->seq_len, 1, o->seq_len};
+    o->resolve();
     auto exec = make_executor(cfg, o->req);
     load_model_weights(dir, cfg, layout, exec->params().master_ptrs());
     exec->params_changed();

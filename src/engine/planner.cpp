@@ -183,8 +183,9 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   if (p.mode == Plan::Mode::resident) {
     p.transfer_seconds = 0;
     // Host AdamW for the fp32 reference; on a GPU the update is a memory-bound device sweep.
-    p.optimizer_seconds = 0;
-    p.step_seconds = p.compute_seconds + (hw.device_flops > 100e12 ? 0.0 : adam_s);
+    const bool host_adam = hw.device_flops <= 100e12;
+    p.optimizer_seconds = host_adam ? adam_s : 0.0;
+    p.step_seconds = p.compute_seconds + p.optimizer_seconds;
   } else {
     const double es = double(dtype_size(DType::bf16));
     double layer_bytes = double(max_layer_numel(l)) * es;
