@@ -1,9 +1,12 @@
 #include "train/data_source.h"
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/tokenizer.h"
+#include "train/dataset_source.h"
 #include "train/token_batcher.h"
 #include "train/token_file.h"
 
@@ -126,11 +129,86 @@ class ShuffledTokenStream final : public TrainStream {
   std::vector<int64_t> order_;
 };
 
+// The JSONL format of `path` as the dataset code detects it (train/dataset.h: the first line
+// that is a JSON object; messages, then prompt + completion, then text), or "" when no line
+// tells (load_dataset then reports the problem with its line number).
+std::string peek_jsonl_format(const fs::path& path, const std::string& forced) {
+  if (forced == "text") return "text";
+  if (forced == "prompt_completion" || forced == "prompt-completion") return "prompt_completion";
+  if (forced == "messages" || forced == "chat") return "messages";
+  std::ifstream f(path, std::ios::binary);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json o = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!o.is_object()) continue;  // a bad line: skipped or reported by load_dataset
+    if (o.contains("messages")) return "messages";
+    if (o.contains("prompt") && o.contains("completion")) return "prompt_completion";
+    if (o.contains("text")) return "text";
+    return "";
+  }
+  return "";
+}
+
+// "auto": plain text is usually long documents, which split keeps whole across rows; a prompt
+// or conversation cut into pieces would lose its context, so those are truncated.
+std::string resolve_overflow(const DataRequest& r) {
+  if (r.overflow != "auto") return r.overflow;
+  return peek_jsonl_format(r.path, r.format) == "text" ? "split" : "truncate";
+}
+
+DataSource open_jsonl_source(const DataRequest& r) {
+  SF_REQUIRE(!r.tokenizer_dir.empty(), r.path.string(),
+             ": a JSONL dataset is tokenized with the model's tokenizer, but no tokenizer "
+             "directory was given (--model DIR holding tokenizer.json)");
+  SF_REQUIRE(fs::exists(r.tokenizer_dir / "tokenizer.json") ||
+                 fs::is_regular_file(r.tokenizer_dir),
+             r.tokenizer_dir.string(), ": no tokenizer.json here; the JSONL dataset ",
+             r.path.string(), " needs the model's tokenizer (or pass a token file to --data)");
+  const Tokenizer tok = Tokenizer::load(r.tokenizer_dir);
+  DatasetSourceOptions o;
+  o.data.format = r.format;
+  o.data.chat_format = r.chat_format;
+  o.data.chat_date = r.chat_date;
+  o.data.overflow = resolve_overflow(r);
+  o.data.skip_bad_lines = r.skip_bad_lines;
+  o.data.eval_file = r.eval_file;
+  o.data.tokenizer_dir = r.tokenizer_dir;
+  o.shuffle = r.shuffle;
+  o.pad_rows = false;  // the executors take rows of any length up to seq_len
+  return open_dataset_source(r, &tok, o);
+}
+
 }  // namespace
 
+const std::vector<std::string>& data_format_names() {
+  static const std::vector<std::string> v = {"auto", "text", "prompt_completion", "messages",
+                                             "tokens"};
+  return v;
+}
+
+const std::vector<std::string>& overflow_names() {
+  static const std::vector<std::string> v = {"auto", "truncate", "split", "drop"};
+  return v;
+}
+
 DataSource open_data_source(const DataRequest& r) {
-  SF_REQUIRE(!r.path.empty(), "no training data: pass --tokens FILE");
-  SF_REQUIRE(fs::exists(r.path), r.path.string(), ": training data not found (--tokens)");
+  SF_REQUIRE(!r.path.empty(), "no training data: pass --data FILE (JSONL or a token file)");
+  SF_REQUIRE(fs::exists(r.path), r.path.string(), ": training data not found (--data)");
+  SF_REQUIRE(r.eval_file.empty() || fs::exists(r.eval_file), r.eval_file.string(),
+             ": evaluation data not found (--eval-file)");
+  if (is_dataset_file(r.path, r.format)) return open_jsonl_source(r);
+  {
+    SF_REQUIRE(r.format == "auto" || r.format == "tokens", "--data-format ", r.format,
+               " is not known; use auto, text, prompt_completion, messages or tokens");
+    const std::string ext = r.path.extension().string();
+    SF_REQUIRE(ext != ".jsonl" && ext != ".json", r.path.string(), ": --data-format ", r.format,
+               " reads a token file, but this is JSON; use --data-format auto, text, "
+               "prompt_completion or messages");
+    SF_REQUIRE(r.eval_file.empty(), "--eval-file ", r.eval_file.string(),
+               " needs a JSONL training dataset; a token file (", r.path.string(),
+               ") holds out its tail instead (--eval-fraction)");
+  }
   auto f = std::make_shared<const TokenFile>(r.path);
   SF_REQUIRE(r.vocab_size <= 0 || int64_t(f->max_id()) < r.vocab_size, r.path.string(),
              ": holds token id ", f->max_id(), " but the model's vocab_size is ", r.vocab_size,

@@ -4,10 +4,13 @@
 //  - DataSource: the stream, a fixed held-out evaluation set, and an identity (files, sizes,
 //    a content fingerprint, the split) that a checkpoint records so that resuming on other
 //    data is refused.
-// Today's implementation: a TokenFile (llm.c .bin or raw uint32) whose tail is held out and
-// whose head is cut into rows of seq_len + 1 tokens with stride seq_len: in order
-// (TokenBatcher, llm.c style) or, with shuffle, in a seeded permutation drawn afresh every
-// epoch. JSONL / chat datasets add a branch to open_data_source() and their own TrainStream.
+// Two implementations behind open_data_source():
+//  - a TokenFile (llm.c .bin or raw uint32) whose tail is held out and whose head is cut into
+//    rows of seq_len + 1 tokens with stride seq_len: in order (TokenBatcher, llm.c style) or,
+//    with shuffle, in a seeded permutation drawn afresh every epoch;
+//  - a JSONL dataset (text, prompt/completion, chat messages rendered with the model's chat
+//    template; train/dataset_source.h): samples tokenized with the tokenizer in tokenizer_dir,
+//    loss masks as train/dataset.h computes them, packed into rows that keep samples whole.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -42,7 +45,22 @@ struct DataRequest {
   int64_t vocab_size = 0;       // ids must be below this
   bool shuffle = false;         // rows in a seeded random order, reshuffled every epoch
   uint64_t seed = 0;            // for sources that shuffle
+
+  // JSONL datasets only (a token file ignores these, except that it refuses an eval_file).
+  std::filesystem::path tokenizer_dir;  // the model's tokenizer.json (+ tokenizer_config.json)
+  std::string format = "auto";     // auto (.jsonl/.json: from the first line; else a token file)
+                                   // | text | prompt_completion | messages | tokens
+  std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or a named format
+  std::string chat_date;           // Llama 3.2+ "Today Date"; empty: today (recorded in identity)
+  std::string overflow = "auto";   // a sample longer than seq_len: truncate | split | drop;
+                                   // auto: split for text, truncate for prompt/completion & chat
+  bool skip_bad_lines = false;     // skip (and count) bad JSONL lines instead of failing
+  std::filesystem::path eval_file;  // a separate evaluation file instead of eval_fraction
 };
+
+// The data formats and overflow modes DataRequest accepts (for flag validation and help).
+const std::vector<std::string>& data_format_names();
+const std::vector<std::string>& overflow_names();
 
 struct DataSource {
   std::unique_ptr<TrainStream> train;
@@ -52,7 +70,8 @@ struct DataSource {
   int64_t train_tokens = 0, eval_tokens = 0;
 };
 
-// Opens `r.path` (today: a token file) and splits it. Throws Error(input) naming the file.
+// Opens `r.path` (a token file, or a JSONL dataset when is_dataset_file(r.path, r.format)) and
+// splits it (or reads r.eval_file). Throws Error(input) naming the file.
 DataSource open_data_source(const DataRequest& r);
 
 // Empty when `now` is the data a checkpoint (`saved`) was trained on; else a sentence saying
