@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/chat_template.h"
 #include "model/model_presets.h"
 #include "train/progress.h"
 #include "train/trainer.h"
@@ -203,7 +204,36 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--print-config", st->print_config,
                 "print the effective options in config-file form and exit");
   f.add("model", o.model_dir, "Hugging Face model directory (default: the bundled example)");
-  f.add("tokens", o.tokens_file, "training data: uint32 token ids (llm.c .bin or raw)");
+  {
+    // --data and its older name --tokens: one option (the first name is what
+    // explicit_options and --print-config use; a config file may use either key).
+    f.shown.push_back({"data", [&o] { return toml_value(o.tokens_file); }});
+    cmd->add_option("--data,--tokens", o.tokens_file,
+                    "training data: a JSONL dataset ({\"text\"}, {\"prompt\",\"completion\"} "
+                    "or {\"messages\"}; tokenized with the model's tokenizer) or a token file "
+                    "(llm.c .bin or raw uint32); --tokens is the same option");
+  }
+  f.add("data-format", o.data_format,
+        "auto (.jsonl/.json: from the first line's fields; else a token file), text, "
+        "prompt_completion (loss on the completion), messages (chat template; loss on "
+        "assistant turns) or tokens");
+  {
+    std::string names;
+    for (auto& n : chat_format_names()) names += (names.empty() ? "" : ", ") + n;
+    f.add("chat-format", o.chat_format,
+          "messages: auto (the chat_template of the model's tokenizer_config.json) or " + names);
+  }
+  f.add("chat-date", o.chat_date,
+        "messages with a Llama 3.2+ template: the \"Today Date\" rendered, e.g. \"26 Jul 2024\" "
+        "(empty: today; recorded for resume)");
+  f.add("overflow", o.overflow,
+        "a JSONL sample longer than --seq-len: truncate, split (pieces of --seq-len), drop, or "
+        "auto (split for text, truncate for prompt/completion and messages)");
+  f.shown.push_back({"skip-bad-lines", [&o] { return toml_value(o.skip_bad_lines); }});
+  cmd->add_flag("--skip-bad-lines", o.skip_bad_lines,
+                "skip and count malformed JSONL lines instead of stopping at the first one");
+  f.add("eval-file", o.eval_file,
+        "separate evaluation data (JSONL, same format rules) instead of --eval-fraction");
   f.add("out", o.out_dir, "output directory: checkpoint-<step>/, latest, metrics.jsonl, loss.png");
   f.add("example-size", o.example_size, "model shape for the bundled example");
   f.add("steps", o.steps, "optimizer steps (bundled example: 50)");
@@ -225,7 +255,9 @@ void add_train_command(CLI::App& app) {
                 "train on the rows of the data in a seeded random order, new every epoch "
                 "(default; --no-shuffle: in file order)");
   f.add("eval-every", o.eval_every, "steps between evaluations (0: at the end; bundled example: 10)");
-  f.add("eval-fraction", o.eval_fraction, "tail of the tokens held out for eval");
+  f.add("eval-fraction", o.eval_fraction,
+        "share of the data held out for eval (token file: its tail; JSONL: whole samples chosen "
+        "by content hash); ignored with --eval-file");
   f.add("eval-batches", o.eval_batches, "held-out batches per evaluation");
   f.add("save-every", o.save_every, "steps between checkpoints (0: only at the end)");
   f.add("keep-checkpoints", o.keep_checkpoints, "keep only the newest K checkpoints (0: all)");

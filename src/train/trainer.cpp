@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -51,7 +52,8 @@ ModelSource resolve_source(const TrainOptions& opt) {
     src.weights_dir = opt.model_dir;
     src.tokenizer_dir = opt.model_dir;
     SF_REQUIRE(!opt.tokens_file.empty(),
-               "--tokens FILE is required with --model (a uint32 token stream: llm.c .bin or raw)");
+               "--data FILE is required with --model (a JSONL dataset: text, prompt/completion "
+               "or messages; or a token file: llm.c .bin or raw uint32)");
     src.tokens = opt.tokens_file;
   }
   return src;
@@ -106,6 +108,34 @@ const std::vector<Setting>& fixed_settings() {
   return s;
 }
 
+// How the data file is read: taken from the checkpoint unless given, and compared through the
+// data identity (formats, sample counts, fingerprints), not here: "auto" and the format it
+// detects are the same data. Checkpoints of earlier versions lack them: the defaults.
+struct DataSetting {
+  const char* flag;
+  json (*get)(const TrainOptions&);
+  void (*set)(TrainOptions&, const json&);
+  json fallback;
+};
+
+const std::vector<DataSetting>& data_settings() {
+  static const std::vector<DataSetting> s = {
+      {"data-format", [](const TrainOptions& o) { return json(o.data_format); },
+       [](TrainOptions& o, const json& j) { o.data_format = j.get<std::string>(); }, "auto"},
+      {"chat-format", [](const TrainOptions& o) { return json(o.chat_format); },
+       [](TrainOptions& o, const json& j) { o.chat_format = j.get<std::string>(); }, "auto"},
+      {"chat-date", [](const TrainOptions& o) { return json(o.chat_date); },
+       [](TrainOptions& o, const json& j) { o.chat_date = j.get<std::string>(); }, ""},
+      {"overflow", [](const TrainOptions& o) { return json(o.overflow); },
+       [](TrainOptions& o, const json& j) { o.overflow = j.get<std::string>(); }, "auto"},
+      {"skip-bad-lines", [](const TrainOptions& o) { return json(o.skip_bad_lines); },
+       [](TrainOptions& o, const json& j) { o.skip_bad_lines = j.get<bool>(); }, false},
+      {"eval-file", [](const TrainOptions& o) { return json(o.eval_file.string()); },
+       [](TrainOptions& o, const json& j) { o.eval_file = j.get<std::string>(); }, ""},
+  };
+  return s;
+}
+
 json settings_json(const TrainOptions& o) {
   json j = json::object();
   for (auto& s : fixed_settings()) j[s.flag] = s.get(o);
@@ -113,6 +143,7 @@ json settings_json(const TrainOptions& o) {
   j["model"] = o.model_dir.string();
   j["example-size"] = o.example_size;
   j["tokens"] = o.tokens_file.string();
+  for (auto& d : data_settings()) j[d.flag] = d.get(o);
   return j;
 }
 
@@ -134,7 +165,9 @@ TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
   }
   if (!given("model")) o.model_dir = saved.value("model", std::string());
   if (!given("example-size")) o.example_size = saved.value("example-size", o.example_size);
-  if (!given("tokens")) o.tokens_file = saved.value("tokens", std::string());
+  if (!given("tokens") && !given("data")) o.tokens_file = saved.value("tokens", std::string());
+  for (auto& d : data_settings())
+    if (!given(d.flag)) d.set(o, saved.contains(d.flag) ? saved.at(d.flag) : d.fallback);
   const int64_t saved_steps = saved.value("steps", int64_t(0));
   if (!given("steps")) {
     o.steps = saved_steps;
@@ -249,6 +282,19 @@ void validate_train_options(const TrainOptions& o) {
   need(o.keep_checkpoints >= 0,
        cat("--keep-checkpoints ", o.keep_checkpoints, " must be 0 (keep all) or positive"));
   need(o.log_every > 0, cat("--log-every ", o.log_every, " must be positive"));
+  auto one_of = [](const std::string& v, const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), v) != names.end();
+  };
+  auto list = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  need(one_of(o.data_format, data_format_names()) || o.data_format == "prompt-completion" ||
+           o.data_format == "chat",
+       cat("--data-format ", o.data_format, " is not known; use ", list(data_format_names())));
+  need(one_of(o.overflow, overflow_names()),
+       cat("--overflow ", o.overflow, " is not known; use ", list(overflow_names())));
   need(!o.out_dir.empty(), "--out must name a directory");
 }
 
@@ -332,13 +378,25 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   dr.vocab_size = cfg.vocab_size;
   dr.seed = opt.seed;
   dr.shuffle = opt.shuffle;
+  dr.tokenizer_dir = src.tokenizer_dir;
+  dr.format = opt.data_format;
+  dr.chat_format = opt.chat_format;
+  dr.chat_date = opt.chat_date;
+  dr.overflow = opt.overflow;
+  dr.skip_bad_lines = opt.skip_bad_lines;
+  dr.eval_file = opt.eval_file;
   DataSource data = open_data_source(dr);
+  // The date a Llama 3.2+ template rendered (today's, unless given): recorded in the settings so
+  // that a resume, on another day, renders the same conversations.
+  if (opt.chat_date.empty() && data.identity.contains("chat_date"))
+    opt.chat_date = data.identity.at("chat_date").get<std::string>();
   if (!saved.is_null()) {
     std::string why = data_identity_mismatch(saved.at("data").at("identity"), data.identity);
     SF_REQUIRE(why.empty(), "cannot resume from ", resume_dir.string(), " on ",
                src.tokens.string(), ": ", why,
-               "; resume with the data the checkpoint was trained on (--tokens), or start a new "
-               "run with another --out");
+               "; resume with the data and data settings the checkpoint was trained on (--data / "
+               "--tokens, --data-format, --chat-format, --chat-date, --overflow, "
+               "--skip-bad-lines, --eval-file), or start a new run with another --out");
     data.train->restore(saved.at("data").at("state"));
   }
 

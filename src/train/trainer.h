@@ -31,8 +31,20 @@ struct TrainOptions {
   // --- what is trained on what (recorded in checkpoints)
   std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
   std::string example_size = "tiny";  // preset randomly initialised for the bundled example
-  std::filesystem::path tokens_file;  // uint32 token stream; empty with no model: bundled
+  // Training data (--data / --tokens): a token file (llm.c .bin or raw uint32) or a JSONL
+  // dataset (text, prompt/completion, chat messages; tokenized with the model's tokenizer).
+  // Empty with no model: the bundled token file.
+  std::filesystem::path tokens_file;
   std::filesystem::path examples_dir;  // where the bundled example lives
+  // How a JSONL dataset is read (train/data_source.h DataRequest); recorded in checkpoints and
+  // taken from there on resume unless given. chat_date is recorded as rendered (today's date
+  // when empty), so that a resumed run renders the same text.
+  std::string data_format = "auto";  // auto | text | prompt_completion | messages | tokens
+  std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or chatml, llama3, ...
+  std::string chat_date;             // Llama 3.2+ "Today Date", e.g. "26 Jul 2024"
+  std::string overflow = "auto";     // auto | truncate | split | drop
+  bool skip_bad_lines = false;
+  std::filesystem::path eval_file;   // separate evaluation data instead of eval_fraction
 
   // --- how (recorded in checkpoints)
   int64_t steps = 200;
@@ -43,7 +55,7 @@ struct TrainOptions {
   OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
   bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
-  double eval_fraction = 0.05;  // tail of the token stream held out for evaluation
+  double eval_fraction = 0.05;  // share held out for evaluation (token file: the tail)
   int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
 
   // --- where and how often (free to change on resume)
