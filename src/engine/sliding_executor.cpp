@@ -217,6 +217,13 @@ void SlidingWindowExecutor::params_changed() {
   }
 }
 
+// The CPU optimizer's threads: every core but one, so that the thread driving the GPU (and
+// the host-side embedding work) is not starved while AdamW runs under the forward or backward.
+ThreadPool& SlidingWindowExecutor::opt_pool() {
+  if (!opt_pool_) opt_pool_ = std::make_unique<ThreadPool>(std::max(1, host_pool().size() - 1));
+  return *opt_pool_;
+}
+
 const void* SlidingWindowExecutor::host_weights(int unit) const {
   if (cd_ == DType::f32) return store_.master(unit);
   SF_CHECK(!(unit > 0 && resident(unit)), "resident unit ", unit, " has no host weights");
@@ -563,7 +570,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
 }
 
 void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
-  ThreadPool& pool = host_pool();
+  ThreadPool& pool = opt_pool();
   const int n_units = store_.n_units();
   // Global norm: host homes and the embedding in double on the host; resident homes were
   // reduced on the device while their gradients went home.
@@ -610,7 +617,7 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
 // new compute-dtype weights are written over it in place (element i is read before it is
 // written); resident homes make the trip through a pinned ring buffer.
 void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
-  ThreadPool& pool = host_pool();
+  ThreadPool& pool = opt_pool();
   float* p = store_.master(u);
   float* m = store_.m(u);
   float* v = store_.v(u);
@@ -685,8 +692,8 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       const void* g = fetch_grad(u, ring);
       ring ^= 1;
       const double sq = gt == DType::f32
-          ? sum_squares_ranges(static_cast<const float*>(g), store_.numel(u), store_.ranges(u), &host_pool())
-          : sum_squares_ranges(static_cast<const uint16_t*>(g), store_.numel(u), store_.ranges(u), &host_pool());
+          ? sum_squares_ranges(static_cast<const float*>(g), store_.numel(u), store_.ranges(u), &opt_pool())
+          : sum_squares_ranges(static_cast<const uint16_t*>(g), store_.numel(u), store_.ranges(u), &opt_pool());
       spec_->sumsq[size_t(u)] = sq;
       running += sq;
       // Coefficient 1 is certain only if even the final norm (>= this one) can stay below
@@ -698,10 +705,10 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
       if (gt == DType::f32)
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
       else
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {
@@ -728,7 +735,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
       if (spec_->speculated[size_t(u)])
         adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), fetch_grad(u, 0),
                               u == 0 ? DType::f32 : cd_, store_.numel(u), store_.ranges(u), s1,
-                              &host_pool());
+                              &opt_pool());
     params_changed();
     return;
   }
@@ -747,16 +754,16 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
       const DType gt = u == 0 ? DType::f32 : cd_;
       if (speculated[size_t(u)])
         adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), g, gt, store_.numel(u),
-                              store_.ranges(u), s1, &host_pool());
+                              store_.ranges(u), s1, &opt_pool());
       uint16_t* out = nullptr;
       if (u == 0) out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
       else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
       if (gt == DType::f32)
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
       else
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &host_pool());
+                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
     }
     if (u == 0 || cd_ == DType::f32) return;
     if (resident(u)) {

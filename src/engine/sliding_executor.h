@@ -33,6 +33,7 @@
 
 #include "backend/backend.h"
 #include "backend/host/host_backend.h"
+#include "core/thread_pool.h"
 #include "engine/schedule.h"
 #include "engine/step_executor.h"
 #include "engine/update_pipeline.h"
@@ -88,6 +89,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   const void* host_weights(int unit) const;  // compute-dtype source for a weight load
   void* weights_on_device(const Op& op) const;  // home (resident) or slot
   bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
+  ThreadPool& opt_pool();
   void update_unit(int unit, const AdamWStep& s, int ring);
   // Speculative update (EngineConfig::speculative).
   struct Spec;
@@ -131,6 +133,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step
   std::vector<Op> schedule_;
   std::unique_ptr<Spec> spec_;
+  std::unique_ptr<ThreadPool> opt_pool_;
   std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
   double last_grad_norm_ = -1;                 // previous step's norm (-1: none yet)
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()

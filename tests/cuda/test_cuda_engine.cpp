@@ -111,6 +111,12 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                                            EngineCase{Arch::qwen2, false, 4, false},
                                            EngineCase{Arch::mistral, true, 1, false},
                                            EngineCase{Arch::llama, false, 2, false, true},
-                                           EngineCase{Arch::qwen3, true, 0, true, true}));
+                                           EngineCase{Arch::qwen3, true, 0, true, true}),
+                         [](const auto& info) {
+                           const EngineCase& c = info.param;
+                           return cat(arch_name(c.arch), c.tied ? "_tied" : "", "_resident",
+                                      c.resident_layers, c.acts_on_device ? "_devacts" : "",
+                                      c.speculative ? "_speculative" : "");
+                         });
 
 }  // namespace
