@@ -106,9 +106,12 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     m.push_back({"next weights (speculative update)", next, false});
   }
   m.push_back({"embedding gather/scatter staging", 2 * host_round(xbytes) + Tc * C * 4, false});
-  m.push_back({"activation store (layer inputs)",
-               L * (ec.activations_on_device ? dev_round(xbytes) : host_round(xbytes)),
-               ec.activations_on_device});
+  const size_t dev_acts = size_t(ec.n_device_act_layers(l.n_layers));
+  if (dev_acts > 0)
+    m.push_back({cat("activation store (", dev_acts, " layers)"), dev_acts * dev_round(xbytes), true});
+  if (dev_acts < L)
+    m.push_back({cat("activation store (", L - dev_acts, " layers)"),
+                 (L - dev_acts) * host_round(xbytes), false});
 
   if (dev_homes)
     m.push_back({cat("weights/gradient homes (", ec.resident_layers, " layers",
@@ -192,7 +195,8 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     const double streamed = L - double(p.engine.resident_layers);
     double w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
     double w_bwd = std::max(0.0, streamed - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
-    double acts = p.engine.activations_on_device ? 0 : L * T * C * es / hw.h2d_bytes_per_s;
+    const double host_act_layers = L - double(p.engine.n_device_act_layers(l.n_layers));
+    double acts = host_act_layers * T * C * es / hw.h2d_bytes_per_s;
     double grads = streamed * layer_bytes / hw.d2h_bytes_per_s;
     p.transfer_seconds = w_fwd + w_bwd + 2 * acts + grads;
     if (p.engine.speculative()) {  // AdamW overlaps the backward (once clipping is rare)
@@ -280,6 +284,37 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
       }
     }
   }
+  // 3. Neither tier alone holds the activations: split them, as many layers on the device as
+  //    fit (largest chunk first), the rest in pinned host memory.
+  for (int slots : {3, 2}) {
+    for (int64_t chunk = req.micro_tokens; chunk >= std::max<int64_t>(1, req.max_seq_len); chunk /= 2) {
+      Plan p;
+      p.mode = Plan::Mode::sliding;
+      p.engine.n_slots = slots;
+      p.engine.max_chunk_tokens = chunk;
+      p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
+      p.engine.head_resident = head_res;
+      int lo = -1, hi = int(cfg.num_hidden_layers);  // most device layers that fit the device
+      while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        p.engine.device_act_layers = mid;
+        p.lines = sliding_memory(cfg, p.engine, cd);
+        total(p);
+        if (budget.unified || p.device_bytes <= budget.device_bytes) lo = mid;
+        else hi = mid - 1;
+      }
+      if (lo < 0) continue;
+      p.engine.device_act_layers = lo;
+      p.lines = sliding_memory(cfg, p.engine, cd);
+      total(p);
+      p.fits = fits(budget, p);
+      if (p.fits) {
+        predict(cfg, req, hw, p);
+        return p;
+      }
+      if (p.device_bytes + p.host_bytes < best.device_bytes + best.host_bytes) best = p;
+    }
+  }
   // 3. Nothing fits: say which tier is short and what to change.
   predict(cfg, req, hw, best);
   std::ostringstream a;
@@ -359,7 +394,13 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
        << " update, chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "
-       << (p.engine.activations_on_device ? "device" : "host") << "\n";
+       << (p.engine.n_device_act_layers(int(cfg.num_hidden_layers)) == cfg.num_hidden_layers
+               ? "device"
+               : p.engine.n_device_act_layers(int(cfg.num_hidden_layers)) == 0
+                     ? "host"
+                     : cat("device for ", p.engine.n_device_act_layers(int(cfg.num_hidden_layers)),
+                           " layers, host for the rest"))
+       << "\n";
   }
   os << "\n  " << std::left << std::setw(42) << "memory" << std::setw(8) << "tier"
      << "bytes\n";

@@ -164,7 +164,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                       "layer and head scratch");
   loss_ = be.alloc(4, "loss");
   for (int k = 0; k < layout_.n_layers; ++k)
-    act_store_.push_back(ec.activations_on_device
+    act_store_.push_back(ec.act_on_device(k)
                              ? be.alloc(xbytes, cat("saved inputs of layer ", k))
                              : be.alloc_host(xbytes, cat("saved inputs of layer ", k)));
   for (int c = 0; c < ec.max_chunks; ++c)
@@ -360,7 +360,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const int k = op.layer, c = op.chunk;
       ev.fwd_done->wait(*d2h_);
       Mat src = x_mat(k % 2, c), dst = store_mat(k, c);
-      if (ec_.activations_on_device) be_.copy_on_device(*d2h_, dst.data, src.data, src.bytes());
+      if (ec_.act_on_device(k)) be_.copy_on_device(*d2h_, dst.data, src.data, src.bytes());
       else be_.copy_to_host(*d2h_, dst.data, src.data, src.bytes());
       ev.off_done[size_t(c)]->record(*d2h_);
       return;
@@ -428,7 +428,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       }
       ev.buf_free[op.buf]->wait(*h2d_);
       Mat src = store_mat(op.layer, op.chunk);
-      if (ec_.activations_on_device) be_.copy_on_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
+      if (ec_.act_on_device(op.layer)) be_.copy_on_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
       else be_.copy_to_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
       ev.buf_ready[op.buf]->record(*h2d_);
       return;

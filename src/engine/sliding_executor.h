@@ -28,6 +28,7 @@
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
 // Nothing is allocated inside a step.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -47,7 +48,18 @@ struct EngineConfig {
   int64_t max_chunk_tokens = 0;    // tokens per chunk (layer scratch is sized for this)
   int max_chunks = 1;              // chunks per step
   int64_t head_chunk_rows = 256;   // tokens per LM-head logits chunk
-  bool activations_on_device = false;  // activation store tier
+  bool activations_on_device = false;  // activation store tier (all layers)
+  // When >= 0: only the saved inputs of the first `device_act_layers` layers stay on the
+  // device, the rest go to pinned host memory (the planner's split when neither tier alone
+  // has room). -1: activations_on_device decides for every layer.
+  int device_act_layers = -1;
+  bool act_on_device(int layer) const {
+    return device_act_layers < 0 ? activations_on_device : layer < device_act_layers;
+  }
+  int n_device_act_layers(int n_layers) const {
+    return device_act_layers < 0 ? (activations_on_device ? n_layers : 0)
+                                 : std::min(device_act_layers, n_layers);
+  }
   // Homes kept on the device: the last `resident_layers` layers and (head_resident) the head.
   // The others live in pinned host memory and stream through the slots.
   int resident_layers = 0;

@@ -55,6 +55,19 @@ TEST(Planner, SlidesWhenTheDeviceIsSmall) {
   EXPECT_GT(p.tokens_per_second, 0);
 }
 
+// Long sequences: neither tier alone holds the saved inputs; the planner splits them.
+TEST(Planner, SplitsActivationsBetweenTiers) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(118) << 30, false};
+  Plan p = make_plan(cfg, {8 * 8192, 1, 8192}, b, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(p.fits) << p.advice;
+  const int on_device = p.engine.n_device_act_layers(32);
+  EXPECT_GT(on_device, 0);
+  EXPECT_LT(on_device, 32);
+  EXPECT_LE(p.device_bytes, b.device_bytes);
+  EXPECT_LE(p.host_bytes, b.host_bytes);
+}
+
 TEST(Planner, RefusesTooSmallBudgetsWithAdvice) {
   ModelConfig cfg = model_preset("llama3-8b");
   Budget b{size_t(2) << 30, size_t(64) << 30, false};

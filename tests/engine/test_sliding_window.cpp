@@ -66,6 +66,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.max_chunks = 8;
   ec.head_chunk_rows = 256;  // the reference model's default: same LM-head chunking
   ec.activations_on_device = tc.acts_on_device;
+  // Split tiers (layer 0 on the device, the rest on the host) in the resident-home cases.
+  if (tc.resident_layers > 0 && !tc.acts_on_device) ec.device_act_layers = 1;
   ec.resident_layers = tc.resident_layers;
   ec.head_resident = tc.resident_layers > 0;
   // always: every step speculates, so the clipping cases exercise the rollback.
