@@ -45,12 +45,30 @@ JSON
 done
 fi
 
-# 3. engine benchmarks
-SF_BENCH=${SF_BENCH:-"llama3-8b 8 8 1024 24GiB"}
+# 3. engine benchmarks (issue 4's set by default: 8B at 24 GiB, batch 8/32/64 x 1024 and
+#    8 x 8192; the 8-layer cut resident (whole GPU) and sliding (24 GiB) at batch 8 and 32)
+SF_BENCH=${SF_BENCH:-"llama3-8b 0 8 1024 24GiB
+llama3-8b 0 32 1024 24GiB
+llama3-8b 0 64 1024 24GiB
+llama3-8b 0 8 8192 24GiB
+llama3-8b 8 8 1024 130GiB
+llama3-8b 8 32 1024 130GiB
+llama3-8b 8 8 1024 24GiB
+llama3-8b 8 32 1024 24GiB"}
 while read -r size layers batch seq mem; do
   [ -z "$size" ] && continue
-  log="$OUT/bench_${size}_${layers}_${batch}x${seq}.log"
+  log="$OUT/bench_${size}_${layers}_${batch}x${seq}_${mem}.log"
   timeout "${SF_BENCH_TIMEOUT:-420}" "$SF" bench --size "$size" --layers "$layers" --batch-size "$batch" \
     --seq-len "$seq" --steps "${SF_BENCH_STEPS:-6}" --gpu-memory "$mem" --backend cuda > "$log" 2>&1
   say "bench $size layers=$layers ${batch}x$seq rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
 done <<< "$SF_BENCH"
+
+# 4. PyTorch FSDP2 with CPU offload on the same 8-layer shape, side by side (SF_FSDP2=1)
+if [ -n "${SF_FSDP2:-}" ]; then
+  for batch in 8 32; do
+    log="$OUT/fsdp2_8_${batch}x1024.log"
+    NCCL_NVLS_ENABLE=0 timeout "${SF_BENCH_TIMEOUT:-420}" torchrun --nproc_per_node=1 \
+      bench/fsdp2_offload.py --layers 8 --batch "$batch" --seq 1024 --steps 4 > "$log" 2>&1
+    say "fsdp2 8 layers ${batch}x1024 rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
+  done
+fi
