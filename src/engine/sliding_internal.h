@@ -1,0 +1,71 @@
+// Private to the sliding-window executor's translation units (sliding_executor.cpp and
+// sliding_speculation.cpp): its events and the speculative update's shared state.
+#pragma once
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/sliding_executor.h"
+
+namespace sf {
+
+struct SlidingWindowExecutor::Events {
+  std::vector<std::unique_ptr<Event>> slot_ready, slot_free;  // per weight slot
+  std::vector<std::unique_ptr<Event>> emb_done, off_done;     // per chunk
+  std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
+  std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
+  std::unique_ptr<Event> head_ready, head_done, fwd_done, offloads_done, layer0_done,
+      batch_ready, head_grads_home;
+  std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
+  std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
+  std::unique_ptr<Event> ring_down[2];             // update thread: gradient is in the ring
+  std::unique_ptr<Event> stage_free[2];            // gstage buffer copied out
+
+  Events(Backend& be, int n_slots, int n_chunks, int n_units) {
+    auto make = [&](int n) {
+      std::vector<std::unique_ptr<Event>> v;
+      for (int i = 0; i < n; ++i) v.push_back(be.create_event());
+      return v;
+    };
+    slot_ready = make(n_slots);
+    slot_free = make(n_slots);
+    emb_done = make(n_chunks);
+    off_done = make(n_chunks);
+    for (int i = 0; i < 2; ++i) {
+      buf_ready[i] = be.create_event();
+      buf_free[i] = be.create_event();
+      grads_done[i] = be.create_event();
+      grads_copied[i] = be.create_event();
+    }
+    head_ready = be.create_event();
+    head_done = be.create_event();
+    fwd_done = be.create_event();
+    offloads_done = be.create_event();
+    layer0_done = be.create_event();
+    batch_ready = be.create_event();
+    head_grads_home = be.create_event();
+    home_ready = make(n_units);
+    grads_home = make(n_units);
+    for (int i = 0; i < 2; ++i) {
+      ring_down[i] = be.create_event();
+      stage_free[i] = be.create_event();
+    }
+  }
+};
+
+struct SlidingWindowExecutor::Spec {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> ready;       // gradient of the unit is (being) copied home
+  std::vector<char> speculated;  // AdamW already applied with coefficient 1
+  std::vector<double> sumsq;     // per unit, in double on the host
+  std::thread thread;
+  std::exception_ptr error;
+  AdamWStep step;                // the speculated step (grad_scale 1)
+  bool active = false;
+};
+
+}  // namespace sf
