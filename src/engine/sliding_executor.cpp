@@ -114,14 +114,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
 }
 
 SlidingWindowExecutor::~SlidingWindowExecutor() {
-  if (spec_ && spec_->thread.joinable()) {
-    {
-      std::lock_guard<std::mutex> lk(spec_->mu);
-      std::fill(spec_->ready.begin(), spec_->ready.end(), 1);  // let it run out
-    }
-    spec_->cv.notify_all();
-    spec_->thread.join();
-  }
+  if (spec_) spec_->abandon();
   try {
     updates_.wait_all();
   } catch (...) {
@@ -473,6 +466,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
   if (speculate && ec_.speculation == EngineConfig::Speculation::adaptive && h.max_grad_norm > 0)
     speculate = last_grad_norm_ >= 0 && last_grad_norm_ < 0.8 * h.max_grad_norm;
+  if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {
     AdamWStep s;
     s.lr = float(h.lr);

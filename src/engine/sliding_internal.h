@@ -66,6 +66,21 @@ struct SlidingWindowExecutor::Spec {
   std::exception_ptr error;
   AdamWStep step;                // the speculated step (grad_scale 1)
   bool active = false;
+  bool stop = false;             // abandon the loop (a step that threw, or destruction)
+  // Stops and joins a loop that is still running because its step threw. Units it already
+  // updated keep that update: a step that throws ends training (the trainer stops on the
+  // error), and a resume starts from the last checkpoint.
+  void abandon() {
+    if (!thread.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+    stop = false;
+    active = false;
+  }
 };
 
 }  // namespace sf

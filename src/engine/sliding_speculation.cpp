@@ -47,7 +47,8 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
     for (int u : order) {
       {
         std::unique_lock<std::mutex> lk(spec_->mu);
-        spec_->cv.wait(lk, [&] { return spec_->ready[size_t(u)] != 0; });
+        spec_->cv.wait(lk, [&] { return spec_->stop || spec_->ready[size_t(u)] != 0; });
+        if (spec_->stop) return;
       }
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
       const DType gt = u == 0 ? DType::f32 : cd_;
