@@ -94,24 +94,15 @@ std::string chat_jsonl() {
 
 // A run of 8 steps on the host backend: 2 rows of up to 64 tokens per step, a 20% eval split.
 TrainOptions jsonl_run(const fs::path& model, const fs::path& data, const fs::path& out) {
-  TrainOptions o;
-  o.model_dir = model;
-  o.tokens_file = data;
-  o.out_dir = out;
+  TrainOptions o = tiny_run(model, data, out);  // the shared settings, then what differs
   o.steps = 8;
-  o.batch_size = 2;
   o.seq_len = 64;
   o.grad_accum = 1;
-  o.schedule.lr = 1e-2;
   o.schedule.warmup_steps = 1;
-  o.schedule.kind = LrSchedule::Kind::cosine;
+  o.schedule.min_lr_ratio = 0.0;
   o.hyper.weight_decay = 0.0f;
-  o.hyper.max_grad_norm = 1.0f;
   o.eval_fraction = 0.2;
   o.eval_every = 4;
-  o.eval_batches = 2;
-  o.backend = "host";
-  o.progress = TrainOptions::Progress::quiet;
   return o;
 }
 
