@@ -63,12 +63,20 @@ while read -r size layers batch seq mem; do
   say "bench $size layers=$layers ${batch}x$seq rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
 done <<< "$SF_BENCH"
 
-# 4. PyTorch FSDP2 with CPU offload on the same 8-layer shape, side by side (SF_FSDP2=1)
+# 4. PyTorch FSDP2 with CPU offload, side by side (SF_FSDP2=1): the 8-layer shape at batch 8
+#    and 32, and (SF_FSDP2_FULL=1) an attempt at the full 32-layer 8B, which needs ~16 bytes
+#    per parameter of host memory (fp32 params, grads, m, v) and should fail on a 125 GiB host.
 if [ -n "${SF_FSDP2:-}" ]; then
-  for batch in 8 32; do
-    log="$OUT/fsdp2_8_${batch}x1024.log"
+  runs=${SF_FSDP2_RUNS:-"8 8
+8 32"}
+  [ -n "${SF_FSDP2_FULL:-}" ] && runs="$runs
+32 8"
+  while read -r layers batch; do
+    [ -z "$layers" ] && continue
+    log="$OUT/fsdp2_${layers}_${batch}x1024.log"
     NCCL_NVLS_ENABLE=0 timeout "${SF_BENCH_TIMEOUT:-420}" torchrun --nproc_per_node=1 \
-      bench/fsdp2_offload.py --layers 8 --batch "$batch" --seq 1024 --steps 4 > "$log" 2>&1
-    say "fsdp2 8 layers ${batch}x1024 rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
-  done
+      bench/fsdp2_offload.py --layers "$layers" --batch "$batch" --seq 1024 --steps 4 > "$log" 2>&1
+    rc=$?
+    say "fsdp2 $layers layers ${batch}x1024 rc=$rc: $(grep RESULT "$log" || grep -m1 -i -E 'out of memory|killed|error' "$log" || tail -1 "$log")"
+  done <<< "$runs"
 fi
