@@ -1,4 +1,4 @@
-// Internal to src/optim: the per-ISA kernels behind adamw.h and grad_norm.h.
+// Internal to src/optim: the per-ISA kernels behind adamw.h, adamw_undo.h and grad_norm.h.
 //
 // kernels_avx2.cpp and kernels_avx512.cpp are compiled with ISA flags. They include only
 // this header and <immintrin.h>, and this header must stay free of inline functions and
@@ -35,6 +35,36 @@ void adamw_f32_avx512(float* p, float* m, float* v, const float* g, uint16_t* ou
                       const Consts& c);
 void adamw_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
                        int64_t n, const Consts& c);
+
+// Undo one AdamW step (adamw_undo.h): p, m, v (overwrite) hold the state after the step
+// with constants c and go back to the state before it, given the gradient g it used.
+void adamw_undo_f32_scalar(float* p, float* m, float* v, const float* g, int64_t n,
+                           const Consts& c);
+void adamw_undo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, int64_t n,
+                            const Consts& c);
+void adamw_undo_f32_avx2(float* p, float* m, float* v, const float* g, int64_t n,
+                         const Consts& c);
+void adamw_undo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, int64_t n,
+                          const Consts& c);
+void adamw_undo_f32_avx512(float* p, float* m, float* v, const float* g, int64_t n,
+                           const Consts& c);
+void adamw_undo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, int64_t n,
+                            const Consts& c);
+
+// Undo the step with constants `done`, then apply the one with `redo`, per element in
+// registers: p, m, v and out (may be null) overwritten as by undo followed by adamw_*.
+void adamw_redo_f32_scalar(float* p, float* m, float* v, const float* g, uint16_t* out,
+                           int64_t n, const Consts& done, const Consts& redo);
+void adamw_redo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
+                            int64_t n, const Consts& done, const Consts& redo);
+void adamw_redo_f32_avx2(float* p, float* m, float* v, const float* g, uint16_t* out,
+                         int64_t n, const Consts& done, const Consts& redo);
+void adamw_redo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
+                          int64_t n, const Consts& done, const Consts& redo);
+void adamw_redo_f32_avx512(float* p, float* m, float* v, const float* g, uint16_t* out,
+                           int64_t n, const Consts& done, const Consts& redo);
+void adamw_redo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
+                            int64_t n, const Consts& done, const Consts& redo);
 
 // Sum of squares of one block of n elements, in a fixed order every variant shares:
 // element i (counted from the block start) is squared in double (exactly) and added to

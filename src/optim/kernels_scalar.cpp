@@ -1,6 +1,8 @@
-// Portable AdamW and sum-of-squares kernels (ISA-neutral translation unit): the reference
-// every SIMD variant must match bit for bit, and the tail handler of those variants.
+// Portable AdamW (update, undo, redo) and sum-of-squares kernels (ISA-neutral translation
+// unit): the reference every SIMD variant must match bit for bit, and the tail handler of
+// those variants.
 // Built with -ffp-contract=off (src/CMakeLists.txt): no fused multiply-add.
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -12,22 +14,60 @@ namespace {
 inline float load_grad(const float* g, int64_t i) { return g[i]; }
 inline float load_grad(const uint16_t* g, int64_t i) { return bf16_to_f32(g[i]); }
 
+// One AdamW step (adamw.h) on one element, p, m, v in place; graw is the unscaled gradient.
+inline void update1(float graw, float& p, float& m, float& v, const Consts& c) {
+  const float gi = graw * c.grad_scale;
+  const float mi = c.beta1 * m + c.one_minus_beta1 * gi;
+  const float vi = c.beta2 * v + c.one_minus_beta2 * gi * gi;
+  float pi = p * c.decay;
+  const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+  pi = pi - c.step_size * mi / denom;
+  m = mi;
+  v = vi;
+  p = pi;
+}
+
+// Its inverse (adamw_undo.h), in the operation order of engine/adamw_rollback.cpp:
+// std::max(0.0f, x) is (0 < x) ? x : 0, so a NaN or negative v becomes +0.
+inline void undo1(float graw, float& p, float& m, float& v, const Consts& c) {
+  const float gi = graw * c.grad_scale;
+  const float denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
+  const float p_decayed = p + c.step_size * m / denom;
+  p = p_decayed / c.decay;
+  m = (m - c.one_minus_beta1 * gi) / c.beta1;
+  v = std::max(0.0f, (v - c.one_minus_beta2 * gi * gi) / c.beta2);
+}
+
 template <class G, bool kOut>
 void adamw_loop(float* __restrict p, float* __restrict m, float* __restrict v,
                 const G* __restrict g, uint16_t* __restrict out, int64_t n, const Consts& c) {
-  const float gs = c.grad_scale, b1 = c.beta1, omb1 = c.one_minus_beta1, b2 = c.beta2,
-              omb2 = c.one_minus_beta2, decay = c.decay, step_size = c.step_size,
-              bc2_sqrt = c.bc2_sqrt, eps = c.eps;
+  const Consts k = c;  // a local copy: provably not aliased by the stores
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = load_grad(g, i) * gs;
-    const float mi = b1 * m[i] + omb1 * gi;
-    const float vi = b2 * v[i] + omb2 * gi * gi;
-    float pi = p[i] * decay;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    pi = pi - step_size * mi / denom;
+    update1(load_grad(g, i), p[i], m[i], v[i], k);
+    if constexpr (kOut) out[i] = f32_to_bf16(p[i]);
+  }
+}
+
+template <class G>
+void undo_loop(float* __restrict p, float* __restrict m, float* __restrict v,
+               const G* __restrict g, int64_t n, const Consts& c) {
+  const Consts k = c;
+  for (int64_t i = 0; i < n; ++i) undo1(load_grad(g, i), p[i], m[i], v[i], k);
+}
+
+template <class G, bool kOut>
+void redo_loop(float* __restrict p, float* __restrict m, float* __restrict v,
+               const G* __restrict g, uint16_t* __restrict out, int64_t n, const Consts& done,
+               const Consts& redo) {
+  const Consts kd = done, kr = redo;
+  for (int64_t i = 0; i < n; ++i) {
+    const float graw = load_grad(g, i);
+    float pi = p[i], mi = m[i], vi = v[i];
+    undo1(graw, pi, mi, vi, kd);
+    update1(graw, pi, mi, vi, kr);
+    p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi;
     if constexpr (kOut) out[i] = f32_to_bf16(pi);
   }
 }
@@ -39,6 +79,15 @@ void adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t 
     adamw_loop<G, true>(p, m, v, g, out, n, c);
   else
     adamw_loop<G, false>(p, m, v, g, out, n, c);
+}
+
+template <class G>
+void redo_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
+              const Consts& done, const Consts& redo) {
+  if (out)
+    redo_loop<G, true>(p, m, v, g, out, n, done, redo);
+  else
+    redo_loop<G, false>(p, m, v, g, out, n, done, redo);
 }
 
 inline double combine(const double* a) {
@@ -63,6 +112,23 @@ void adamw_f32_scalar(float* p, float* m, float* v, const float* g, uint16_t* ou
 void adamw_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
                        int64_t n, const Consts& c) {
   adamw_any(p, m, v, g, out, n, c);
+}
+
+void adamw_undo_f32_scalar(float* p, float* m, float* v, const float* g, int64_t n,
+                           const Consts& c) {
+  undo_loop(p, m, v, g, n, c);
+}
+void adamw_undo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, int64_t n,
+                            const Consts& c) {
+  undo_loop(p, m, v, g, n, c);
+}
+void adamw_redo_f32_scalar(float* p, float* m, float* v, const float* g, uint16_t* out,
+                           int64_t n, const Consts& done, const Consts& redo) {
+  redo_any(p, m, v, g, out, n, done, redo);
+}
+void adamw_redo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
+                            int64_t n, const Consts& done, const Consts& redo) {
+  redo_any(p, m, v, g, out, n, done, redo);
 }
 
 double sum_squares_f32_finish(double* acc, const float* g, int64_t i, int64_t n) {
