@@ -1,5 +1,6 @@
 // bench_adamw: throughput of the host AdamW step (src/optim/adamw.h) for each CPU ISA and
-// thread count, with f32 and bf16 gradients, plus the gradient sum of squares; not a test.
+// thread count, with f32 and bf16 gradients, of the fused redo and the undo of a step
+// (src/optim/adamw_undo.h), plus the gradient sum of squares; not a test.
 //
 //   build-x/bin/bench_adamw [--mparams 256] [--threads 1,2,4] [--isa scalar,avx2,avx512]
 //                           [--iters 5] [--no-out]
@@ -25,6 +26,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "optim/adamw.h"
+#include "optim/adamw_undo.h"
 #include "optim/grad_norm.h"
 
 using namespace sf;
@@ -187,6 +189,25 @@ int main(int argc, char** argv) try {
         ++s.step;
       });
       row("adamw bf16 grad", name.c_str(), t, n, 26 + out_bytes, b);
+      // Replacing a speculated step by the clipped one (adamw_undo.h): the fused redo moves
+      // the bytes of one update; "undo+update" is the two passes it replaces (p, m, v and the
+      // gradient read twice). Steps a and c alternate so the state stays where it was.
+      AdamWStep a = s, c = s;
+      c.grad_scale = 0.37f;
+      const ParamRange all{0, n, true};
+      const Timing r = median_seconds(iters, [&] {
+        adamw_redo_ranges(p.get(), m.get(), v.get(), gh.get(), outp, n, {&all, 1}, a, c, &pool,
+                          isa);
+        std::swap(a, c);
+      });
+      row("redo bf16 grad", name.c_str(), t, n, 26 + out_bytes, r);
+      const Timing u = median_seconds(iters, [&] {
+        adamw_undo_ranges(p.get(), m.get(), v.get(), gh.get(), n, {&all, 1}, a, &pool, isa);
+        adamw_update_ranges(p.get(), m.get(), v.get(), gh.get(), outp, n, {&all, 1}, c, &pool,
+                            isa);
+        std::swap(a, c);
+      });
+      row("undo+update bf16", name.c_str(), t, n, 26 + 26 + out_bytes, u);
       double sink = 0;
       const Timing q = median_seconds(iters, [&] { sink += sum_squares(g.get(), n, &pool, isa); });
       row("sumsq f32", name.c_str(), t, n, 4, q);
