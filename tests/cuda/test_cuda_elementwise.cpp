@@ -41,6 +41,43 @@ TEST(CudaCast, AllPairsBitExact) {
       }
 }
 
+// Widening casts of one contiguous run take an aligned 4-element path with scalar head and
+// tail pieces; element offsets move the run off 16-byte alignment (dst) and 8-byte alignment
+// (src), together (head peeled, then aligned) or apart (the generic path). Elements of the
+// buffers outside the run must keep their bytes.
+TEST(CudaCast, WidenToF32OffsetsAndTails) {
+  SF_REQUIRE_GPU();
+  uint64_t seed = 30;
+  for (DType from : {DType::bf16, DType::f16})
+    for (auto [src_off, dst_off] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {2, 2}, {3, 3},
+                                    {1, 0}, {0, 2}, {2, 1}})
+      for (int64_t n : {int64_t(1), int64_t(3), int64_t(4), int64_t(5), int64_t(4099),
+                        int64_t(1000003)}) {
+        const std::string what = cat("cast ", dtype_name(from), "->f32 n ", n, " src+", src_off,
+                                     " dst+", dst_off);
+        SCOPED_TRACE(what);
+        DevMat src(from, 1, n + 4), dst(DType::f32, 1, n + 4);
+        src.upload(random_vec(size_t(n + 4), seed++, -100.f, 100.f));
+        const auto exact_src = src.download();  // after the source's own rounding
+        dst.poison();
+        const auto before = dst.raw();
+        const Mat s(static_cast<char*>(src.m.data) + src_off * 2, from, 1, n);
+        const Mat d(static_cast<float*>(dst.m.data) + dst_off, DType::f32, 1, n);
+        gpu().cast(gs(), d, s);
+        const auto after = dst.raw();
+        const auto got = dst.download();
+        expect_bitwise(what, std::vector<float>(got.begin() + dst_off, got.begin() + dst_off + n),
+                       std::vector<float>(exact_src.begin() + src_off,
+                                          exact_src.begin() + src_off + n));
+        int64_t touched = 0;  // bytes outside the run that changed
+        for (size_t b = 0; b < before.size(); ++b)
+          if (before[b] != after[b] &&
+              (b < size_t(dst_off) * 4 || b >= size_t(dst_off + n) * 4))
+            ++touched;
+        EXPECT_EQ(touched, 0) << what;
+      }
+}
+
 TEST(CudaAxpy, F32AndBf16Destinations) {
   SF_REQUIRE_GPU();
   uint64_t seed = 50;

@@ -5,6 +5,7 @@
 // ~1.1e-3 RMS): 5e-3 relative L2 leaves room for f32 reduction-order differences. f32
 // statistics (rstd) and f32 accumulations (dw) are compared at 1e-4 / 1e-3.
 #include <cmath>
+#include <tuple>
 
 #include "cuda_test_util.h"
 
@@ -25,7 +26,12 @@ const NormCase kNormCases[] = {{22, 65, 65, 0},    {65, 22, 22, 3},     {7, 4096
                                {33, 4096, 4096, 8}, {64, 4096, 128, 0},  {9, 1024, 64, 2048},
                                {5, 8192, 8192, 0},  {129, 5120, 5120, 0},
                                // wider than the register-cached backward: the looping kernels
-                               {3, 12288, 12288, 0}, {4, 1031, 1031, 0}};
+                               {3, 12288, 12288, 0}, {4, 1031, 1031, 0},
+                               // per-head norms on a strided q block (many groups per block,
+                               // a partial last iteration), a 32-lane group (D = 256), and
+                               // more rows than resident backward blocks (dw over many rows)
+                               {1031, 4096, 128, 2048}, {33, 1024, 256, 8},
+                               {1100, 4096, 4096, 0}};
 
 TEST(CudaRmsNorm, Forward) {
   SF_REQUIRE_GPU();
@@ -121,6 +127,33 @@ TEST(CudaRmsNorm, Backward) {
       expect_close(what + " dw", dw.download(), hdw.v, 1e-4);
       EXPECT_TRUE(dx.guards_intact() && dres.guards_intact());
     }
+}
+
+// dw is reduced through per-block partials in a fixed order: two runs agree bit for bit.
+TEST(CudaRmsNorm, BackwardDwRepeatable) {
+  SF_REQUIRE_GPU();
+  for (auto [T, C, D] : {std::tuple<int64_t, int64_t, int64_t>{1100, 4096, 4096},
+                         {777, 4096, 128}}) {
+    const std::string what = cat("rmsnorm_backward dw repeatable T", T, " C", C, " D", D);
+    SCOPED_TRACE(what);
+    const int64_t G = C / D;
+    auto vx = rand_bf16(size_t(T * C), 11, -2.f, 2.f), vd = rand_bf16(size_t(T * C), 12);
+    auto vw = rand_bf16(size_t(D), 13, 0.5f, 1.5f);
+    DevMat x(DType::bf16, T, C), dout(DType::bf16, T, C), w(DType::bf16, 1, D),
+        dx(DType::bf16, T, C), rstd(DType::f32, 1, T * G);
+    x.upload(vx);
+    dout.upload(vd);
+    w.upload(vw);
+    gpu().rmsnorm_forward(gs(), dx.m, rstd.m.as<float>(), x.m, w.m, 1e-5f);
+    std::vector<std::vector<float>> dws;
+    for (int run = 0; run < 2; ++run) {
+      DevMat dw(DType::f32, 1, D);
+      dw.upload(std::vector<float>(size_t(D), 0.f));
+      gpu().rmsnorm_backward(gs(), dx.m, dw.m, dout.m, x.m, w.m, rstd.m.as<float>(), Mat());
+      dws.push_back(dw.download());
+    }
+    expect_bitwise(what, dws[1], dws[0]);
+  }
 }
 
 // inv_freq as Llama computes it (theta 500000), in f32.

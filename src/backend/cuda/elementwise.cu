@@ -1,7 +1,9 @@
 // Elementwise ops, reductions and the GPU AdamW step (contracts in elementwise.cuh).
 // Strided Mats are walked as (row, column) pairs; when every operand is contiguous the view
 // is flattened to one row so no division is needed. 8-wide (128-bit for bf16) accesses are used
-// when columns, row strides and base pointers allow, a scalar path otherwise.
+// when columns, row strides and base pointers allow, a scalar path otherwise. Widening casts
+// to f32 of one contiguous run (the common case) use 4-element units instead, with a scalar
+// head and tail around the aligned body.
 // Reductions are deterministic: per-block partials into the stream's workspace, then one
 // ordered pass; results depend only on the shape and the device's multiprocessor count.
 #include <algorithm>
@@ -44,6 +46,35 @@ __global__ void cast_kernel(TD* dst, int64_t ldd, const TS* src, int64_t lds, in
     if (second) loadv<VW>(src + q.r * lds + q.c, u);
     storev<VW>(dst + p.r * ldd + p.c, v);
     if (second) storev<VW>(dst + q.r * ldd + q.c, u);
+  }
+}
+
+// 2-byte floats (bf16 / f16) -> f32 on one contiguous run, src 8-byte and dst 16-byte
+// aligned. A unit is 4 elements: an 8-byte load and a 16-byte store, so each warp access is
+// one contiguous span (store8's two float4s at a 32-byte stride would write every sector
+// half at a time, twice the store transactions). U units per thread are loaded before any is
+// stored; the output is write-once data far larger than L2, hence the streaming hints.
+template <class TS, int U>
+__global__ void __launch_bounds__(256)
+    cast_widen_kernel(float* __restrict__ dst, const TS* __restrict__ src, int64_t units) {
+  const int64_t tile = int64_t(blockDim.x) * U;
+  const uint2* in = reinterpret_cast<const uint2*>(src);
+  float4* out = reinterpret_cast<float4*>(dst);
+  for (int64_t base = int64_t(blockIdx.x) * tile + threadIdx.x; base < units;
+       base += int64_t(gridDim.x) * tile) {
+    uint2 v[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t u = base + int64_t(k) * blockDim.x;
+      v[k] = u < units ? __ldcs(in + u) : make_uint2(0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t u = base + int64_t(k) * blockDim.x;
+      if (u >= units) continue;
+      const TS* h = reinterpret_cast<const TS*>(&v[k]);
+      __stcs(out + u, make_float4(to_f32(h[0]), to_f32(h[1]), to_f32(h[2]), to_f32(h[3])));
+    }
   }
 }
 
@@ -167,13 +198,36 @@ __global__ void colsum_partial_kernel(float* partial, const T* y, int64_t ld, in
   }
 }
 
-__global__ void colsum_finish_kernel(float* dst, const float* partial, int splits,
-                                     int64_t cols) {
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int k = 0; k < splits; ++k) s += partial[int64_t(k) * cols + c];
-    dst[c] += s;
+// Block (32, kFinishRows): 32 columns; thread row y sums splits y, y + kFinishRows, ... in
+// order, then row 0 adds the kFinishRows sums in order (a fixed order: deterministic). Many
+// threads per column keep enough loads in flight when splits is in the hundreds.
+constexpr int kFinishRows = 16;
+__global__ void __launch_bounds__(32 * kFinishRows)
+    colsum_finish_kernel(float* dst, const float* partial, int splits, int64_t cols) {
+  __shared__ float red[kFinishRows][33];
+  const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float s = 0.f;
+  if (c < cols) {
+    int k = threadIdx.y;
+    for (; k + 3 * kFinishRows < splits; k += 4 * kFinishRows) {  // 4 loads in flight
+      const float a = partial[int64_t(k) * cols + c];
+      const float b = partial[int64_t(k + kFinishRows) * cols + c];
+      const float d = partial[int64_t(k + 2 * kFinishRows) * cols + c];
+      const float e = partial[int64_t(k + 3 * kFinishRows) * cols + c];
+      s += a;
+      s += b;
+      s += d;
+      s += e;
+    }
+    for (; k < splits; k += kFinishRows) s += partial[int64_t(k) * cols + c];
+  }
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+#pragma unroll
+    for (int y = 0; y < kFinishRows; ++y) t += red[y][threadIdx.x];
+    dst[c] += t;
   }
 }
 
@@ -244,6 +298,46 @@ void flatten2(Mat& a, Mat& b) {
 
 bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
+// One row of 2-byte floats -> f32 through cast_widen_kernel: a scalar head up to the first
+// 16-byte aligned dst element, the aligned units, a scalar tail of < 4. False (nothing
+// launched) when src and dst cannot be aligned together; the caller then takes the generic path.
+bool cast_widen(cudaStream_t s, const Mat& dst, const Mat& src) {
+  const int64_t n = src.cols;
+  float* d = dst.as<float>();
+  if (!aligned(d, 4) || !aligned(src.data, 2)) return false;
+  const int64_t head = std::min<int64_t>(
+      n, int64_t((16 - reinterpret_cast<uintptr_t>(d) % 16) % 16 / 4));
+  const char* s0 = static_cast<const char*>(src.data);
+  const size_t es = src.elem_size();
+  if (!aligned(s0 + size_t(head) * es, 8)) return false;
+  const int64_t units = (n - head) / 4, body_end = head + 4 * units;
+  bool ok = true;
+  dispatch_float(src.dtype, "cast", "src", [&](auto ts) {
+    using TS = decltype(ts);
+    if constexpr (std::is_same_v<TS, float>) {
+      ok = false;  // not a widening cast (the caller never asks)
+    } else {
+      const TS* sp = src.as<const TS>();
+      auto scalar = [&](int64_t from, int64_t to) {  // elements [from, to) one at a time
+        if (to <= from) return;
+        cast_kernel<1><<<grid_for(to - from, kThreads), kThreads, 0, s>>>(
+            d + from, to - from, sp + from, to - from, 1, to - from);
+        CUDA_CHECK_LAUNCH();
+      };
+      scalar(0, head);
+      if (units > 0) {
+        constexpr int U = 4;
+        const int64_t tiles = (units + int64_t(kThreads) * U - 1) / (int64_t(kThreads) * U);
+        const unsigned grid = unsigned(std::min<int64_t>(tiles, int64_t(sm_count()) * 8));
+        cast_widen_kernel<TS, U><<<grid, kThreads, 0, s>>>(d + head, sp + head, units);
+        CUDA_CHECK_LAUNCH();
+      }
+      scalar(body_end, n);
+    }
+  });
+  return ok;
+}
+
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------
@@ -256,6 +350,8 @@ void launch_cast(cudaStream_t s, Mat dst, Mat src) {
   check_mat(src, src.dtype, -1, -1, "cast", "src");
   if (src.numel() == 0) return;
   flatten2(dst, src);
+  const bool widen = dst.dtype == DType::f32 && src.dtype != DType::f32 && dst.rows == 1;
+  if (widen && cast_widen(s, dst, src)) return;
   const bool vec = vec8_ok(dst) && vec8_ok(src);
   dispatch_float(dst.dtype, "cast", "dst", [&](auto td) {
     dispatch_float(src.dtype, "cast", "src", [&](auto ts) {
@@ -359,7 +455,11 @@ void launch_bias_add(cudaStream_t s, Mat x, Mat bias) {
 
 void launch_colsum_finish(cudaStream_t s, float* dst, const float* partial, int splits,
                           int64_t cols) {
-  colsum_finish_kernel<<<grid_for(cols, kThreads), kThreads, 0, s>>>(dst, partial, splits, cols);
+  if (cols == 0) return;
+  SF_REQUIRE((cols + 31) / 32 < (int64_t(1) << 31), "cuda colsum_finish: ", cols,
+             " columns are too many");
+  const dim3 block{32, unsigned(kFinishRows)};
+  colsum_finish_kernel<<<unsigned((cols + 31) / 32), block, 0, s>>>(dst, partial, splits, cols);
   CUDA_CHECK_LAUNCH();
 }
 

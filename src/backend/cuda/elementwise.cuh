@@ -6,7 +6,7 @@
 //   sum_squares   *out (accumulate) += sum of x^2; deterministic two-stage reduction
 //   bias_add      x[T,N] (in place) += bias[1,N] (bf16)
 //   bias_backward dbias[1,N] (f32, accumulate) += column sums of dy[T,N]; deterministic
-//   colsum_finish dst[c] (accumulate) += sum over s of partial[s, c], s in order
+//   colsum_finish dst[c] (accumulate) += sum over s of partial[s, c], in a fixed order
 //   adamw         param/m/v updated in place, weights_out (bf16, overwrite) when non-null
 #pragma once
 #include <cuda_runtime.h>

@@ -1,8 +1,11 @@
 // RMSNorm forward (optionally fused with the residual add) and backward (contracts in
-// norm.cuh). A "group" is one D-wide slice of a row; TPG threads own a group (a warp for small
-// D, 128 or 512 threads for hidden sizes), each thread a fixed set of VW-wide column chunks, so
-// every element is read and written by the same thread: that is what makes the in-place
-// aliasing (sum = a, dx = dout/x/dres) safe. Sums of squares and dot products are f32.
+// norm.cuh). A "group" is one D-wide slice of a row; TPG threads own a group (8 to 32 lanes
+// of a warp for small D, up to 512 threads for hidden sizes), each thread a fixed set of
+// VW-wide column chunks, so every element is read and written by the same thread: that is
+// what makes the in-place aliasing (sum = a, dx = dout/x/dres) safe. Sums of squares and dot
+// products are f32. These ops are memory-bound: the kernels that matter (small-group forward,
+// register-resident backward) issue all of a row's loads before its reduction and keep the
+// values packed in registers, so each multiprocessor has several rows' bytes in flight.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -62,7 +65,104 @@ __device__ __forceinline__ float group_sum(float x, float* red) {
   }
 }
 
+// VW bf16 values kept packed in registers (half the registers of floats) until used; what
+// lets the register-resident kernels keep several rows' loads in flight per multiprocessor.
+template <int VW>
+struct Packed;
+template <>
+struct Packed<8> {
+  uint4 u;
+  __device__ __forceinline__ void load(const bf16* p) { u = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void zero() { u = make_uint4(0u, 0u, 0u, 0u); }
+  // Element e (a constant once the caller's loop is unrolled); bf16 -> f32 is exact.
+  __device__ __forceinline__ float operator[](int e) const {
+    const uint32_t w = e < 2 ? u.x : (e < 4 ? u.y : (e < 6 ? u.z : u.w));
+    return __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  // The same value through a byte permute: a second pass over the data unpacks with this, so
+  // the compiler cannot merge it with the first pass's unpack and keep 8 floats alive instead
+  // of 4 packed words between the passes.
+  __device__ __forceinline__ float again(int e) const {
+    const uint32_t w = e < 2 ? u.x : (e < 4 ? u.y : (e < 6 ? u.z : u.w));
+    return __uint_as_float(__byte_perm(w, 0u, (e & 1) ? 0x3254u : 0x1054u));
+  }
+};
+template <>
+struct Packed<1> {
+  bf16 h;
+  __device__ __forceinline__ void load(const bf16* p) { h = *p; }
+  __device__ __forceinline__ void zero() { h = __float2bfloat16_rn(0.f); }
+  __device__ __forceinline__ float operator[](int) const { return __bfloat162float(h); }
+  __device__ __forceinline__ float again(int) const { return __bfloat162float(h); }
+};
+
+// (row, first column) of group gi; 32-bit division when gi fits.
+struct GroupPos {
+  int64_t t, gcol;
+};
+__device__ __forceinline__ GroupPos group_pos(int64_t gi, int G, int D) {
+  if (gi < (int64_t(1) << 31)) {
+    const uint32_t t = uint32_t(gi) / uint32_t(G);
+    return {int64_t(t), int64_t(uint32_t(gi) - t * uint32_t(G)) * D};
+  }
+  return {gi / G, (gi % G) * D};
+}
+
 // ---- kernels ------------------------------------------------------------------------------
+
+// Forward for small groups (D <= TPG*VW, TPG <= 32: one chunk per thread, a group is TPG
+// lanes of one warp, no block barrier), e.g. Qwen3's per-head q/k norm (D = 128). Each thread
+// takes U groups per iteration and issues all U loads before the first reduction; x stays
+// in registers for the output (one global read) and w is loaded once per thread.
+template <int VW, int TPG, int U>
+__global__ void __launch_bounds__(256) rmsnorm_forward_small_kernel(NormArgs p) {
+  static_assert(TPG <= 32 && 256 % TPG == 0, "a group must fit one warp");
+  constexpr int GPB = 256 / TPG;  // groups per block per u
+  const int sg = threadIdx.x / TPG, c = (threadIdx.x % TPG) * VW;
+  const bool lane_on = c < p.D;  // lanes past the group's width only join the reductions
+  Packed<VW> w;
+  if (lane_on) w.load(p.w + c);
+  else w.zero();
+  // The loop bound is uniform over the block: every lane runs every group_sum.
+  for (int64_t b0 = int64_t(blockIdx.x) * GPB * U; b0 < p.n_groups;
+       b0 += int64_t(gridDim.x) * GPB * U) {
+    const int64_t base = b0 + sg;
+    Packed<VW> x[U];
+    float ss[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t gi = base + u * GPB;
+      if (lane_on && gi < p.n_groups) {
+        const GroupPos g = group_pos(gi, p.G, p.D);
+        x[u].load(p.a + g.t * p.ld_a + g.gcol + c);
+      } else {
+        x[u].zero();
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ss[u] = 0.f;
+#pragma unroll
+      for (int k = 0; k < VW; ++k) ss[u] += x[u][k] * x[u][k];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) ss[u] = group_sum<TPG>(ss[u], nullptr);  // every lane joins
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t gi = base + u * GPB;
+      if (gi >= p.n_groups) continue;
+      const float r = 1.f / sqrtf(ss[u] / float(p.D) + p.eps);
+      if (lane_on) {
+        const GroupPos g = group_pos(gi, p.G, p.D);
+        float v[VW];
+#pragma unroll
+        for (int k = 0; k < VW; ++k) v[k] = w[k] * (x[u][k] * r);
+        storev<VW>(p.out + g.t * p.ld_out + g.gcol + c, v);
+      }
+      if (c == 0 && p.rstd) p.rstd[gi] = r;
+    }
+  }
+}
 
 template <int VW, int TPG, bool ADD>
 __global__ void __launch_bounds__(block_threads<TPG>())
@@ -178,85 +278,87 @@ __global__ void __launch_bounds__(block_threads<TPG>())
 }
 
 // The same backward with each thread's CPT chunks (columns (li + k*TPG)*VW) kept in registers
-// between the passes and its dw partial kept in registers across all of the block's groups:
-// one global read of dout and x, no shared-memory traffic per element. For D <= 2*TPG*VW.
+// between the passes: one global read of dout, x and dres. They stay packed bf16 until used and
+// the thread's dw partial (summed over all of the block's groups) lives in shared memory, laid
+// out [k*VW + e][thread] so a warp's accesses are conflict-free: fewer registers per row, so a
+// multiprocessor holds more rows' loads in flight. For D <= 2*TPG*VW.
 template <int VW, int TPG, int CPT>
 __global__ void __launch_bounds__(block_threads<TPG>())
     rmsnorm_backward_cached_kernel(NormArgs p) {
   constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
   __shared__ float red[BS / 32];
-  extern __shared__ float acc[];  // [GPB][D] when dw_partial
+  // acc: [CPT*VW][BS] f32 when dw_partial; then w as [CPT*TPG*VW] bf16, zero past D (read
+  // per row from shared memory rather than held in registers across rows).
+  extern __shared__ float acc[];
   const int sg = threadIdx.x / TPG, li = threadIdx.x % TPG;
   const bool want_dw = p.dw_partial != nullptr;
-  float wv[CPT][VW], dw[CPT][VW];
+  const bool has_dres = p.dres != nullptr;
+  bf16* w_s = reinterpret_cast<bf16*>(acc + (want_dw ? CPT * VW * BS : 0));
+  if (want_dw)
 #pragma unroll
-  for (int k = 0; k < CPT; ++k) {
-    const int c = (li + k * TPG) * VW;
-    if (c < p.D) loadv<VW>(p.w + c, wv[k]);
-#pragma unroll
-    for (int e = 0; e < VW; ++e) {
-      if (c >= p.D) wv[k][e] = 0.f;
-      dw[k][e] = 0.f;
-    }
-  }
+    for (int j = 0; j < CPT * VW; ++j) acc[j * BS + threadIdx.x] = 0.f;  // own slots only
+  for (int i = threadIdx.x; i < CPT * TPG * VW; i += BS)
+    w_s[i] = i < p.D ? p.w[i] : __float2bfloat16_rn(0.f);
+  __syncthreads();
   for (int64_t base = int64_t(blockIdx.x) * GPB; base < p.n_groups;
        base += int64_t(gridDim.x) * GPB) {
     const int64_t gi = base + sg;
     const bool active = gi < p.n_groups;
-    const int64_t t = active ? gi / p.G : 0, gcol = active ? (gi % p.G) * p.D : 0;
-    const bf16* dout = p.a + t * p.ld_a + gcol;
-    const bf16* x = p.b + t * p.ld_b + gcol;
+    const GroupPos g = active ? group_pos(gi, p.G, p.D) : GroupPos{0, 0};
+    const bf16* dout = p.a + g.t * p.ld_a + g.gcol;
+    const bf16* x = p.b + g.t * p.ld_b + g.gcol;
+    const bf16* dres = has_dres ? p.dres + g.t * p.ld_dres + g.gcol : nullptr;
     const float r = active ? p.rstd[gi] : 0.f;
-    const bf16* dres = p.dres ? p.dres + t * p.ld_dres + gcol : nullptr;
-    float d[CPT][VW], xv[CPT][VW], rr[CPT][VW];
-    float s = 0.f;
+    Packed<VW> d[CPT], xv[CPT], rr[CPT], wv[CPT];
+    // All loads (dres too) issued before any use: one latency per row, not two.
 #pragma unroll
     for (int k = 0; k < CPT; ++k) {
       const int c = (li + k * TPG) * VW;
+      wv[k].load(w_s + c);
       if (active && c < p.D) {
-        loadv<VW>(dout + c, d[k]);
-        loadv<VW>(x + c, xv[k]);
-        if (dres) loadv<VW>(dres + c, rr[k]);  // issued with the others: one latency, not two
+        d[k].load(dout + c);
+        xv[k].load(x + c);
+        if (has_dres) rr[k].load(dres + c);
+        else rr[k].zero();
       } else {
-#pragma unroll
-        for (int e = 0; e < VW; ++e) d[k][e] = xv[k][e] = 0.f;
+        d[k].zero();
+        xv[k].zero();
+        rr[k].zero();
       }
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < CPT; ++k)
 #pragma unroll
       for (int e = 0; e < VW; ++e) s += d[k][e] * wv[k][e] * (xv[k][e] * r);
-    }
     s = group_sum<TPG>(s, red);
     if (!active) continue;
     const float mean = s / float(p.D);
-    bf16* dx = p.out + t * p.ld_out + gcol;
+    bf16* dx = p.out + g.t * p.ld_out + g.gcol;
 #pragma unroll
     for (int k = 0; k < CPT; ++k) {
       const int c = (li + k * TPG) * VW;
       if (c >= p.D) continue;
+      float o[VW];
 #pragma unroll
       for (int e = 0; e < VW; ++e) {
-        const float xhat = xv[k][e] * r;
-        dw[k][e] += d[k][e] * xhat;
-        float v = r * (wv[k][e] * d[k][e] - xhat * mean);
-        if (dres) v += rr[k][e];
-        xv[k][e] = v;
+        const float xhat = xv[k].again(e) * r, de = d[k].again(e);
+        if (want_dw) acc[(k * VW + e) * BS + threadIdx.x] += de * xhat;
+        float v = r * (wv[k].again(e) * de - xhat * mean);
+        if (has_dres) v += rr[k][e];
+        o[e] = v;
       }
-      storev<VW>(dx + c, xv[k]);
+      storev<VW>(dx + c, o);
     }
   }
   if (!want_dw) return;
-  // Every (sub-group, column) of acc is written by exactly one thread: no zeroing needed.
-#pragma unroll
-  for (int k = 0; k < CPT; ++k) {
-    const int c = (li + k * TPG) * VW;
-    if (c < p.D)
-#pragma unroll
-      for (int e = 0; e < VW; ++e) acc[sg * p.D + c + e] = dw[k][e];
-  }
   __syncthreads();
+  // Column c is slot (k*VW + e) of lane li = (c/VW) % TPG in every sub-group: add them in order.
   for (int c = threadIdx.x; c < p.D; c += BS) {
+    const int chunk = c / VW, e = c % VW, k = chunk / TPG, l = chunk % TPG;
     float v = 0.f;
 #pragma unroll
-    for (int g = 0; g < GPB; ++g) v += acc[g * p.D + c];
+    for (int g = 0; g < GPB; ++g) v += acc[(k * VW + e) * BS + g * TPG + l];
     p.dw_partial[int64_t(blockIdx.x) * p.D + c] = v;
   }
 }
@@ -306,6 +408,15 @@ void dispatch_cached(int tpg, int cpt, bool vec, F&& f) {
   else with_tpg(std::integral_constant<int, 1>{});
 }
 
+// Blocks of `kernel` that fit on the device at once: the grid of a grid-stride kernel whose
+// blocks all do the same amount of work (a second partial wave would double the time).
+template <class K>
+int64_t resident_blocks(K kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return int64_t(std::max(per_sm, 1)) * sm_count();
+}
+
 int64_t norm_groups(const Mat& x, const Mat& w, const char* op) {
   SF_CHECK(w.dtype == DType::bf16 && w.rows == 1 && w.cols > 0 && x.cols % w.cols == 0, "cuda ",
            op, ": weight is ", dtype_name(w.dtype), " [", w.rows, ", ", w.cols, "], x is [",
@@ -343,7 +454,23 @@ void forward_common(cudaStream_t s, Mat sum, Mat out, float* rstd, Mat a, Mat b,
   p.eps = eps;
   const bool vec = D % 8 == 0 && vec8_ok(a) && vec8_ok(out) && vec8_ok(w) &&
                    (!add || (vec8_ok(b) && vec8_ok(sum)));
-  const int tpg = pick_tpg(vec ? D / 8 : D);
+  const int64_t chunks = vec ? D / 8 : D;
+  if (!add && chunks <= 32) {  // small groups (per-head norms): one chunk per thread
+    const int tpg = chunks <= 8 ? 8 : (chunks <= 16 ? 16 : 32);
+    dispatch_tpg(tpg, vec, [&](auto vw, auto tp) {
+      constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value, U = 4;
+      if constexpr (TPG <= 32) {
+        constexpr int per_block = 256 / TPG * U;  // groups per block per iteration
+        auto* kern = rmsnorm_forward_small_kernel<VW, TPG, U>;
+        const int64_t blocks = std::min<int64_t>((p.n_groups + per_block - 1) / per_block,
+                                                 resident_blocks(kern, 256, 0));
+        kern<<<unsigned(blocks), 256, 0, s>>>(p);
+        CUDA_CHECK_LAUNCH();
+      }
+    });
+    return;
+  }
+  const int tpg = pick_tpg(chunks);
   dispatch_tpg(tpg, vec, [&](auto vw, auto tp) {
     constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value;
     constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
@@ -405,7 +532,8 @@ void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Ma
                    (!has_dres || vec8_ok(dres));
   const int64_t chunks = vec ? D / 8 : D;
   if (chunks <= 2 * 512) {
-    // Registers hold each thread's chunks: the smallest TPG with at most two chunks a thread.
+    // Registers hold each thread's chunks: the smallest TPG with at most two chunks a thread
+    // (D = 4096: 256 threads x 2 chunks measured faster than 512 x 1 on an H200).
     int tpg = 8;
     while (tpg < 512 && 2 * tpg < chunks) tpg *= 2;
     const int cpt = chunks <= tpg ? 1 : 2;
@@ -413,21 +541,23 @@ void launch_rmsnorm_backward(cudaStream_t s, Mat dx, Mat dw, Mat dout, Mat x, Ma
       constexpr int VW = decltype(vw)::value, TPG = decltype(tp)::value,
                     CPT = decltype(cp)::value;
       constexpr int BS = block_threads<TPG>(), GPB = BS / TPG;
+      auto* kern = rmsnorm_backward_cached_kernel<VW, TPG, CPT>;
+      size_t smem = sizeof(bf16) * size_t(CPT * TPG * VW);  // w, then the dw slots
+      if (want_dw) smem += sizeof(float) * size_t(CPT * VW) * size_t(BS);
+      if (smem > kDefaultSmem)
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem)));
+      // One wave of resident blocks: every block loops over the same number of rows, and
+      // each block is one [D] dw partial row for the finishing pass to read.
       int64_t blocks = (p.n_groups + GPB - 1) / GPB;
-      blocks = std::min<int64_t>(blocks, 8 * sm_count());
-      size_t smem = 0;
+      blocks = std::min<int64_t>(blocks, resident_blocks(kern, BS, smem));
       if (want_dw) {
         blocks = std::min<int64_t>(blocks, int64_t(ws.reduce_bytes / (sizeof(float) * D)));
         SF_REQUIRE(blocks >= 1, "cuda rmsnorm_backward: norm width ", D,
                    " exceeds the reduction workspace");
         p.dw_partial = static_cast<float*>(ws.reduce);
-        smem = sizeof(float) * size_t(GPB) * size_t(D);
-        if (smem > kDefaultSmem)
-          CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_cached_kernel<VW, TPG, CPT>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(smem)));
       }
-      rmsnorm_backward_cached_kernel<VW, TPG, CPT><<<unsigned(blocks), BS, smem, s>>>(p);
+      kern<<<unsigned(blocks), BS, smem, s>>>(p);
       CUDA_CHECK_LAUNCH();
       if (want_dw) launch_colsum_finish(s, dw.as<float>(), p.dw_partial, int(blocks), D);
     });
