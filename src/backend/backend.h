@@ -44,6 +44,9 @@ class Event {
   virtual void wait(Stream& s) = 0;     // s waits (device side) for the recorded point
   virtual void synchronize() = 0;       // host waits for the recorded point
   virtual bool query() = 0;             // true when the recorded work is done
+  // Seconds from `start`'s recorded point to this one's, both complete; only for events from
+  // create_timing_event(). < 0: not measurable.
+  virtual double seconds_since(Event& start) { (void)start; return -1; }
 };
 
 enum class Trans : uint8_t { no, yes };
@@ -92,6 +95,8 @@ class Backend {
   // ---- streams and events -----------------------------------------------------------
   virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // An event that can measure device time (seconds_since); null where the backend cannot.
+  virtual std::unique_ptr<Event> create_timing_event() { return nullptr; }
   virtual Stream& default_stream() = 0;
 
   // ---- GEMM ---------------------------------------------------------------------------

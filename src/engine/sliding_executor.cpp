@@ -75,7 +75,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   if (ec.speculative()) {
     spec_ = std::make_unique<Spec>();
     for (int u = 0; u < n_units; ++u)
-      next_.push_back(u > 0 && cd_ != DType::f32
+      next_.push_back(ec.has_next(u, n_units) && cd_ != DType::f32
                           ? be.alloc_host(size_t(layout_.units[size_t(u)].numel) * es,
                                           cat("next weights of unit ", u))
                           : nullptr);
@@ -284,8 +284,10 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       if (k == 0) ev.emb_done[size_t(c)]->wait(*compute_);
       else ev.off_done[size_t(c)]->wait(*compute_);  // x_out held layer k-1's input
       LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
+      const int t = busy_begin();
       layer_forward(be_, *compute_, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(),
                     x_mat(k % 2, c), x_mat((k + 1) % 2, c));
+      busy_end(t);
       ev.slot_free[size_t(op.slot)]->record(*compute_);
       ev.fwd_done->record(*compute_);
       return;
@@ -309,9 +311,11 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       int64_t rows = std::min(ec_.head_chunk_rows, ec_.max_chunk_tokens);
       HeadActs acts = bind_head_acts(cfg_, T, cd_, rows, scratch_->data(), scratch_->bytes());
       bool backward = !schedule_.empty() && schedule_.back().kind != OpKind::head;
+      const int t = busy_begin();
       head_forward_backward(be_, *compute_, cfg_, w, g, acts, batches_[size_t(c)]->inputs(),
                             x_mat(layout_.n_layers % 2, c), backward ? dx_mat(c) : Mat(),
                             static_cast<float*>(loss_->data()), grad_scale);
+      busy_end(t);
       if (c == n_chunks - 1) ev.head_done->record(*compute_);
       return;
     }
@@ -380,8 +384,10 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
       LayerGrads gr = bind_layer(unit, grad_[g]->data(), DType::f32);
       Mat xin(xin_[op.buf]->data(), cd_, T, C);
+      const int t = busy_begin();
       layer_backward(be_, *compute_, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(),
                      xin, dx_mat(c), dx_mat(c));
+      busy_end(t);
       ev.buf_free[op.buf]->record(*compute_);
       ev.slot_free[size_t(op.slot)]->record(*compute_);
       if (c == n_chunks - 1) {
@@ -420,6 +426,26 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
   }
 }
 
+// Timing events around one compute op on the compute stream (no-ops where the backend cannot
+// time, or past the pairs allocated for the planned schedule).
+int SlidingWindowExecutor::busy_begin() {
+  if (busy_used_ >= int(ev_->busy_start.size())) return -1;
+  ev_->busy_start[size_t(busy_used_)]->record(*compute_);
+  return busy_used_++;
+}
+void SlidingWindowExecutor::busy_end(int t) {
+  if (t >= 0) ev_->busy_end[size_t(t)]->record(*compute_);
+}
+double SlidingWindowExecutor::busy_seconds() const {
+  double s = 0;
+  for (int i = 0; i < busy_used_; ++i) {
+    const double d = ev_->busy_end[size_t(i)]->seconds_since(*ev_->busy_start[size_t(i)]);
+    if (d < 0) return 0;
+    s += d;
+  }
+  return s;
+}
+
 void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks,
                                 float grad_scale) {
   chunk_off_.assign(chunks.size(), 0);
@@ -436,6 +462,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
     if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
   }
   schedule_ = ops;
+  busy_used_ = 0;
   auto t0 = std::chrono::steady_clock::now();
   phase_seconds_[0] = phase_seconds_[1] = 0;
   for (const Op& op : ops) {
@@ -463,9 +490,8 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   }
   SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
   const float grad_scale = float(1.0 / double(st.n_valid));
-  bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
-  if (speculate && ec_.speculation == EngineConfig::Speculation::adaptive && h.max_grad_norm > 0)
-    speculate = last_grad_norm_ >= 0 && last_grad_norm_ < 0.8 * h.max_grad_norm;
+  // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated.
+  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
   if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {
     AdamWStep s;
@@ -480,6 +506,8 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
     spec_->ready.assign(size_t(n_units), 0);
     spec_->speculated.assign(size_t(n_units), 0);
     spec_->sumsq.assign(size_t(n_units), 0.0);
+    spec_->have_sq.assign(size_t(n_units), 0);
+    spec_->closing = false;
     spec_->error = nullptr;
     spec_->step = s;
     spec_->active = true;
@@ -498,9 +526,9 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.backward_seconds = phase_seconds_[1];
   st.update_wait_seconds = updates_.take_wait_seconds();
   st.update_seconds = updates_.last_round_seconds();
+  st.gpu_busy_seconds = busy_seconds();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
-  last_grad_norm_ = st.grad_norm;
   return st;
 }
 

@@ -65,13 +65,23 @@ struct EngineConfig {
   int resident_layers = 0;
   bool head_resident = false;
   // Speculative update: AdamW of each unit starts during the backward, as soon as its
-  // gradient is home, assuming no clipping; if the final global norm needs clipping (or is
-  // not finite) the speculated units are rolled back and updated again. Needs a second
-  // compute-dtype copy ("next" weights, pinned host) so the gradient survives until then.
-  // adaptive: speculate when clipping is off or the previous step's norm was below 80% of
-  // the limit (a failed speculation costs a rollback and a redo: during early training,
-  // when clipping is active every step, it would make steps slower, not faster).
+  // gradient is home, with clip coefficient 1, as long as the norm so far cannot need
+  // clipping; if the final global norm does clip (or is not finite) the speculated units are
+  // redone in one fused pass (optim/adamw_undo.h) or undone. The gradient must survive until
+  // then, so a speculated unit's new weights go to a second compute-dtype copy ("next",
+  // pinned host). Only the first `next_units` units in backward order (head, last layer, ...)
+  // get one (-1: all), as host memory allows; the others, and whatever the backward outran,
+  // are updated after it, pipelined into the next forward like the deferred update.
+  // adaptive is kept as a synonym of always: a failed speculation costs no extra pass now.
   enum class Speculation { off, adaptive, always } speculation = Speculation::off;
+  int next_units = -1;
+  // Tests only: phase A takes every unit before phase B starts and speculates each one it
+  // can, whatever the norm so far, so clipped steps redo every such unit deterministically.
+  bool speculate_everything = false;
+  // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
+  bool has_next(int u, int n_units) const {
+    return speculative() && u >= 1 && (next_units < 0 || u >= n_units - next_units);
+  }
   bool speculative() const { return speculation != Speculation::off; }
 };
 
@@ -93,6 +103,8 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   struct Events;
   void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
+  int busy_begin();
+  void busy_end(int t);
   void exec(const Op& op, const std::vector<Batch>& chunks, float grad_scale);
   void finish_update(const OptimHyper& h, StepStats& st);
   Mat x_mat(int which, int chunk) const;   // X buffer (ping-pong) rows of `chunk`
@@ -108,6 +120,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   void speculate_loop(AdamWStep s, float max_norm);
   void mark_grad_ready(int unit);
   const void* fetch_grad(int unit, int ring);  // host pointer to the unit's gradient
+  double unit_sumsq(int unit);                 // its gradient's sum of squares, once home
+  uint16_t* spec_out(int unit);                // where its speculated weights go
+  bool can_speculate(int unit) const;
   void finish_speculative(const OptimHyper& h, StepStats& st);
 
   Backend& be_;
@@ -147,8 +162,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Spec> spec_;
   std::unique_ptr<ThreadPool> opt_pool_;
   std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
-  double last_grad_norm_ = -1;                 // previous step's norm (-1: none yet)
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
+  int busy_used_ = 0;                 // timing event pairs recorded by the current run()
+  double busy_seconds() const;        // device time between those pairs (run() finished)
 };
 
 }  // namespace sf

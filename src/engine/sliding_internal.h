@@ -1,6 +1,7 @@
 // Private to the sliding-window executor's translation units (sliding_executor.cpp and
 // sliding_speculation.cpp): its events and the speculative update's shared state.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -23,6 +24,9 @@ struct SlidingWindowExecutor::Events {
   std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
   std::unique_ptr<Event> ring_down[2];             // update thread: gradient is in the ring
   std::unique_ptr<Event> stage_free[2];            // gstage buffer copied out
+  // Around every compute op (layer forward/backward, head): the GPU-busy share of a step.
+  // Empty where the backend cannot time events.
+  std::vector<std::unique_ptr<Event>> busy_start, busy_end;
 
   Events(Backend& be, int n_slots, int n_chunks, int n_units) {
     auto make = [&](int n) {
@@ -53,6 +57,13 @@ struct SlidingWindowExecutor::Events {
       ring_down[i] = be.create_event();
       stage_free[i] = be.create_event();
     }
+    const int n_layers = n_units - 2;
+    for (int i = 0; i < (2 * n_layers + 1) * n_chunks; ++i) {
+      auto a = be.create_timing_event(), b = be.create_timing_event();
+      if (!a || !b) break;
+      busy_start.push_back(std::move(a));
+      busy_end.push_back(std::move(b));
+    }
   }
 };
 
@@ -65,8 +76,10 @@ struct SlidingWindowExecutor::Spec {
   std::thread thread;
   std::exception_ptr error;
   AdamWStep step;                // the speculated step (grad_scale 1)
+  std::vector<char> have_sq;     // sumsq[u] is known
   bool active = false;
   bool stop = false;             // abandon the loop (a step that threw, or destruction)
+  std::atomic<bool> closing{false};  // the backward is over: take no new unit
   // Stops and joins a loop that is still running because its step threw. Units it already
   // updated keep that update: a step that throws ends training (the trainer stops on the
   // error), and a resume starts from the last checkpoint.

@@ -1,13 +1,27 @@
-// The speculative update of the sliding-window executor (EngineConfig::speculation): phase A
-// runs AdamW during the backward as gradients come home; phase B, once the global norm is
-// known, keeps or rolls back and redoes those updates and does the rest.
+// The speculative update of the sliding-window executor (EngineConfig::speculation).
+//
+// Phase A runs on its own thread during the backward: as each unit's gradient comes home
+// (head, last layer ... first layer, embedding) it takes the unit's sum of squares and, while
+// the norm so far cannot need clipping and the unit has a "next" buffer, applies AdamW with
+// clip coefficient 1 at once. It stops taking units when the backward ends: what it has not
+// reached is left to phase B rather than delaying the step.
+//
+// Phase B, once the global norm is known, runs on the update thread in forward order,
+// pipelined into the next forward (loading unit k waits only for its update): a speculated
+// unit is final when the coefficient is 1, else it is redone in one fused pass (undo with
+// coefficient 1 + update with the right one, optim/adamw_undo.h); every other unit gets its
+// plain update. A non-finite norm skips the step: speculated units are undone.
+//
+// Every unit's sum of squares comes from the same source whichever phase takes it (device
+// reduction for resident homes, host for the others), so the norm, and the result, do not
+// depend on how far phase A got.
 #include <cmath>
 
 #include "core/thread_pool.h"
-#include "engine/adamw_rollback.h"
 #include "engine/sliding_executor.h"
 #include "engine/sliding_internal.h"
 #include "optim/adamw.h"
+#include "optim/adamw_undo.h"
 #include "optim/grad_norm.h"
 
 namespace sf {
@@ -33,45 +47,67 @@ const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
   return ring_[ring]->data();
 }
 
-// Phase A, on its own thread during the backward: take each unit's gradient as it comes home
-// (head, last layer ... first layer, embedding), add its sum of squares to the global norm,
-// and while the norm so far cannot need clipping, apply AdamW with coefficient 1 at once.
+// Sum of squares of unit u's gradient once it is home: resident homes were reduced on the
+// device by grads_out (one float back); the others are summed here in double.
+double SlidingWindowExecutor::unit_sumsq(int u) {
+  if (u > 0 && resident(u)) {
+    float f = 0;
+    ev_->grads_home[size_t(u)]->wait(*upd_d2h_);
+    be_.copy_to_host(*upd_d2h_, &f, static_cast<const float*>(norms_->data()) + u, 4);
+    upd_d2h_->synchronize();
+    return double(f);
+  }
+  if (u == 0 || cd_ == DType::f32) {
+    const float* g = u == 0 ? static_cast<const float*>(emb_grad_->data())
+                            : static_cast<const float*>(homes_[size_t(u)]->data());
+    return sum_squares_ranges(g, store_.numel(u), store_.ranges(u), &opt_pool());
+  }
+  return sum_squares_ranges(static_cast<const uint16_t*>(homes_[size_t(u)]->data()),
+                            store_.numel(u), store_.ranges(u), &opt_pool());
+}
+
+// Where unit u's new compute-dtype weights go when speculated or redone: `next` (it becomes
+// the home in phase B), the tied table's staging for the embedding, or nowhere (f32 compute:
+// weights load straight from the master).
+uint16_t* SlidingWindowExecutor::spec_out(int u) {
+  if (u == 0) return homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
+  if (cd_ == DType::f32) return nullptr;
+  return static_cast<uint16_t*>(next_[size_t(u)]->data());
+}
+
+bool SlidingWindowExecutor::can_speculate(int u) const {
+  return u == 0 || cd_ == DType::f32 || next_[size_t(u)] != nullptr;
+}
+
 void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
   const int n_units = store_.n_units();
-  std::vector<int> order;
-  order.push_back(n_units - 1);
-  for (int u = n_units - 2; u >= 0; --u) order.push_back(u);
   double running = 0;
   int ring = 0;
   try {
-    for (int u : order) {
+    for (int u = n_units - 1; u >= 0; --u) {  // head, last layer ... first layer, embedding
       {
         std::unique_lock<std::mutex> lk(spec_->mu);
-        spec_->cv.wait(lk, [&] { return spec_->stop || spec_->ready[size_t(u)] != 0; });
-        if (spec_->stop) return;
+        spec_->cv.wait(lk, [&] { return spec_->stop || spec_->closing || spec_->ready[size_t(u)] != 0; });
+        if (spec_->stop || spec_->closing) return;
       }
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
-      const DType gt = u == 0 ? DType::f32 : cd_;
+      const double sq = unit_sumsq(u);
+      spec_->sumsq[size_t(u)] = sq;
+      spec_->have_sq[size_t(u)] = 1;
+      running += sq;
+      // Coefficient 1 is certain only if even the final norm (>= this one) stays below
+      // max_norm - 1e-6; once it cannot, nothing more is speculated.
+      const bool safe = ec_.speculate_everything ||
+                        (std::isfinite(running) && (max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm));
+      if (!safe || !can_speculate(u) || spec_->closing) continue;
       const void* g = fetch_grad(u, ring);
       ring ^= 1;
-      const double sq = gt == DType::f32
-          ? sum_squares_ranges(static_cast<const float*>(g), store_.numel(u), store_.ranges(u), &opt_pool())
-          : sum_squares_ranges(static_cast<const uint16_t*>(g), store_.numel(u), store_.ranges(u), &opt_pool());
-      spec_->sumsq[size_t(u)] = sq;
-      running += sq;
-      // Coefficient 1 is certain only if even the final norm (>= this one) can stay below
-      // max_norm - 1e-6; otherwise stop speculating and leave the rest to phase B.
-      const bool safe = std::isfinite(running) && (max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm);
-      if (!safe) continue;
-      uint16_t* out = nullptr;
-      if (u == 0) out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
-      else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
-      if (gt == DType::f32)
+      if (u == 0 || cd_ == DType::f32)
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
+                            spec_out(u), store_.numel(u), store_.ranges(u), s, &opt_pool());
       else
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
+                            spec_out(u), store_.numel(u), store_.ranges(u), s, &opt_pool());
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {
@@ -79,27 +115,36 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
   }
 }
 
-// Phase B: the global norm is known. Speculated units are final when the coefficient is 1;
-// otherwise they are rolled back and redone, and the other units are updated, in forward
-// order on the update thread (pipelined into the next forward). New weights land in `next`,
-// which becomes the home (host homes: a pointer swap; resident homes: one h2d copy).
 void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& st) {
+  if (!ec_.speculate_everything) {
+    spec_->closing = true;  // the backward is over (run() returned)
+    spec_->cv.notify_all();
+  }
   spec_->thread.join();
   spec_->active = false;
   if (spec_->error) std::rethrow_exception(spec_->error);
-  double sumsq = 0;
-  for (double x : spec_->sumsq) sumsq += x;
-  st.grad_norm = std::sqrt(sumsq);
   const int n_units = store_.n_units();
+  double sumsq = 0;
+  for (int u = 0; u < n_units; ++u) {
+    if (!spec_->have_sq[size_t(u)]) spec_->sumsq[size_t(u)] = unit_sumsq(u);
+    sumsq += spec_->sumsq[size_t(u)];  // forward order, as finish_update sums
+  }
+  st.grad_norm = std::sqrt(sumsq);
   const AdamWStep s1 = spec_->step;
+  const std::vector<char> speculated = spec_->speculated;
   if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
     st.clip_coef = 0;
-    for (int u = 0; u < n_units; ++u)
-      if (spec_->speculated[size_t(u)])
-        adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), fetch_grad(u, 0),
-                              u == 0 ? DType::f32 : cd_, store_.numel(u), store_.ranges(u), s1,
-                              &opt_pool());
-    params_changed();
+    for (int u = 0; u < n_units; ++u) {
+      if (!speculated[size_t(u)]) continue;
+      const void* g = fetch_grad(u, 0);
+      if (u == 0 || cd_ == DType::f32)
+        adamw_undo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
+                          store_.numel(u), store_.ranges(u), s1, &opt_pool());
+      else
+        adamw_undo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
+                          store_.numel(u), store_.ranges(u), s1, &opt_pool());
+    }
+    params_changed();  // homes hold gradients: put the unchanged weights back
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
@@ -108,25 +153,21 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   store_.step = s.step;
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
-  updates_.start(order, [this, s, s1, speculated = spec_->speculated](int u) {
+  updates_.start(order, [this, s, s1, speculated](int u) {
     static thread_local int trips = 0;
     const int ring = (trips++) & 1;
-    const bool done = speculated[size_t(u)] && s.grad_scale == 1.f;
-    if (!done) {
+    if (!speculated[size_t(u)]) {
+      update_unit(u, s, ring);
+      return;
+    }
+    if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
       const void* g = fetch_grad(u, ring);
-      const DType gt = u == 0 ? DType::f32 : cd_;
-      if (speculated[size_t(u)])
-        adamw_rollback_ranges(store_.master(u), store_.m(u), store_.v(u), g, gt, store_.numel(u),
-                              store_.ranges(u), s1, &opt_pool());
-      uint16_t* out = nullptr;
-      if (u == 0) out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
-      else if (cd_ != DType::f32) out = static_cast<uint16_t*>(next_[size_t(u)]->data());
-      if (gt == DType::f32)
-        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
+      if (u == 0 || cd_ == DType::f32)
+        adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
+                          spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
       else
-        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                            out, store_.numel(u), store_.ranges(u), s, &opt_pool());
+        adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
+                          spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
     }
     if (u == 0 || cd_ == DType::f32) return;
     if (resident(u)) {

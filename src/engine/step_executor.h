@@ -29,6 +29,7 @@ struct StepStats {
   double backward_seconds = 0;     // the backward until every gradient has landed
   double update_wait_seconds = 0;  // this step waiting for the previous step's updates
   double update_seconds = 0;       // the previous step's CPU optimizer, on its own thread
+  double gpu_busy_seconds = 0;     // device time of the step's compute kernels (0: unknown)
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
 

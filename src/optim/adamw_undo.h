@@ -4,7 +4,7 @@
 // p, m, v are updated in place (overwritten); the optional bf16 copy is overwritten.
 //
 // The undo inverts the update algebraically, per element, all in fp32, in exactly this order
-// (the one of engine/adamw_rollback.cpp) and without fused multiply-add, using the
+// (the one of the engine's first, scalar rollback) and without fused multiply-add, using the
 // constants c = adamw_constants(s, range.decay) of the step being undone:
 //     g  = grad * grad_scale
 //     denom = sqrt(v) / bc2_sqrt + eps                   (v after the step: the update's denom)

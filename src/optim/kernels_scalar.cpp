@@ -27,7 +27,7 @@ inline void update1(float graw, float& p, float& m, float& v, const Consts& c) {
   p = pi;
 }
 
-// Its inverse (adamw_undo.h), in the operation order of engine/adamw_rollback.cpp:
+// Its inverse (adamw_undo.h), in the operation order of the engine's first (scalar) rollback:
 // std::max(0.0f, x) is (0 < x) ? x : 0, so a NaN or negative v becomes +0.
 inline void undo1(float graw, float& p, float& m, float& v, const Consts& c) {
   const float gi = graw * c.grad_scale;

@@ -43,6 +43,8 @@ struct EngineCase {
   int resident_layers;
   bool acts_on_device;
   bool speculative = false;
+  int next_units = -1;  // units with a "next" buffer (-1 all): the rest update after the backward
+  bool spec_all = false;   // phase A speculates every unit it can (deterministic redo coverage)
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
@@ -61,8 +63,10 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   ec.activations_on_device = tc.acts_on_device;
   ec.resident_layers = tc.resident_layers;
   ec.head_resident = true;
-  // always: every step speculates, so the clipping cases exercise the rollback.
+  // always: every step speculates, so the clipping cases exercise the redo.
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
+  ec.next_units = tc.next_units;
+  ec.speculate_everything = tc.spec_all;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ModelLayout layout = ModelLayout::build(cfg);
   std::vector<std::vector<float>> w0;
@@ -111,12 +115,16 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                                            EngineCase{Arch::qwen2, false, 4, false},
                                            EngineCase{Arch::mistral, true, 1, false},
                                            EngineCase{Arch::llama, false, 2, false, true},
-                                           EngineCase{Arch::qwen3, true, 0, true, true}),
+                                           EngineCase{Arch::qwen3, true, 0, true, true},
+                                           EngineCase{Arch::llama, false, 2, false, true, 2, true},
+                                           EngineCase{Arch::qwen2, false, 0, true, true, -1, true}),
                          [](const auto& info) {
                            const EngineCase& c = info.param;
                            return cat(arch_name(c.arch), c.tied ? "_tied" : "", "_resident",
                                       c.resident_layers, c.acts_on_device ? "_devacts" : "",
-                                      c.speculative ? "_speculative" : "");
+                                      c.speculative ? "_speculative" : "",
+                                      c.next_units >= 0 ? cat("_next", c.next_units) : "",
+                                      c.spec_all ? "_specall" : "");
                          });
 
 }  // namespace

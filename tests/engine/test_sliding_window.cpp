@@ -39,11 +39,14 @@ struct Case {
   bool acts_on_device;
   int resident_layers = 0;  // homes on the device
   bool speculative = false;
+  int next_units = -1;  // speculative: units with a "next" buffer (-1 all)
+  bool spec_all = false;   // speculative: phase A speculates every unit it can (deterministic redo coverage)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
                resident_layers ? cat("_resident", resident_layers) : "",
-               speculative ? "_speculative" : "");
+               speculative ? "_speculative" : "", next_units >= 0 ? cat("_next", next_units) : "",
+               spec_all ? "_specall" : "");
   }
 };
 
@@ -72,6 +75,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.head_resident = tc.resident_layers > 0;
   // always: every step speculates, so the clipping cases exercise the rollback.
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
+  ec.next_units = tc.next_units;
+  ec.speculate_everything = tc.spec_all;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
   ModelLayout layout = ModelLayout::build(cfg);
@@ -99,8 +104,9 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
     EXPECT_EQ(a.n_valid, b.n_valid);
     clipped |= a.clip_coef < 1;
   }
-  if (tc.max_grad_norm > 0 && tc.max_grad_norm < 10)
+  if (tc.max_grad_norm > 0 && tc.max_grad_norm < 10) {
     EXPECT_TRUE(clipped) << "the clipping case must actually clip";
+  }
   // Weights after 3 updates. When every micro-batch is one chunk and the embeddings are
   // untied, the engine performs the reference's operations in the reference's order: the
   // weights must be bitwise equal. Otherwise the summation order of some gradients differs
@@ -140,7 +146,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::llama, false, 0.f, 1, 64, false, 0, true},
                       Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true},
                       Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true},
-                      Case{Arch::mistral, false, 50.f, 1, 64, false, 0, true}),
+                      Case{Arch::mistral, false, 50.f, 1, 64, false, 0, true},
+                      // Phase A takes every unit: clipped steps redo each speculated unit.
+                      Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, true},
+                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true, -1, true},
+                      Case{Arch::mistral, false, 50.f, 1, 64, false, 1, true, -1, true}),
     [](const auto& info) { return info.param.name(); });
 
 // The schedule visits every layer once forward and once backward per step, loads each

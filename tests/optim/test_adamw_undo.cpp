@@ -118,7 +118,7 @@ void add_edge_cases(std::vector<float>& p, std::vector<float>& m, std::vector<fl
   }
 }
 
-// src/engine/adamw_rollback.cpp's arithmetic, transcribed operation for operation (scalar,
+// The engine's first (scalar) rollback arithmetic, transcribed operation for operation (scalar,
 // one thread): the reference the optim undo must match bit for bit. (Built, like that file,
 // for baseline x86-64, which has no FMA instructions to contract into.)
 void rollback_reference(float* p, float* m, float* v, const float* grad, int64_t n,

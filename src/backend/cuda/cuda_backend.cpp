@@ -44,7 +44,9 @@ std::string mib(size_t b) { return cat(b >> 20, " MiB"); }
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  explicit CudaEvent(bool timing = false) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~CudaEvent() override { cudaEventDestroy(e_); }
   void record(Stream& s) override;
   void wait(Stream& s) override;
@@ -54,6 +56,11 @@ class CudaEvent final : public Event {
     if (r == cudaErrorNotReady) return false;
     CUDA_CHECK(r);
     return true;
+  }
+  double seconds_since(Event& start) override {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<CudaEvent&>(start).e_, e_));
+    return double(ms) * 1e-3;
   }
 
  private:
@@ -164,6 +171,7 @@ std::unique_ptr<Stream> CudaBackend::create_stream(const std::string& name) {
   return std::make_unique<StreamImpl>(name);
 }
 std::unique_ptr<Event> CudaBackend::create_event() { return std::make_unique<CudaEvent>(); }
+std::unique_ptr<Event> CudaBackend::create_timing_event() { return std::make_unique<CudaEvent>(true); }
 Stream& CudaBackend::default_stream() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!default_stream_) default_stream_ = std::make_unique<StreamImpl>("compute");

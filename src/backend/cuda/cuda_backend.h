@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   // The CUDA stream behind a Stream of this backend (for interop and timing with events).
   static CUstream_st* cuda_stream(Stream& s);
   std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Event> create_timing_event() override;
   Stream& default_stream() override;
 
   void gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha,
