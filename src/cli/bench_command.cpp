@@ -31,6 +31,7 @@ void add_bench_command(CLI::App& app) {
     int layers = 0;  // 0: the preset's
     int steps = 10;
     double lr = 1e-4;
+    float max_grad_norm = 1.0f;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "time training steps of a model shape (random weights)");
@@ -39,6 +40,7 @@ void add_bench_command(CLI::App& app) {
   o->add_to(cmd);
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
   cmd->add_option("--lr", o->lr, "learning rate");
+  cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)");
   cmd->callback([o] {
     ModelConfig cfg = model_preset(o->size);
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
@@ -65,8 +67,8 @@ void add_bench_command(CLI::App& app) {
     }
     OptimHyper h;
     h.lr = o->lr;
-    h.max_grad_norm = 1.0f;
-    double tokens = 0, seconds = 0;
+    h.max_grad_norm = o->max_grad_norm;
+    double tokens = 0, seconds = 0, busy = 0;
     for (int s = 1; s <= o->steps; ++s) {
       auto ts = std::chrono::steady_clock::now();
       StepStats st = exec->train_step(micro, h);
@@ -74,6 +76,7 @@ void add_bench_command(CLI::App& app) {
       if (s > 1) {
         tokens += double(st.n_tokens);
         seconds += dt;
+        busy += st.gpu_busy_seconds;
       }
       std::cout << "step " << s << "  loss " << std::setprecision(4) << st.loss() << "  gnorm "
                 << st.grad_norm << "  " << std::setprecision(3) << dt << " s  "
@@ -83,7 +86,8 @@ void add_bench_command(CLI::App& app) {
       if (st.forward_seconds > 0)
         std::cout << std::setprecision(3) << "  [fwd " << st.forward_seconds << " s, bwd "
                   << st.backward_seconds << " s, waited for updates " << st.update_wait_seconds
-                  << " s, previous update " << st.update_seconds << " s]";
+                  << " s, previous update " << st.update_seconds << " s, GPU busy "
+                  << st.gpu_busy_seconds << " s]";
       std::cout << "\n" << std::flush;
     }
     exec->params();  // waits for the last update
@@ -95,7 +99,8 @@ void add_bench_command(CLI::App& app) {
               << (seconds > 0 ? pr.plan.model_flops_per_step * (o->steps - 1) / seconds / 1e12 : 0)
               << " peak_gpu_GiB=" << std::setprecision(2)
               << double(exec->device_peak_bytes()) / double(1 << 30)
-              << " peak_rss_GiB=" << peak_rss_gib() << " predicted_tokens/s="
+              << " peak_rss_GiB=" << peak_rss_gib() << " gpu_busy=" << std::setprecision(0)
+              << (busy > 0 && seconds > 0 ? 100 * busy / seconds : 0) << "% predicted_tokens/s="
               << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
               << "\n";
   });

@@ -111,7 +111,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     if (n_next > 0)
       m.push_back({cat("next weights (speculative update, ", n_next, " units)"), next, false});
   }
-  m.push_back({"embedding gather/scatter staging", 2 * host_round(xbytes) + Tc * C * 4, false});
+  m.push_back({"embedding gather/scatter staging", host_round(xbytes), false});
   const size_t dev_acts = size_t(ec.n_device_act_layers(l.n_layers));
   if (dev_acts > 0)
     m.push_back({cat("activation store (", dev_acts, " layers)"), dev_acts * dev_round(xbytes), true});

@@ -61,9 +61,9 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   }
   emb_grad_ = be.alloc_host(size_t(layout_.embedding().numel) * 4, "embedding gradient");
   if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
-  emb_stage_ = be.alloc_host(xbytes, "embedding staging");
-  dx_host_ = be.alloc_host(xbytes, "embedding gradient staging");
-  dx_f32_.resize(size_t(Tc * C));
+  // One staging buffer: the forward's gathered rows have left for the device long before
+  // the backward's layer-0 gradient comes back into it.
+  emb_stage_ = be.alloc_host(xbytes, "embedding gather/scatter staging");
   int64_t max_home = 0;
   for (int u = 1; u < n_units; ++u)
     if (resident(u)) max_home = std::max(max_home, layout_.units[size_t(u)].numel);
@@ -266,13 +266,9 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     case OpKind::embed_forward: {
       updates_.wait(0);
       const Batch& b = chunks[size_t(op.chunk)];
-      const int64_t T = b.n_tokens();
-      Mat table(store_.master(0), DType::f32, V, C);
-      Mat tmp(dx_f32_.data(), DType::f32, T, C);
-      host_.embedding_forward(host_.default_stream(), tmp, b.tokens.data(), table);
       char* stage = static_cast<char*>(emb_stage_->data()) +
                     size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
-      convert_from_f32(dx_f32_.data(), stage, cd_, size_t(T * C));
+      gather_embedding(b, stage);
       Mat x0 = x_mat(0, op.chunk);
       be_.copy_to_device(*h2d_, x0.data, stage, x0.bytes());
       ev.emb_done[size_t(op.chunk)]->record(*h2d_);
@@ -399,31 +395,89 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     case OpKind::embed_backward: {
       const int c = op.chunk;
       const Batch& b = chunks[size_t(c)];
-      const int64_t T = b.n_tokens();
-      float* gE = static_cast<float*>(emb_grad_->data());
       if (c == 0) {
         ev.layer0_done->wait(*d2h_);
         d2h_->synchronize();  // all gradients of the step have landed
-        std::memset(gE, 0, size_t(layout_.embedding().numel) * 4);
-        if (layout_.tied) {
-          const float* t = static_cast<const float*>(table_grad_host_->data());
-          const auto& slot = layout_.embedding().get(ParamKind::embedding);
-          for (int64_t i = 0; i < V * C; ++i) gE[slot.offset + i] += t[i];
-        }
+        clear_embedding_grad();
       }
       Mat d = dx_mat(c);
-      char* host = static_cast<char*>(dx_host_->data()) +
+      char* host = static_cast<char*>(emb_stage_->data()) +
                    size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
       be_.copy_to_host(*d2h_, host, d.data, d.bytes());
       d2h_->synchronize();
-      convert_to_f32(host, cd_, dx_f32_.data(), size_t(T * C));
-      const auto& slot = layout_.embedding().get(ParamKind::embedding);
-      host_.embedding_backward(host_.default_stream(), Mat(gE + slot.offset, DType::f32, V, C),
-                               b.tokens.data(), Mat(dx_f32_.data(), DType::f32, T, C));
+      scatter_embedding_grad(b, host);
       if (c == n_chunks - 1) mark_grad_ready(0);
       return;
     }
   }
+}
+
+// The chunk's embedding rows, gathered from the fp32 master and converted to the compute
+// dtype straight into the pinned staging (parallel over tokens; a copy and one rounding, as
+// the reference's gather then cast).
+void SlidingWindowExecutor::gather_embedding(const Batch& b, void* stage) {
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, T = b.n_tokens();
+  for (int64_t t = 0; t < T; ++t)
+    SF_REQUIRE(b.tokens[size_t(t)] >= 0 && b.tokens[size_t(t)] < V, "token id ",
+               b.tokens[size_t(t)], " at position ", t, " is outside the vocabulary (", V,
+               " entries); check the tokenizer and the data");
+  const float* table = store_.master(0) + layout_.embedding().get(ParamKind::embedding).offset;
+  const size_t es = dtype_size(cd_);
+  host_pool().parallel_for(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      convert_from_f32(table + int64_t(b.tokens[size_t(t)]) * C,
+                       static_cast<char*>(stage) + size_t(t * C) * es, cd_, size_t(C));
+  }, 64);
+}
+
+// Before the step's first scatter: the f32 embedding gradient back to zero. Untied: only the
+// rows the previous step touched (the rest stayed zero; all of it the first time). Tied: the
+// head's dense share of the table gradient is the starting point (0 + x, as the reference
+// adds it to zeros).
+void SlidingWindowExecutor::clear_embedding_grad() {
+  float* gE = static_cast<float*>(emb_grad_->data()) +
+              layout_.embedding().get(ParamKind::embedding).offset;
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (layout_.tied) {
+    const float* t = static_cast<const float*>(table_grad_host_->data());
+    host_pool().parallel_for(V * C, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) gE[i] = 0.0f + t[i];
+    }, 1 << 16);
+  } else if (!emb_grad_clean_) {
+    host_pool().parallel_for(V * C, [&](int64_t b, int64_t e) {
+      std::memset(gE + b, 0, size_t(e - b) * 4);
+    }, 1 << 16);
+  } else {
+    std::sort(touched_.begin(), touched_.end());
+    touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+    host_pool().parallel_for(int64_t(touched_.size()), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::memset(gE + int64_t(touched_[size_t(i)]) * C, 0, size_t(C) * 4);
+    }, 16);
+  }
+  touched_.clear();
+  emb_grad_clean_ = true;
+}
+
+// dtable[id] += dx[t] in f32 for the chunk's tokens in order: parallel over column blocks,
+// so repeated ids add up in token order, as the reference's embedding_backward does.
+void SlidingWindowExecutor::scatter_embedding_grad(const Batch& b, const void* dx) {
+  float* gE = static_cast<float*>(emb_grad_->data()) +
+              layout_.embedding().get(ParamKind::embedding).offset;
+  const int64_t C = cfg_.hidden_size, T = b.n_tokens();
+  const int32_t* ids = b.tokens.data();
+  touched_.insert(touched_.end(), b.tokens.begin(), b.tokens.end());
+  host_pool().parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* d = gE + int64_t(ids[t]) * C;
+      if (cd_ == DType::f32) {
+        const float* g = static_cast<const float*>(dx) + t * C;
+        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+      } else {
+        const uint16_t* g = static_cast<const uint16_t*>(dx) + t * C;
+        for (int64_t c = c0; c < c1; ++c) d[c] += bf16_to_f32(g[c]);
+      }
+    }
+  }, 256);
 }
 
 // Timing events around one compute op on the compute stream (no-ops where the backend cannot

@@ -103,6 +103,9 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   struct Events;
   void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
+  void gather_embedding(const Batch& b, void* stage);
+  void clear_embedding_grad();
+  void scatter_embedding_grad(const Batch& b, const void* dx);
   int busy_begin();
   void busy_end(int t);
   void exec(const Op& op, const std::vector<Batch>& chunks, float grad_scale);
@@ -144,8 +147,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
-  std::unique_ptr<Buffer> emb_stage_, dx_host_;      // [T_step, C] compute dtype (host)
-  std::vector<float> dx_f32_;                        // [chunk, C] for the host scatter
+  std::unique_ptr<Buffer> emb_stage_;                // [T_step, C] compute dtype (host)
+  std::vector<int32_t> touched_;                     // embedding rows with gradient this step
+  bool emb_grad_clean_ = false;                      // emb_grad_ is zero outside touched_
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
   std::unique_ptr<Events> ev_;
