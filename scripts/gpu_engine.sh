@@ -4,7 +4,7 @@
 #   2. transformers loads slideformer's saved model directories (llama, mistral, qwen2,
 #      qwen3) and computes the same loss (scripts/check_hf_compat.py),
 #   3. engine benchmarks: `slideformer bench` on the shapes given in SF_BENCH (one per line:
-#      "<size> <layers|0> <batch> <seq> <gpu-memory>").
+#      "<size> <layers|0> <batch> <seq> <gpu-memory> [further bench flags]").
 # Usage: scripts/gpu_engine.sh [build-dir]   Logs under $OUT (default ./gpu_engine_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,12 +55,14 @@ llama3-8b 8 8 1024 130GiB
 llama3-8b 8 32 1024 130GiB
 llama3-8b 8 8 1024 24GiB
 llama3-8b 8 32 1024 24GiB"}
-while read -r size layers batch seq mem; do
+while read -r size layers batch seq mem extra; do
   [ -z "$size" ] && continue
-  log="$OUT/bench_${size}_${layers}_${batch}x${seq}_${mem}.log"
+  tag=$(echo "$extra" | tr -c 'A-Za-z0-9\n' '_')
+  log="$OUT/bench_${size}_${layers}_${batch}x${seq}_${mem}${tag:+_$tag}.log"
+  # shellcheck disable=SC2086  # extra: further bench flags, split on purpose
   timeout "${SF_BENCH_TIMEOUT:-420}" "$SF" bench --size "$size" --layers "$layers" --batch-size "$batch" \
-    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-6}" --gpu-memory "$mem" --backend cuda > "$log" 2>&1
-  say "bench $size layers=$layers ${batch}x$seq rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
+    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-6}" --gpu-memory "$mem" --backend cuda $extra > "$log" 2>&1
+  say "bench $size layers=$layers ${batch}x$seq $extra rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
 done <<< "$SF_BENCH"
 
 # 4. PyTorch FSDP2 with CPU offload, side by side (SF_FSDP2=1): the 8-layer shape at batch 8

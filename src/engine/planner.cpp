@@ -277,24 +277,33 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   //    as many "next" buffers as the host holds. The fastest predicted candidate wins.
   const bool head_res = cd != DType::f32;
   Plan chosen;
+  // Resident homes move bytes from the host to the device: take as many as the device
+  // holds, then ask whether the host holds the rest.
+  auto device_fits = [&](const Plan& q) {
+    return budget.unified ? fits(budget, q) : q.device_bytes <= budget.device_bytes;
+  };
   auto consider = [&](Plan p) {
+    if (device_fits(p)) {
+      int lo = 0, hi = int(cfg.num_hidden_layers);  // most resident layers that still fit
+      while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        Plan q = p;
+        q.engine.resident_layers = mid;
+        q.lines = sliding_memory(cfg, q.engine, cd);
+        total(q);
+        if (device_fits(q)) lo = mid;
+        else hi = mid - 1;
+      }
+      p.engine.resident_layers = lo;
+      p.lines = sliding_memory(cfg, p.engine, cd);
+      total(p);
+    }
     p.fits = fits(budget, p);
     if (!p.fits) {
       if (best.lines.empty() || p.device_bytes + p.host_bytes < best.device_bytes + best.host_bytes)
         best = p;
       return;
     }
-    int lo = 0, hi = int(cfg.num_hidden_layers);  // most resident layers that still fit
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      Plan q = p;
-      q.engine.resident_layers = mid;
-      q.lines = sliding_memory(cfg, q.engine, cd);
-      total(q);
-      if (fits(budget, q)) lo = mid;
-      else hi = mid - 1;
-    }
-    p.engine.resident_layers = lo;
     choose_speculation(cfg, budget, cd, p);
     predict(cfg, req, hw, p);
     // Ties (within 0.5%) go to less GPU work (slack for the optimizer's contention), then

@@ -624,9 +624,10 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   s.grad_scale = st.clip_coef;
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
-  updates_.start(order, [this, s](int u) {
+  updates_.start(order, [this, s, n_units](int u) {
     static thread_local int trips = 0;
     update_unit(u, s, (trips++) & 1);
+    if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }
 
@@ -649,6 +650,7 @@ void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
   const size_t bytes = size_t(n) * dtype_size(cd_);
   void* grad = homes_[size_t(u)]->data();
   if (resident(u)) {
+    ev_->ring_up[ring]->wait(*upd_d2h_);  // the ring's previous upload has left
     be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), grad, bytes);
     upd_d2h_->synchronize();
     grad = ring_[ring]->data();
@@ -660,10 +662,11 @@ void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
     adamw_update_ranges(p, m, v, g, g, n, ranges, s, &pool);
   }
   if (resident(u) && cd_ != DType::f32) {
+    // Not waited for here: the next forward orders after home_ready, and the ring's next
+    // download (two units on) after ring_up, so AdamW of the next unit overlaps the upload.
     be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), grad, bytes);
     ev_->home_ready[size_t(u)]->record(*upd_h2d_);
-    // The ring is reused two units later; its copy must have left by then.
-    upd_h2d_->synchronize();
+    ev_->ring_up[ring]->record(*upd_h2d_);
   }
 }
 

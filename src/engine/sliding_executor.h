@@ -127,6 +127,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   uint16_t* spec_out(int unit);                // where its speculated weights go
   bool can_speculate(int unit) const;
   void finish_speculative(const OptimHyper& h, StepStats& st);
+  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, int ring);
 
   Backend& be_;
   HostBackend host_;  // host-side ops (embedding gather/scatter) in the reference arithmetic

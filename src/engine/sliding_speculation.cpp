@@ -42,6 +42,7 @@ const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
   if (!resident(unit)) return homes_[size_t(unit)]->data();
   const size_t bytes = size_t(store_.numel(unit)) * dtype_size(cd_);
   ev_->grads_home[size_t(unit)]->wait(*upd_d2h_);
+  ev_->ring_up[ring]->wait(*upd_d2h_);  // the ring's previous upload has left
   be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), homes_[size_t(unit)]->data(), bytes);
   upd_d2h_->synchronize();
   return ring_[ring]->data();
@@ -97,8 +98,8 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       running += sq;
       // Coefficient 1 is certain only if even the final norm (>= this one) stays below
       // max_norm - 1e-6; once it cannot, nothing more is speculated.
-      const bool safe = ec_.speculate_everything ||
-                        (std::isfinite(running) && (max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm));
+      const bool safe = std::isfinite(running) &&
+                        (ec_.speculate_everything || max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm);
       if (!safe || !can_speculate(u) || spec_->closing) continue;
       const void* g = fetch_grad(u, ring);
       ring ^= 1;
@@ -153,32 +154,41 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   store_.step = s.step;
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
-  updates_.start(order, [this, s, s1, speculated](int u) {
+  updates_.start(order, [this, s, s1, speculated, n_units](int u) {
     static thread_local int trips = 0;
     const int ring = (trips++) & 1;
-    if (!speculated[size_t(u)]) {
-      update_unit(u, s, ring);
-      return;
-    }
-    if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
-      const void* g = fetch_grad(u, ring);
-      if (u == 0 || cd_ == DType::f32)
-        adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                          spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
-      else
-        adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                          spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
-    }
-    if (u == 0 || cd_ == DType::f32) return;
-    if (resident(u)) {
-      const size_t bytes = size_t(store_.numel(u)) * dtype_size(cd_);
-      be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), next_[size_t(u)]->data(), bytes);
-      ev_->home_ready[size_t(u)]->record(*upd_h2d_);
-      upd_h2d_->synchronize();
-    } else {
-      std::swap(homes_[size_t(u)], next_[size_t(u)]);
-    }
+    finish_unit(u, s, s1, speculated[size_t(u)] != 0, ring);
+    if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
+}
+
+// Phase B for one unit: its plain update, or keep / redo its speculated one and make `next`
+// its home.
+void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
+                                        bool speculated, int ring) {
+  if (!speculated) {
+    update_unit(u, s, ring);
+    return;
+  }
+  if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
+    const void* g = fetch_grad(u, ring);
+    if (u == 0 || cd_ == DType::f32)
+      adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
+                        spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
+    else
+      adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
+                        spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
+  }
+  if (u == 0 || cd_ == DType::f32) return;
+  if (resident(u)) {
+    const size_t bytes = size_t(store_.numel(u)) * dtype_size(cd_);
+    // Not waited for: the next forward orders after home_ready, and `next` is rewritten only
+    // after this unit's next backward.
+    be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), next_[size_t(u)]->data(), bytes);
+    ev_->home_ready[size_t(u)]->record(*upd_h2d_);
+  } else {
+    std::swap(homes_[size_t(u)], next_[size_t(u)]);
+  }
 }
 
 }  // namespace sf

@@ -58,7 +58,7 @@ TEST(Planner, SlidesWhenTheDeviceIsSmall) {
 // Long sequences: neither tier alone holds the saved inputs; the planner splits them.
 TEST(Planner, SplitsActivationsBetweenTiers) {
   ModelConfig cfg = model_preset("llama3-8b");
-  Budget b{size_t(24) << 30, size_t(118) << 30, false};
+  Budget b{size_t(24) << 30, size_t(112) << 30, false};
   Plan p = make_plan(cfg, {8 * 8192, 1, 8192}, b, DType::bf16, HardwareModel{});
   ASSERT_TRUE(p.fits) << p.advice;
   const int on_device = p.engine.n_device_act_layers(32);
