@@ -231,8 +231,8 @@ bool fits(const Budget& b, const Plan& p) {
 }
 
 // Overlap the optimizer with the backward (speculative update) with "next" buffers for as
-// many units as the host budget holds, head and last layers first (the first gradients of
-// the backward); off when not even one fits (a reduced compute dtype needs them).
+// many units as the host budget holds (first layers first, see EngineConfig::next_units);
+// off when not even one fits (a reduced compute dtype needs them).
 void choose_speculation(const ModelConfig& cfg, const Budget& budget, DType cd, Plan& p) {
   const int n_units = cfg.num_hidden_layers + 2;
   auto with = [&](EngineConfig::Speculation sp, int next_units) {

@@ -342,11 +342,14 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
       void* from = acc.data();
       if (cd_ != DType::f32) {
+        // Its sum of squares for the global norm, on the device like the resident homes'
+        // (f32 homes are summed on the host in double, as the reference step does).
+        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
         ev.stage_free[g]->wait(*compute_);
         be_.cast(*compute_, Mat(gstage_[g]->data(), cd_, 1, int64_t(n)), src);
-        done.record(*compute_);
         from = gstage_[g]->data();
       }
+      done.record(*compute_);
       done.wait(*d2h_);
       be_.copy_to_host(*d2h_, homes_[size_t(op.unit)]->data(), from, n * dtype_size(cd_));
       if (!is_head) ev.grads_copied[g]->record(*d2h_);
@@ -589,24 +592,17 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
 void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   ThreadPool& pool = opt_pool();
   const int n_units = store_.n_units();
-  // Global norm: host homes and the embedding in double on the host; resident homes were
+  // Global norm: the embedding (and f32 homes) in double on the host; the other units were
   // reduced on the device while their gradients went home.
   std::vector<float> dev_norms(size_t(n_units), 0.f);
   be_.copy_to_host(*compute_, dev_norms.data(), norms_->data(), size_t(n_units) * 4);
   compute_->synchronize();
   double sumsq = sum_squares_ranges(static_cast<const float*>(emb_grad_->data()),
                                     store_.numel(0), store_.ranges(0), &pool);
-  for (int u = 1; u < n_units; ++u) {
-    if (resident(u)) {
-      sumsq += double(dev_norms[size_t(u)]);
-    } else if (cd_ == DType::f32) {
-      sumsq += sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
-                                  store_.numel(u), store_.ranges(u), &pool);
-    } else {
-      sumsq += sum_squares_ranges(static_cast<const uint16_t*>(homes_[size_t(u)]->data()),
-                                  store_.numel(u), store_.ranges(u), &pool);
-    }
-  }
+  for (int u = 1; u < n_units; ++u)
+    sumsq += device_norm(u) ? double(dev_norms[size_t(u)])
+                            : sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
+                                                 store_.numel(u), store_.ranges(u), &pool);
   st.grad_norm = std::sqrt(sumsq);
   if (!std::isfinite(st.grad_norm)) {
     st.clip_coef = 0;  // skip the update; weights stay as they are

@@ -69,9 +69,11 @@ struct EngineConfig {
   // clipping; if the final global norm does clip (or is not finite) the speculated units are
   // redone in one fused pass (optim/adamw_undo.h) or undone. The gradient must survive until
   // then, so a speculated unit's new weights go to a second compute-dtype copy ("next",
-  // pinned host). Only the first `next_units` units in backward order (head, last layer, ...)
-  // get one (-1: all), as host memory allows; the others, and whatever the backward outran,
-  // are updated after it, pipelined into the next forward like the deferred update.
+  // pinned host). Only `next_units` units get one (-1: all), as host memory allows: the first
+  // layers, then the head; the others, and whatever the backward outran, are updated after
+  // it, pipelined into the next forward like the deferred update. (The first layers because
+  // the next forward needs them first; the last ones and the head can be updated while it
+  // runs through the others.)
   // adaptive is kept as a synonym of always: a failed speculation costs no extra pass now.
   enum class Speculation { off, adaptive, always } speculation = Speculation::off;
   int next_units = -1;
@@ -80,7 +82,7 @@ struct EngineConfig {
   bool speculate_everything = false;
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
-    return speculative() && u >= 1 && (next_units < 0 || u >= n_units - next_units);
+    return speculative() && u >= 1 && (next_units < 0 || u <= next_units);
   }
   bool speculative() const { return speculation != Speculation::off; }
 };
@@ -116,6 +118,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   const void* host_weights(int unit) const;  // compute-dtype source for a weight load
   void* weights_on_device(const Op& op) const;  // home (resident) or slot
   bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
+  // Whether the unit's gradient sum of squares is reduced on the device (else on the host).
+  bool device_norm(int unit) const { return unit > 0 && (resident(unit) || cd_ != DType::f32); }
   ThreadPool& opt_pool();
   void update_unit(int unit, const AdamWStep& s, int ring);
   // Speculative update (EngineConfig::speculative).

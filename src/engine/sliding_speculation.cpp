@@ -1,7 +1,8 @@
 // The speculative update of the sliding-window executor (EngineConfig::speculation).
 //
-// Phase A runs on its own thread during the backward: as each unit's gradient comes home
-// (head, last layer ... first layer, embedding) it takes the unit's sum of squares and, while
+// Phase A runs on its own thread during the backward: as units' gradients come home (head,
+// last layer ... first layer, embedding; the newest first) it takes each unit's sum of
+// squares and, while
 // the norm so far cannot need clipping and the unit has a "next" buffer, applies AdamW with
 // clip coefficient 1 at once. It stops taking units when the backward ends: what it has not
 // reached is left to phase B rather than delaying the step.
@@ -13,8 +14,8 @@
 // plain update. A non-finite norm skips the step: speculated units are undone.
 //
 // Every unit's sum of squares comes from the same source whichever phase takes it (device
-// reduction for resident homes, host for the others), so the norm, and the result, do not
-// depend on how far phase A got.
+// reduction for layers and head, host for the embedding and f32 homes), so the norm, and the
+// result, do not depend on how far phase A got.
 #include <cmath>
 
 #include "core/thread_pool.h"
@@ -48,23 +49,19 @@ const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
   return ring_[ring]->data();
 }
 
-// Sum of squares of unit u's gradient once it is home: resident homes were reduced on the
-// device by grads_out (one float back); the others are summed here in double.
+// Sum of squares of unit u's gradient once it is home: reduced on the device by grads_out
+// (one float back), or summed here in double (the embedding; f32 homes).
 double SlidingWindowExecutor::unit_sumsq(int u) {
-  if (u > 0 && resident(u)) {
+  if (device_norm(u)) {
     float f = 0;
     ev_->grads_home[size_t(u)]->wait(*upd_d2h_);
     be_.copy_to_host(*upd_d2h_, &f, static_cast<const float*>(norms_->data()) + u, 4);
     upd_d2h_->synchronize();
     return double(f);
   }
-  if (u == 0 || cd_ == DType::f32) {
-    const float* g = u == 0 ? static_cast<const float*>(emb_grad_->data())
-                            : static_cast<const float*>(homes_[size_t(u)]->data());
-    return sum_squares_ranges(g, store_.numel(u), store_.ranges(u), &opt_pool());
-  }
-  return sum_squares_ranges(static_cast<const uint16_t*>(homes_[size_t(u)]->data()),
-                            store_.numel(u), store_.ranges(u), &opt_pool());
+  const float* g = u == 0 ? static_cast<const float*>(emb_grad_->data())
+                          : static_cast<const float*>(homes_[size_t(u)]->data());
+  return sum_squares_ranges(g, store_.numel(u), store_.ranges(u), &opt_pool());
 }
 
 // Where unit u's new compute-dtype weights go when speculated or redone: `next` (it becomes
@@ -80,17 +77,28 @@ bool SlidingWindowExecutor::can_speculate(int u) const {
   return u == 0 || cd_ == DType::f32 || next_[size_t(u)] != nullptr;
 }
 
+// Units are taken newest first (the lowest ready layer): when AdamW falls behind the
+// backward, what is left for phase B are the higher layers, which the next forward needs
+// last, instead of the lowest, which it needs first.
 void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
   const int n_units = store_.n_units();
+  std::vector<char> taken(size_t(n_units), 0);
   double running = 0;
   int ring = 0;
   try {
-    for (int u = n_units - 1; u >= 0; --u) {  // head, last layer ... first layer, embedding
+    for (int left = n_units; left > 0; --left) {
+      int u = -1;
       {
         std::unique_lock<std::mutex> lk(spec_->mu);
-        spec_->cv.wait(lk, [&] { return spec_->stop || spec_->closing || spec_->ready[size_t(u)] != 0; });
+        spec_->cv.wait(lk, [&] {
+          if (spec_->stop || spec_->closing) return true;
+          for (u = 0; u < n_units; ++u)
+            if (spec_->ready[size_t(u)] && !taken[size_t(u)]) return true;
+          return false;
+        });
         if (spec_->stop || spec_->closing) return;
       }
+      taken[size_t(u)] = 1;
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
       const double sq = unit_sumsq(u);
       spec_->sumsq[size_t(u)] = sq;
