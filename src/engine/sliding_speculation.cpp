@@ -87,17 +87,27 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
   int ring = 0;
   try {
     for (int left = n_units; left > 0; --left) {
-      int u = -1;
+      std::vector<int> cand;  // enqueued (ready) and not taken, lowest first
       {
         std::unique_lock<std::mutex> lk(spec_->mu);
         spec_->cv.wait(lk, [&] {
           if (spec_->stop || spec_->closing) return true;
-          for (u = 0; u < n_units; ++u)
-            if (spec_->ready[size_t(u)] && !taken[size_t(u)]) return true;
+          for (int v = 0; v < n_units; ++v)
+            if (spec_->ready[size_t(v)] && !taken[size_t(v)]) return true;
           return false;
         });
         if (spec_->stop || spec_->closing) return;
+        for (int v = 0; v < n_units; ++v)
+          if (spec_->ready[size_t(v)] && !taken[size_t(v)]) cand.push_back(v);
       }
+      // "Ready" means enqueued: the host runs ahead of the device. Take the lowest unit whose
+      // gradient has landed; if none has yet, wait for the one that lands first (highest).
+      int u = cand.back();
+      for (int v : cand)
+        if (v == 0 || ev_->grads_home[size_t(v)]->query()) {
+          u = v;
+          break;
+        }
       taken[size_t(u)] = 1;
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
       const double sq = unit_sumsq(u);
