@@ -91,7 +91,9 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     }
   }
   m.push_back({"fp32 master + AdamW m, v", state, false});
-  m.push_back({"embedding gradient (f32)", host_round(size_t(l.embedding().numel) * 4), false});
+  m.push_back({l.tied ? "embedding gradient (f32)" : "embedding gradient (f32, the step's rows)",
+               host_round(size_t(EmbeddingGrad::max_rows(int64_t(V), int64_t(Tstep), l.tied)) * C * 4),
+               false});
   if (host_homes) m.push_back({"weights/gradient homes (streamed)", host_homes, false});
   if (l.tied) {
     size_t t = host_round(V * C * 4);

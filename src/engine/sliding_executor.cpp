@@ -59,7 +59,15 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
     homes_.push_back(resident(u) ? be.alloc(n * es, cat("home of unit ", u))
                                  : be.alloc_host(n * es, cat("home of unit ", u)));
   }
-  emb_grad_ = be.alloc_host(size_t(layout_.embedding().numel) * 4, "embedding gradient");
+  {
+    const auto& r0 = store_.ranges(0);
+    SF_CHECK(r0.size() == 1 && r0[0].offset == 0 && r0[0].numel == V * C,
+             "the embedding unit must hold exactly the [V, C] table");
+    const int64_t rows = EmbeddingGrad::max_rows(V, max_step_tokens_, layout_.tied);
+    emb_grad_buf_ = be.alloc_host(size_t(rows * C) * 4, "embedding gradient");
+    emb_grad_ = std::make_unique<EmbeddingGrad>(V, C, max_step_tokens_, layout_.tied,
+                                                static_cast<float*>(emb_grad_buf_->data()));
+  }
   if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
   // One staging buffer: the forward's gathered rows have left for the device long before
   // the backward's layer-0 gradient comes back into it.
@@ -265,6 +273,8 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     }
     case OpKind::embed_forward: {
       updates_.wait(0);
+      // The step's rows: the previous update of the table (which used the old ones) is done.
+      if (op.chunk == 0) emb_grad_->set_rows(chunks);
       const Batch& b = chunks[size_t(op.chunk)];
       char* stage = static_cast<char*>(emb_stage_->data()) +
                     size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
@@ -401,14 +411,15 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       if (c == 0) {
         ev.layer0_done->wait(*d2h_);
         d2h_->synchronize();  // all gradients of the step have landed
-        clear_embedding_grad();
+        emb_grad_->zero(layout_.tied ? static_cast<const float*>(table_grad_host_->data()) : nullptr,
+                        host_pool());
       }
       Mat d = dx_mat(c);
       char* host = static_cast<char*>(emb_stage_->data()) +
                    size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
       be_.copy_to_host(*d2h_, host, d.data, d.bytes());
       d2h_->synchronize();
-      scatter_embedding_grad(b, host);
+      emb_grad_->scatter(b, host, cd_, host_pool());
       if (c == n_chunks - 1) mark_grad_ready(0);
       return;
     }
@@ -433,54 +444,11 @@ void SlidingWindowExecutor::gather_embedding(const Batch& b, void* stage) {
   }, 64);
 }
 
-// Before the step's first scatter: the f32 embedding gradient back to zero. Untied: only the
-// rows the previous step touched (the rest stayed zero; all of it the first time). Tied: the
-// head's dense share of the table gradient is the starting point (0 + x, as the reference
-// adds it to zeros).
-void SlidingWindowExecutor::clear_embedding_grad() {
-  float* gE = static_cast<float*>(emb_grad_->data()) +
-              layout_.embedding().get(ParamKind::embedding).offset;
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  if (layout_.tied) {
-    const float* t = static_cast<const float*>(table_grad_host_->data());
-    host_pool().parallel_for(V * C, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) gE[i] = 0.0f + t[i];
-    }, 1 << 16);
-  } else if (!emb_grad_clean_) {
-    host_pool().parallel_for(V * C, [&](int64_t b, int64_t e) {
-      std::memset(gE + b, 0, size_t(e - b) * 4);
-    }, 1 << 16);
-  } else {
-    std::sort(touched_.begin(), touched_.end());
-    touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
-    host_pool().parallel_for(int64_t(touched_.size()), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) std::memset(gE + int64_t(touched_[size_t(i)]) * C, 0, size_t(C) * 4);
-    }, 16);
-  }
-  touched_.clear();
-  emb_grad_clean_ = true;
-}
-
-// dtable[id] += dx[t] in f32 for the chunk's tokens in order: parallel over column blocks,
-// so repeated ids add up in token order, as the reference's embedding_backward does.
-void SlidingWindowExecutor::scatter_embedding_grad(const Batch& b, const void* dx) {
-  float* gE = static_cast<float*>(emb_grad_->data()) +
-              layout_.embedding().get(ParamKind::embedding).offset;
-  const int64_t C = cfg_.hidden_size, T = b.n_tokens();
-  const int32_t* ids = b.tokens.data();
-  touched_.insert(touched_.end(), b.tokens.begin(), b.tokens.end());
-  host_pool().parallel_for(C, [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* d = gE + int64_t(ids[t]) * C;
-      if (cd_ == DType::f32) {
-        const float* g = static_cast<const float*>(dx) + t * C;
-        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
-      } else {
-        const uint16_t* g = static_cast<const uint16_t*>(dx) + t * C;
-        for (int64_t c = c0; c < c1; ++c) d[c] += bf16_to_f32(g[c]);
-      }
-    }
-  }, 256);
+void SlidingWindowExecutor::embedding_adamw(EmbeddingGrad::Kind kind, EmbeddingGrad::Rows rows,
+                                            const AdamWStep& s, const AdamWStep& done) {
+  uint16_t* out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
+  emb_grad_->adamw(kind, rows, store_.master(0), store_.m(0), store_.v(0), out,
+                   store_.ranges(0)[0].decay, s, done, opt_pool());
 }
 
 // Timing events around one compute op on the compute stream (no-ops where the backend cannot
@@ -549,6 +517,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   const float grad_scale = float(1.0 / double(st.n_valid));
   // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated.
   const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
+  emb_untouched_done_ = false;
   if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {
     AdamWStep s;
@@ -597,8 +566,7 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   std::vector<float> dev_norms(size_t(n_units), 0.f);
   be_.copy_to_host(*compute_, dev_norms.data(), norms_->data(), size_t(n_units) * 4);
   compute_->synchronize();
-  double sumsq = sum_squares_ranges(static_cast<const float*>(emb_grad_->data()),
-                                    store_.numel(0), store_.ranges(0), &pool);
+  double sumsq = emb_grad_->sum_squares(pool);
   for (int u = 1; u < n_units; ++u)
     sumsq += device_norm(u) ? double(dev_norms[size_t(u)])
                             : sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
@@ -630,17 +598,17 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
 // One unit's AdamW. The gradient is read in the compute dtype from the unit's home and the
 // new compute-dtype weights are written over it in place (element i is read before it is
 // written); resident homes make the trip through a pinned ring buffer.
-void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring) {
+void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring, bool untouched_done) {
   ThreadPool& pool = opt_pool();
   float* p = store_.master(u);
   float* m = store_.m(u);
   float* v = store_.v(u);
   const int64_t n = store_.numel(u);
   const auto& ranges = store_.ranges(u);
-  if (u == 0) {  // embedding: fp32 gradient on the host; tied bf16 also refreshes the table
-    uint16_t* out = homes_[0] ? static_cast<uint16_t*>(homes_[0]->data()) : nullptr;
-    adamw_update_ranges(p, m, v, static_cast<const float*>(emb_grad_->data()), out, n, ranges,
-                        s, &pool);
+  if (u == 0) {  // embedding: sparse f32 gradient on the host; tied bf16 refreshes the table
+    embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s);
+    if (!untouched_done)
+      embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s);
     return;
   }
   const size_t bytes = size_t(n) * dtype_size(cd_);

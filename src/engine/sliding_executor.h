@@ -35,6 +35,7 @@
 #include "backend/backend.h"
 #include "backend/host/host_backend.h"
 #include "core/thread_pool.h"
+#include "engine/embedding_grad.h"
 #include "engine/schedule.h"
 #include "engine/step_executor.h"
 #include "engine/update_pipeline.h"
@@ -106,8 +107,10 @@ class SlidingWindowExecutor final : public StepExecutor {
   struct Events;
   void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
   void gather_embedding(const Batch& b, void* stage);
-  void clear_embedding_grad();
-  void scatter_embedding_grad(const Batch& b, const void* dx);
+  // AdamW of the embedding's touched or untouched rows (embedding_grad.h), bf16 copy of a
+  // tied table included.
+  void embedding_adamw(EmbeddingGrad::Kind kind, EmbeddingGrad::Rows rows, const AdamWStep& s,
+                       const AdamWStep& done);
   int busy_begin();
   void busy_end(int t);
   void exec(const Op& op, const std::vector<Batch>& chunks, float grad_scale);
@@ -121,7 +124,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   // Whether the unit's gradient sum of squares is reduced on the device (else on the host).
   bool device_norm(int unit) const { return unit > 0 && (resident(unit) || cd_ != DType::f32); }
   ThreadPool& opt_pool();
-  void update_unit(int unit, const AdamWStep& s, int ring);
+  // untouched_done: phase A already updated the embedding's untouched rows (unit 0 only).
+  void update_unit(int unit, const AdamWStep& s, int ring, bool untouched_done = false);
   // Speculative update (EngineConfig::speculative).
   struct Spec;
   void speculate_loop(AdamWStep s, float max_norm);
@@ -131,7 +135,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   uint16_t* spec_out(int unit);                // where its speculated weights go
   bool can_speculate(int unit) const;
   void finish_speculative(const OptimHyper& h, StepStats& st);
-  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, int ring);
+  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, int ring,
+                   bool untouched_done);
 
   Backend& be_;
   HostBackend host_;  // host-side ops (embedding gather/scatter) in the reference arithmetic
@@ -146,15 +151,17 @@ class SlidingWindowExecutor final : public StepExecutor {
   UpdatePipeline updates_;
   std::vector<std::unique_ptr<Buffer>> homes_;       // per unit (see above); [0]: tied table
   std::vector<char> home_on_device_;
-  std::unique_ptr<Buffer> emb_grad_;                 // f32 embedding gradient (host)
+  std::unique_ptr<Buffer> emb_grad_buf_;             // its storage (host)
+  std::unique_ptr<EmbeddingGrad> emb_grad_;          // sparse f32 embedding gradient
+  // Phase A updated this step's untouched embedding rows. Phase B reads its own copy: the
+  // next step resets this while phase B may still run.
+  bool emb_untouched_done_ = false;
   std::unique_ptr<Buffer> table_grad_host_;          // tied: head's share of the table grad
   std::unique_ptr<Buffer> ring_[2];                  // pinned: resident homes' update trips
   std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
   std::unique_ptr<Buffer> emb_stage_;                // [T_step, C] compute dtype (host)
-  std::vector<int32_t> touched_;                     // embedding rows with gradient this step
-  bool emb_grad_clean_ = false;                      // emb_grad_ is zero outside touched_
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
   std::unique_ptr<Events> ev_;

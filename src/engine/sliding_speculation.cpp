@@ -39,7 +39,7 @@ void SlidingWindowExecutor::mark_grad_ready(int unit) {
 // The unit's gradient, in host memory: the home itself, or (resident homes) a copy in the
 // ring. Called from the update threads only.
 const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
-  if (unit == 0) return emb_grad_->data();
+  SF_CHECK(unit > 0, "the embedding's gradient is sparse: use embedding_adamw");
   if (!resident(unit)) return homes_[size_t(unit)]->data();
   const size_t bytes = size_t(store_.numel(unit)) * dtype_size(cd_);
   ev_->grads_home[size_t(unit)]->wait(*upd_d2h_);
@@ -59,9 +59,9 @@ double SlidingWindowExecutor::unit_sumsq(int u) {
     upd_d2h_->synchronize();
     return double(f);
   }
-  const float* g = u == 0 ? static_cast<const float*>(emb_grad_->data())
-                          : static_cast<const float*>(homes_[size_t(u)]->data());
-  return sum_squares_ranges(g, store_.numel(u), store_.ranges(u), &opt_pool());
+  if (u == 0) return emb_grad_->sum_squares(opt_pool());
+  return sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
+                            store_.numel(u), store_.ranges(u), &opt_pool());
 }
 
 // Where unit u's new compute-dtype weights go when speculated or redone: `next` (it becomes
@@ -109,6 +109,12 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
           break;
         }
       taken[size_t(u)] = 1;
+      // The embedding rows this step did not touch have gradient 0 whatever the clip
+      // coefficient: update them now (their bf16 copy too), off the critical path.
+      if (!emb_untouched_done_) {
+        embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s);
+        emb_untouched_done_ = true;
+      }
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
       const double sq = unit_sumsq(u);
       spec_->sumsq[size_t(u)] = sq;
@@ -119,9 +125,14 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       const bool safe = std::isfinite(running) &&
                         (ec_.speculate_everything || max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm);
       if (!safe || !can_speculate(u) || spec_->closing) continue;
+      if (u == 0) {
+        embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s);
+        spec_->speculated[0] = 1;
+        continue;
+      }
       const void* g = fetch_grad(u, ring);
       ring ^= 1;
-      if (u == 0 || cd_ == DType::f32)
+      if (cd_ == DType::f32)
         adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
                             spec_out(u), store_.numel(u), store_.ranges(u), s, &opt_pool());
       else
@@ -153,10 +164,13 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   const std::vector<char> speculated = spec_->speculated;
   if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
     st.clip_coef = 0;
-    for (int u = 0; u < n_units; ++u) {
+    if (emb_untouched_done_)
+      embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::untouched, s1, s1);
+    if (speculated[0]) embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1);
+    for (int u = 1; u < n_units; ++u) {
       if (!speculated[size_t(u)]) continue;
       const void* g = fetch_grad(u, 0);
-      if (u == 0 || cd_ == DType::f32)
+      if (cd_ == DType::f32)
         adamw_undo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
                           store_.numel(u), store_.ranges(u), s1, &opt_pool());
       else
@@ -172,10 +186,10 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   store_.step = s.step;
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
-  updates_.start(order, [this, s, s1, speculated, n_units](int u) {
+  updates_.start(order, [this, s, s1, speculated, n_units, untouched = emb_untouched_done_](int u) {
     static thread_local int trips = 0;
     const int ring = (trips++) & 1;
-    finish_unit(u, s, s1, speculated[size_t(u)] != 0, ring);
+    finish_unit(u, s, s1, speculated[size_t(u)] != 0, ring, untouched);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }
@@ -183,21 +197,26 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
 // Phase B for one unit: its plain update, or keep / redo its speculated one and make `next`
 // its home.
 void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
-                                        bool speculated, int ring) {
+                                        bool speculated, int ring, bool untouched_done) {
   if (!speculated) {
-    update_unit(u, s, ring);
+    update_unit(u, s, ring, untouched_done);
+    return;
+  }
+  if (u == 0) {  // untouched rows were done in phase A (gradient 0: no coefficient)
+    if (s.grad_scale != 1.f)
+      embedding_adamw(EmbeddingGrad::Kind::redo, EmbeddingGrad::Rows::touched, s, s1);
     return;
   }
   if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
     const void* g = fetch_grad(u, ring);
-    if (u == 0 || cd_ == DType::f32)
+    if (cd_ == DType::f32)
       adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
                         spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
     else
       adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
                         spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
   }
-  if (u == 0 || cd_ == DType::f32) return;
+  if (cd_ == DType::f32) return;
   if (resident(u)) {
     const size_t bytes = size_t(store_.numel(u)) * dtype_size(cd_);
     // Not waited for: the next forward orders after home_ready, and `next` is rewritten only

@@ -1,0 +1,145 @@
+#include "engine/embedding_grad.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "optim/adamw.h"
+#include "optim/adamw_undo.h"
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+EmbeddingGrad::EmbeddingGrad(int64_t vocab, int64_t hidden, int64_t max_step_tokens, bool dense,
+                             float* storage)
+    : V_(vocab), C_(hidden), dense_(dense), grad_(storage),
+      capacity_rows_(max_rows(vocab, max_step_tokens, dense)) {
+  SF_CHECK(storage, "embedding gradient: no storage");
+  slot_.assign(size_t(vocab), -1);
+  zeros_.assign(size_t(hidden), 0.f);
+  if (dense) {
+    rows_.resize(size_t(vocab));
+    for (int64_t r = 0; r < vocab; ++r) rows_[size_t(r)] = int32_t(r), slot_[size_t(r)] = int32_t(r);
+  }
+}
+
+void EmbeddingGrad::set_rows(std::span<const Batch> chunks) {
+  if (!dense_) {
+    for (int32_t r : rows_) slot_[size_t(r)] = -1;
+    rows_.clear();
+    for (const Batch& b : chunks)
+      for (int32_t id : b.tokens) {
+        SF_REQUIRE(id >= 0 && id < V_, "token id ", id, " is outside the vocabulary (", V_,
+                   " entries); check the tokenizer and the data");
+        if (slot_[size_t(id)] < 0) {
+          slot_[size_t(id)] = 0;
+          rows_.push_back(id);
+        }
+      }
+    std::sort(rows_.begin(), rows_.end());
+    SF_CHECK(int64_t(rows_.size()) <= capacity_rows_, "embedding gradient: ", rows_.size(),
+             " rows do not fit the planned ", capacity_rows_);
+    for (size_t i = 0; i < rows_.size(); ++i) slot_[size_t(rows_[i])] = int32_t(i);
+    untouched_.clear();
+    for (int64_t r = 0, i = 0; r < V_; ++r) {
+      if (i < int64_t(rows_.size()) && rows_[size_t(i)] == r) ++i;
+      else untouched_.push_back(int32_t(r));
+    }
+  }
+}
+
+void EmbeddingGrad::zero(const float* dense_init, ThreadPool& pool) {
+  float* g = grad_;
+  const int64_t n = int64_t(rows_.size()) * C_;
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    if (dense_init) {
+      for (int64_t i = b; i < e; ++i) g[i] = 0.0f + dense_init[i];  // as added to zeros
+    } else {
+      std::memset(g + b, 0, size_t(e - b) * sizeof(float));
+    }
+  }, 1 << 16);
+}
+
+void EmbeddingGrad::scatter(const Batch& b, const void* dx, DType dt, ThreadPool& pool) {
+  SF_CHECK(dt == DType::f32 || dt == DType::bf16, "embedding scatter: f32 or bf16 rows");
+  const int64_t T = b.n_tokens(), C = C_;
+  const int32_t* ids = b.tokens.data();
+  float* grad = grad_;
+  for (int64_t t = 0; t < T; ++t)
+    SF_CHECK(ids[t] >= 0 && ids[t] < V_ && slot_[size_t(ids[t])] >= 0,
+             "embedding scatter: token ", ids[t], " was not announced by begin_step");
+  // Parallel over column blocks, every token in order within a block.
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* d = grad + int64_t(slot_[size_t(ids[t])]) * C;
+      if (dt == DType::f32) {
+        const float* g = static_cast<const float*>(dx) + t * C;
+        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+      } else {
+        const uint16_t* g = static_cast<const uint16_t*>(dx) + t * C;
+        for (int64_t c = c0; c < c1; ++c) d[c] += bf16_to_f32(g[c]);
+      }
+    }
+  }, 256);
+}
+
+// Exactly the bits sum_squares_ranges() gives on the dense [V, C] gradient (a range from
+// element 0): the zero rows add +0.0 to their lanes, so each dense block's lane sums are the
+// touched rows' contributions in element order, lane = element index within the block % 8.
+double EmbeddingGrad::sum_squares(ThreadPool& pool) const {
+  const int64_t B = kSumSquaresBlock, C = C_;
+  std::vector<int64_t> blocks;  // dense blocks holding touched elements, increasing
+  for (int32_t r : rows_) {
+    const int64_t b0 = int64_t(r) * C / B, b1 = (int64_t(r) * C + C - 1) / B;
+    for (int64_t b = b0; b <= b1; ++b)
+      if (blocks.empty() || blocks.back() < b) blocks.push_back(b);
+  }
+  std::vector<double> sums(blocks.size(), 0.0);
+  pool.parallel_for(int64_t(blocks.size()), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t lo = blocks[size_t(k)] * B, hi = std::min(lo + B, V_ * C);
+      double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      // Touched rows intersecting [lo, hi), in order.
+      auto it = std::lower_bound(rows_.begin(), rows_.end(), int32_t(lo / C));
+      for (; it != rows_.end() && int64_t(*it) * C < hi; ++it) {
+        const int64_t r = *it, i = int64_t(it - rows_.begin());
+        const int64_t e0 = std::max(lo, r * C), e1 = std::min(hi, r * C + C);
+        for (int64_t e = e0; e < e1; ++e) {
+          const double x = double(grad_[i * C + (e - r * C)]);
+          acc[(e - lo) & 7] += x * x;
+        }
+      }
+      sums[size_t(k)] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+  }, 1);
+  double range_sum = 0.0;
+  for (double x : sums) range_sum += x;
+  return 0.0 + range_sum;
+}
+
+void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out,
+                          bool decay, const AdamWStep& s, const AdamWStep& done,
+                          ThreadPool& pool) const {
+  const std::vector<int32_t>& rows = which == Rows::touched ? rows_ : untouched_;
+  const ParamRange row{0, C_, decay};
+  const std::span<const ParamRange> one(&row, 1);
+  const int64_t C = C_;
+  pool.parallel_for(int64_t(rows.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t r = rows[size_t(i)];
+      const float* g = which == Rows::touched ? grad_ + i * C : zeros_.data();
+      float* pr = p + r * C;
+      float* mr = m + r * C;
+      float* vr = v + r * C;
+      uint16_t* o = out ? out + r * C : nullptr;
+      switch (kind) {
+        case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, C, one, s, nullptr); break;
+        case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, C, one, s, nullptr); break;
+        case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, C, one, done, s, nullptr); break;
+      }
+    }
+  }, 16);
+}
+
+}  // namespace sf

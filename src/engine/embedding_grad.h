@@ -1,0 +1,63 @@
+// The embedding's gradient on the host, kept sparse: only the rows of the step's tokens can
+// be non-zero (an untied table), so they are stored compactly, [rows touched, C] in f32, in
+// increasing token id. Tied tables get the head's dense share too: every row is touched.
+//
+// AdamW still updates every row (decay and the moments move even with a zero gradient). The
+// rows the step did not touch have gradient 0 whatever the clip coefficient, so their update
+// does not wait for the global norm: the engine runs it during the backward and leaves only
+// the touched rows for after it. Row by row, the arithmetic is adamw.h's on a gradient of 0
+// or of the row's sum, exactly as a dense f32 gradient would give.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/batch.h"
+#include "optim/param_range.h"
+
+namespace sf {
+
+class ThreadPool;
+
+class EmbeddingGrad {
+ public:
+  // dense: every row is touched every step (tied tables). storage: [max_rows(), C] f32, the
+  // caller's (it counts it in its memory plan).
+  EmbeddingGrad(int64_t vocab, int64_t hidden, int64_t max_step_tokens, bool dense, float* storage);
+  static int64_t max_rows(int64_t vocab, int64_t max_step_tokens, bool dense) {
+    return dense ? vocab : (vocab < max_step_tokens ? vocab : max_step_tokens);
+  }
+
+  // The step's touched rows: those of `chunks`' tokens (dense: all). Throws Error(input) on a
+  // token outside the vocabulary.
+  void set_rows(std::span<const Batch> chunks);
+  // The touched rows' gradient to zero, or (dense_init, [V, C]) to 0 + dense_init.
+  void zero(const float* dense_init, ThreadPool& pool);
+  // grad[row of ids[t]] += dx[t] (f32 or bf16 rows of C), tokens in order: repeated ids add
+  // up in token order, as HostBackend::embedding_backward does.
+  void scatter(const Batch& b, const void* dx, DType dx_type, ThreadPool& pool);
+  // Sum of squares of the gradient, in double (the zero rows add nothing).
+  double sum_squares(ThreadPool& pool) const;
+
+  enum class Rows { touched, untouched };
+  enum class Kind { update, undo, redo };
+  // One AdamW operation (adamw.h / adamw_undo.h) on the rows of `which` of the table p, m, v
+  // ([V, C] f32, overwritten) with this step's gradient (0 for untouched rows); out: the
+  // rows' bf16 copy (may be null). redo replaces step `done` by `s`; update and undo use s.
+  void adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out, bool decay,
+             const AdamWStep& s, const AdamWStep& done, ThreadPool& pool) const;
+
+  int64_t touched_rows() const { return int64_t(rows_.size()); }
+
+ private:
+  int64_t V_, C_;
+  bool dense_;
+  float* grad_;                  // [max_rows, C]
+  int64_t capacity_rows_;
+  std::vector<int32_t> rows_;    // touched row ids, increasing
+  std::vector<int32_t> slot_;    // [V]: index into rows_, or -1
+  std::vector<int32_t> untouched_;
+  std::vector<float> zeros_;     // [C]
+};
+
+}  // namespace sf
