@@ -101,7 +101,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     m.push_back({"tied table staging + gradient", t, false});
   }
   if (max_home || ec.speculative())
-    m.push_back({"update ring (2)", 2 * host_round(max_home * es), false});
+    m.push_back({"update ring (2)", 2 * host_round(std::min<size_t>(max_home, size_t(ec.ring_piece)) * es), false});
   if (ec.speculative() && cd != DType::f32) {
     size_t next = 0;
     int n_next = 0;

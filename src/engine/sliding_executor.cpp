@@ -75,8 +75,10 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   int64_t max_home = 0;
   for (int u = 1; u < n_units; ++u)
     if (resident(u)) max_home = std::max(max_home, layout_.units[size_t(u)].numel);
+  SF_REQUIRE(ec.ring_piece > 0, "sliding window: ring_piece must be positive");
+  ring_piece_ = std::min(max_home, ec.ring_piece);
   for (int i = 0; i < 2; ++i) {
-    if (any_resident) ring_[i] = be.alloc_host(size_t(max_home) * es, cat("update ring ", i));
+    if (any_resident) ring_[i] = be.alloc_host(size_t(ring_piece_) * es, cat("update ring ", i));
     if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
   }
   norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
@@ -89,7 +91,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                           : nullptr);
     if (!ring_[0]) {  // phase A reads device-home gradients through the ring
       for (int i = 0; i < 2 && max_home > 0; ++i)
-        ring_[i] = be.alloc_host(size_t(max_home) * es, cat("update ring ", i));
+        ring_[i] = be.alloc_host(size_t(ring_piece_) * es, cat("update ring ", i));
     }
   }
 
@@ -589,8 +591,7 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
   updates_.start(order, [this, s, n_units](int u) {
-    static thread_local int trips = 0;
-    update_unit(u, s, (trips++) & 1);
+    update_unit(u, s);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }
@@ -598,40 +599,61 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
 // One unit's AdamW. The gradient is read in the compute dtype from the unit's home and the
 // new compute-dtype weights are written over it in place (element i is read before it is
 // written); resident homes make the trip through a pinned ring buffer.
-void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, int ring, bool untouched_done) {
-  ThreadPool& pool = opt_pool();
-  float* p = store_.master(u);
-  float* m = store_.m(u);
-  float* v = store_.v(u);
-  const int64_t n = store_.numel(u);
-  const auto& ranges = store_.ranges(u);
+void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, bool untouched_done) {
   if (u == 0) {  // embedding: sparse f32 gradient on the host; tied bf16 refreshes the table
     embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s);
     if (!untouched_done)
       embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s);
     return;
   }
-  const size_t bytes = size_t(n) * dtype_size(cd_);
-  void* grad = homes_[size_t(u)]->data();
-  if (resident(u)) {
-    ev_->ring_up[ring]->wait(*upd_d2h_);  // the ring's previous upload has left
-    be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), grad, bytes);
-    upd_d2h_->synchronize();
-    grad = ring_[ring]->data();
+  // The new compute-dtype weights overwrite the gradient in place (element i is read before
+  // it is written) and go home with it.
+  grad_pieces(u, cd_ != DType::f32, [&](void* g, int64_t off, int64_t len) {
+    const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
+    if (cd_ == DType::f32)
+      adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                          static_cast<const float*>(g), nullptr, len, r, s, &opt_pool());
+    else
+      adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                          static_cast<uint16_t*>(g), static_cast<uint16_t*>(g), len, r, s, &opt_pool());
+  });
+}
+
+void SlidingWindowExecutor::grad_pieces(int u, bool upload,
+                                        const std::function<void(void*, int64_t, int64_t)>& fn) {
+  const int64_t n = store_.numel(u);
+  if (!resident(u)) {
+    fn(homes_[size_t(u)]->data(), 0, n);
+    return;
   }
-  if (cd_ == DType::f32) {
-    adamw_update_ranges(p, m, v, static_cast<const float*>(grad), nullptr, n, ranges, s, &pool);
-  } else {
-    auto* g = static_cast<uint16_t*>(grad);
-    adamw_update_ranges(p, m, v, g, g, n, ranges, s, &pool);
+  const size_t es = dtype_size(cd_);
+  char* home = static_cast<char*>(homes_[size_t(u)]->data());
+  const int64_t P = ring_piece_;
+  const int64_t pieces = (n + P - 1) / P;
+  auto download = [&](int64_t k, int r) {
+    const int64_t off = k * P, len = std::min(P, n - off);
+    ev_->grads_home[size_t(u)]->wait(*upd_d2h_);
+    ev_->ring_up[r]->wait(*upd_d2h_);  // the buffer's previous upload has left
+    be_.copy_to_host(*upd_d2h_, ring_[r]->data(), home + size_t(off) * es, size_t(len) * es);
+    ev_->ring_down[r]->record(*upd_d2h_);
+  };
+  int r = ring_next_;
+  download(0, r);
+  for (int64_t k = 0; k < pieces; ++k) {
+    if (k + 1 < pieces) download(k + 1, r ^ 1);
+    ev_->ring_down[r]->synchronize();
+    const int64_t off = k * P, len = std::min(P, n - off);
+    fn(ring_[r]->data(), off, len);
+    if (upload) {
+      be_.copy_to_device(*upd_h2d_, home + size_t(off) * es, ring_[r]->data(), size_t(len) * es);
+      ev_->ring_up[r]->record(*upd_h2d_);
+    }
+    r ^= 1;
   }
-  if (resident(u) && cd_ != DType::f32) {
-    // Not waited for here: the next forward orders after home_ready, and the ring's next
-    // download (two units on) after ring_up, so AdamW of the next unit overlaps the upload.
-    be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), grad, bytes);
-    ev_->home_ready[size_t(u)]->record(*upd_h2d_);
-    ev_->ring_up[ring]->record(*upd_h2d_);
-  }
+  ring_next_ = r;
+  // Not waited for here: the next forward orders after home_ready, and a ring buffer's next
+  // download after its ring_up, so AdamW of the next piece overlaps this upload.
+  if (upload) ev_->home_ready[size_t(u)]->record(*upd_h2d_);
 }
 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {

@@ -29,6 +29,7 @@
 // Nothing is allocated inside a step.
 #pragma once
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,10 @@
 #include "model/recipes.h"
 
 namespace sf {
+
+// Elements per ring buffer of a device home's update trip (2 buffers, pinned host): small
+// enough to cost little memory, large enough that each copy runs at full PCIe speed.
+constexpr int64_t kRingPiece = int64_t(32) << 20;
 
 struct EngineConfig {
   int n_slots = 2;                 // weight slots on the device (>= 2)
@@ -65,6 +70,9 @@ struct EngineConfig {
   // The others live in pinned host memory and stream through the slots.
   int resident_layers = 0;
   bool head_resident = false;
+  // Elements per ring buffer for the update trips of device homes (tests make it small to
+  // cover many pieces).
+  int64_t ring_piece = kRingPiece;
   // Speculative update: AdamW of each unit starts during the backward, as soon as its
   // gradient is home, with clip coefficient 1, as long as the norm so far cannot need
   // clipping; if the final global norm does clip (or is not finite) the speculated units are
@@ -125,17 +133,22 @@ class SlidingWindowExecutor final : public StepExecutor {
   bool device_norm(int unit) const { return unit > 0 && (resident(unit) || cd_ != DType::f32); }
   ThreadPool& opt_pool();
   // untouched_done: phase A already updated the embedding's untouched rows (unit 0 only).
-  void update_unit(int unit, const AdamWStep& s, int ring, bool untouched_done = false);
+  void update_unit(int unit, const AdamWStep& s, bool untouched_done = false);
   // Speculative update (EngineConfig::speculative).
   struct Spec;
   void speculate_loop(AdamWStep s, float max_norm);
   void mark_grad_ready(int unit);
-  const void* fetch_grad(int unit, int ring);  // host pointer to the unit's gradient
+  // Runs fn(g, off, len) over unit u's gradient (compute dtype, host memory) in pieces: the
+  // home itself (host homes, one piece) or, for device homes, pieces through the two ring
+  // buffers, the next piece's download overlapping fn on this one. upload: fn rewrote the
+  // piece into new weights, which go back to the home (home_ready is recorded at the end).
+  // Called from one update thread at a time.
+  void grad_pieces(int u, bool upload, const std::function<void(void*, int64_t, int64_t)>& fn);
   double unit_sumsq(int unit);                 // its gradient's sum of squares, once home
   uint16_t* spec_out(int unit);                // where its speculated weights go
   bool can_speculate(int unit) const;
   void finish_speculative(const OptimHyper& h, StepStats& st);
-  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, int ring,
+  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated,
                    bool untouched_done);
 
   Backend& be_;
@@ -158,6 +171,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   bool emb_untouched_done_ = false;
   std::unique_ptr<Buffer> table_grad_host_;          // tied: head's share of the table grad
   std::unique_ptr<Buffer> ring_[2];                  // pinned: resident homes' update trips
+  int64_t ring_piece_ = 0;                           // elements per ring buffer
+  int ring_next_ = 0;                                // the ring buffer the next piece uses
   std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams

@@ -22,6 +22,7 @@ struct SlidingWindowExecutor::Events {
       batch_ready, head_grads_home;
   std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
   std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
+  std::unique_ptr<Event> ring_down[2];             // a gradient piece has landed in the ring
   std::unique_ptr<Event> ring_up[2];               // the ring's new weights have left for the device
   std::unique_ptr<Event> stage_free[2];            // gstage buffer copied out
   // Around every compute op (layer forward/backward, head): the GPU-busy share of a step.
@@ -54,6 +55,7 @@ struct SlidingWindowExecutor::Events {
     home_ready = make(n_units);
     grads_home = make(n_units);
     for (int i = 0; i < 2; ++i) {
+      ring_down[i] = be.create_event();
       ring_up[i] = be.create_event();
       stage_free[i] = be.create_event();
     }

@@ -36,19 +36,6 @@ void SlidingWindowExecutor::mark_grad_ready(int unit) {
   spec_->cv.notify_all();
 }
 
-// The unit's gradient, in host memory: the home itself, or (resident homes) a copy in the
-// ring. Called from the update threads only.
-const void* SlidingWindowExecutor::fetch_grad(int unit, int ring) {
-  SF_CHECK(unit > 0, "the embedding's gradient is sparse: use embedding_adamw");
-  if (!resident(unit)) return homes_[size_t(unit)]->data();
-  const size_t bytes = size_t(store_.numel(unit)) * dtype_size(cd_);
-  ev_->grads_home[size_t(unit)]->wait(*upd_d2h_);
-  ev_->ring_up[ring]->wait(*upd_d2h_);  // the ring's previous upload has left
-  be_.copy_to_host(*upd_d2h_, ring_[ring]->data(), homes_[size_t(unit)]->data(), bytes);
-  upd_d2h_->synchronize();
-  return ring_[ring]->data();
-}
-
 // Sum of squares of unit u's gradient once it is home: reduced on the device by grads_out
 // (one float back), or summed here in double (the embedding; f32 homes).
 double SlidingWindowExecutor::unit_sumsq(int u) {
@@ -84,7 +71,6 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
   const int n_units = store_.n_units();
   std::vector<char> taken(size_t(n_units), 0);
   double running = 0;
-  int ring = 0;
   try {
     for (int left = n_units; left > 0; --left) {
       std::vector<int> cand;  // enqueued (ready) and not taken, lowest first
@@ -130,14 +116,16 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
         spec_->speculated[0] = 1;
         continue;
       }
-      const void* g = fetch_grad(u, ring);
-      ring ^= 1;
-      if (cd_ == DType::f32)
-        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                            spec_out(u), store_.numel(u), store_.ranges(u), s, &opt_pool());
-      else
-        adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                            spec_out(u), store_.numel(u), store_.ranges(u), s, &opt_pool());
+      uint16_t* out = spec_out(u);
+      grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
+        const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
+        if (cd_ == DType::f32)
+          adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                              static_cast<const float*>(g), nullptr, len, r, s, &opt_pool());
+        else
+          adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                              static_cast<const uint16_t*>(g), out + off, len, r, s, &opt_pool());
+      });
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {
@@ -169,13 +157,15 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     if (speculated[0]) embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1);
     for (int u = 1; u < n_units; ++u) {
       if (!speculated[size_t(u)]) continue;
-      const void* g = fetch_grad(u, 0);
-      if (cd_ == DType::f32)
-        adamw_undo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                          store_.numel(u), store_.ranges(u), s1, &opt_pool());
-      else
-        adamw_undo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                          store_.numel(u), store_.ranges(u), s1, &opt_pool());
+      grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
+        const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
+        if (cd_ == DType::f32)
+          adamw_undo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                            static_cast<const float*>(g), len, r, s1, &opt_pool());
+        else
+          adamw_undo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                            static_cast<const uint16_t*>(g), len, r, s1, &opt_pool());
+      });
     }
     params_changed();  // homes hold gradients: put the unchanged weights back
     return;
@@ -187,9 +177,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
   updates_.start(order, [this, s, s1, speculated, n_units, untouched = emb_untouched_done_](int u) {
-    static thread_local int trips = 0;
-    const int ring = (trips++) & 1;
-    finish_unit(u, s, s1, speculated[size_t(u)] != 0, ring, untouched);
+    finish_unit(u, s, s1, speculated[size_t(u)] != 0, untouched);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }
@@ -197,9 +185,9 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
 // Phase B for one unit: its plain update, or keep / redo its speculated one and make `next`
 // its home.
 void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
-                                        bool speculated, int ring, bool untouched_done) {
+                                        bool speculated, bool untouched_done) {
   if (!speculated) {
-    update_unit(u, s, ring, untouched_done);
+    update_unit(u, s, untouched_done);
     return;
   }
   if (u == 0) {  // untouched rows were done in phase A (gradient 0: no coefficient)
@@ -208,13 +196,16 @@ void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWSt
     return;
   }
   if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
-    const void* g = fetch_grad(u, ring);
-    if (cd_ == DType::f32)
-      adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const float*>(g),
-                        spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
-    else
-      adamw_redo_ranges(store_.master(u), store_.m(u), store_.v(u), static_cast<const uint16_t*>(g),
-                        spec_out(u), store_.numel(u), store_.ranges(u), s1, s, &opt_pool());
+    uint16_t* out = spec_out(u);
+    grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
+      const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
+      if (cd_ == DType::f32)
+        adamw_redo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                          static_cast<const float*>(g), nullptr, len, r, s1, s, &opt_pool());
+      else
+        adamw_redo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
+                          static_cast<const uint16_t*>(g), out + off, len, r, s1, s, &opt_pool());
+    });
   }
   if (cd_ == DType::f32) return;
   if (resident(u)) {

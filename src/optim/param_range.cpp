@@ -1,6 +1,8 @@
 // Validation of parameter ranges (param_range.h).
 #include "optim/param_range.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace sf {
@@ -15,6 +17,19 @@ void check_param_ranges(std::span<const ParamRange> ranges, int64_t n, const cha
              "), is unsorted or lies outside the buffer of ", n, " elements");
     prev_end = r.offset + r.numel;
   }
+}
+
+}  // namespace sf
+
+namespace sf {
+
+std::vector<ParamRange> clip_ranges(std::span<const ParamRange> ranges, int64_t off, int64_t len) {
+  std::vector<ParamRange> out;
+  for (const ParamRange& r : ranges) {
+    const int64_t b = std::max(r.offset, off), e = std::min(r.offset + r.numel, off + len);
+    if (b < e) out.push_back({b - off, e - b, r.decay});
+  }
+  return out;
 }
 
 }  // namespace sf

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace sf {
 
@@ -17,5 +18,9 @@ struct ParamRange {
 
 // Throws Error(internal) unless the ranges are sorted by offset, disjoint and inside [0, n).
 void check_param_ranges(std::span<const ParamRange> ranges, int64_t n, const char* who);
+
+// The parts of `ranges` inside the window [off, off + len), shifted so the window starts at
+// element 0: for working on a piece of a flat buffer.
+std::vector<ParamRange> clip_ranges(std::span<const ParamRange> ranges, int64_t off, int64_t len);
 
 }  // namespace sf
