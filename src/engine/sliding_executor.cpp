@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/sliding_internal.h"
 #include "optim/adamw.h"
+#include "optim/adamw_undo.h"
 #include "optim/grad_norm.h"
 
 namespace sf {
@@ -608,14 +609,30 @@ void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, bool untouche
   }
   // The new compute-dtype weights overwrite the gradient in place (element i is read before
   // it is written) and go home with it.
-  grad_pieces(u, cd_ != DType::f32, [&](void* g, int64_t off, int64_t len) {
+  unit_adamw(EmbeddingGrad::Kind::update, u, nullptr, true, s, s);
+}
+
+void SlidingWindowExecutor::unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out,
+                                       bool in_place, const AdamWStep& s, const AdamWStep& done) {
+  const bool f32 = cd_ == DType::f32;
+  grad_pieces(u, in_place && !f32, [&](void* g, int64_t off, int64_t len) {
     const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
-    if (cd_ == DType::f32)
-      adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                          static_cast<const float*>(g), nullptr, len, r, s, &opt_pool());
-    else
-      adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                          static_cast<uint16_t*>(g), static_cast<uint16_t*>(g), len, r, s, &opt_pool());
+    float *p = store_.master(u) + off, *m = store_.m(u) + off, *v = store_.v(u) + off;
+    uint16_t* o = f32 ? nullptr : in_place ? static_cast<uint16_t*>(g) : out ? out + off : nullptr;
+    switch (kind) {
+      case EmbeddingGrad::Kind::update:
+        if (f32) adamw_update_ranges(p, m, v, static_cast<const float*>(g), o, len, r, s, &opt_pool());
+        else adamw_update_ranges(p, m, v, static_cast<const uint16_t*>(g), o, len, r, s, &opt_pool());
+        break;
+      case EmbeddingGrad::Kind::undo:
+        if (f32) adamw_undo_ranges(p, m, v, static_cast<const float*>(g), len, r, s, &opt_pool());
+        else adamw_undo_ranges(p, m, v, static_cast<const uint16_t*>(g), len, r, s, &opt_pool());
+        break;
+      case EmbeddingGrad::Kind::redo:
+        if (f32) adamw_redo_ranges(p, m, v, static_cast<const float*>(g), o, len, r, done, s, &opt_pool());
+        else adamw_redo_ranges(p, m, v, static_cast<const uint16_t*>(g), o, len, r, done, s, &opt_pool());
+        break;
+    }
   });
 }
 

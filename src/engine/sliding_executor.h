@@ -134,6 +134,11 @@ class SlidingWindowExecutor final : public StepExecutor {
   ThreadPool& opt_pool();
   // untouched_done: phase A already updated the embedding's untouched rows (unit 0 only).
   void update_unit(int unit, const AdamWStep& s, bool untouched_done = false);
+  // One AdamW operation (update / undo / redo of `done` by s) on layer or head unit u, over
+  // its gradient's pieces: new compute-dtype weights to `out` (may be null), or over the
+  // gradient in place and back home (in_place); f32 compute writes none.
+  void unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, bool in_place,
+                  const AdamWStep& s, const AdamWStep& done);
   // Speculative update (EngineConfig::speculative).
   struct Spec;
   void speculate_loop(AdamWStep s, float max_norm);

@@ -116,16 +116,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
         spec_->speculated[0] = 1;
         continue;
       }
-      uint16_t* out = spec_out(u);
-      grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
-        const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
-        if (cd_ == DType::f32)
-          adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                              static_cast<const float*>(g), nullptr, len, r, s, &opt_pool());
-        else
-          adamw_update_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                              static_cast<const uint16_t*>(g), out + off, len, r, s, &opt_pool());
-      });
+      unit_adamw(EmbeddingGrad::Kind::update, u, spec_out(u), false, s, s);
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {
@@ -157,15 +148,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     if (speculated[0]) embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1);
     for (int u = 1; u < n_units; ++u) {
       if (!speculated[size_t(u)]) continue;
-      grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
-        const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
-        if (cd_ == DType::f32)
-          adamw_undo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                            static_cast<const float*>(g), len, r, s1, &opt_pool());
-        else
-          adamw_undo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                            static_cast<const uint16_t*>(g), len, r, s1, &opt_pool());
-      });
+      unit_adamw(EmbeddingGrad::Kind::undo, u, nullptr, false, s1, s1);
     }
     params_changed();  // homes hold gradients: put the unchanged weights back
     return;
@@ -196,16 +179,7 @@ void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWSt
     return;
   }
   if (s.grad_scale != 1.f) {  // clipped after all: replace the speculated step
-    uint16_t* out = spec_out(u);
-    grad_pieces(u, false, [&](void* g, int64_t off, int64_t len) {
-      const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), off, len);
-      if (cd_ == DType::f32)
-        adamw_redo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                          static_cast<const float*>(g), nullptr, len, r, s1, s, &opt_pool());
-      else
-        adamw_redo_ranges(store_.master(u) + off, store_.m(u) + off, store_.v(u) + off,
-                          static_cast<const uint16_t*>(g), out + off, len, r, s1, s, &opt_pool());
-    });
+    unit_adamw(EmbeddingGrad::Kind::redo, u, spec_out(u), false, s, s1);
   }
   if (cd_ == DType::f32) return;
   if (resident(u)) {
