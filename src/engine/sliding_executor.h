@@ -18,12 +18,14 @@
 // from the master and homes hold only gradients.) The embedding is gathered and scattered on
 // the host in fp32 and never leaves it (except as the LM head when tied).
 //
-// Exactness: the global gradient norm needs every gradient before any update, so the updates
-// are deferred until the backward has finished and then run on a CPU thread in forward order
-// (UpdatePipeline); the next step's forward waits only for the unit it is about to use, so the
-// CPU optimizer overlaps the next forward instead of stalling it. The result equals the plain
-// resident step (ResidentExecutor) up to fp32 summation order and the compute-dtype rounding
-// of gradients.
+// Exactness: the global gradient norm needs every gradient before any update. Deferred mode
+// runs the updates after the backward on a CPU thread in forward order (UpdatePipeline); the
+// next step's forward waits only for the unit it is about to use, so the CPU optimizer
+// overlaps the next forward instead of stalling it. Speculative mode (the planner's choice;
+// sliding_speculation.cpp) also overlaps the backward: units are updated with coefficient 1
+// as their gradients land and redone in one pass if the final norm clips. The result equals
+// the plain resident step (ResidentExecutor) up to fp32 summation order, the compute-dtype
+// rounding of gradients and, for a clipped speculative step, the undo's rounding.
 //
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
 // Nothing is allocated inside a step.
