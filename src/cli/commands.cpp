@@ -89,15 +89,19 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
 void add_plan_command(CLI::App& app) {
   struct Opts : RunFlags {
     std::string model, size = "llama3-8b";
+    int layers = 0;  // 0: the model's
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plan", "show what a training run needs and whether it fits");
   cmd->add_option("--model", o->model, "Hugging Face model directory");
   cmd->add_option("--size", o->size, "named model shape (when no --model)");
+  cmd->add_option("--layers", o->layers, "plan the model cut to this many layers (as bench does)")
+      ->check(CLI::PositiveNumber);
   o->add_to(cmd);
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
                                        : load_config(fs::path(o->model) / "config.json");
+    if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     o->resolve();
     o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);

@@ -224,5 +224,23 @@ TEST(Cli, KilledDuringASaveResumesFromThePreviousCheckpointExactly) {
   EXPECT_EQ(read_file(full / "latest"), "checkpoint-2\n");
 }
 
+// `plan` shows the whole memory table and the choice, cut models included, and refuses a run
+// that does not fit with advice and a non-zero exit.
+TEST(Cli, PlanShowsTheTableAndRefusesWhatDoesNotFit) {
+  auto r = run_cli({"plan", "--size", "llama3-8b", "--layers", "8", "--batch-size", "32",
+                    "--seq-len", "1024", "--backend", "cuda", "--engine", "sliding",
+                    "--gpu-memory", "24GiB", "--host-memory", "112GiB"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "2.80 B parameters, 8 layers")) << r.output;
+  EXPECT_TRUE(contains(r.output, "sliding window")) << r.output;
+  EXPECT_TRUE(contains(r.output, "fp32 master + AdamW m, v")) << r.output;
+  EXPECT_TRUE(contains(r.output, "fits       yes")) << r.output;
+  auto bad = run_cli({"plan", "--size", "llama3-8b", "--batch-size", "32", "--seq-len", "1024",
+                      "--backend", "cuda", "--gpu-memory", "24GiB", "--host-memory", "64GiB"});
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "host memory: needs")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "--host-memory")) << bad.output;
+}
+
 }  // namespace
 }  // namespace sf::test
