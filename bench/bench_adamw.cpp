@@ -208,6 +208,12 @@ int main(int argc, char** argv) try {
         std::swap(a, c);
       });
       row("undo+update bf16", name.c_str(), t, n, 26 + 26 + out_bytes, u);
+      // A clipped step's unit that was not speculated: update + redo in one pass.
+      const Timing ur = median_seconds(iters, [&] {
+        adamw_update_redo_ranges(p.get(), m.get(), v.get(), gh.get(), outp, n, {&all, 1}, a, c,
+                                 &pool, isa);
+      });
+      row("update+redo bf16", name.c_str(), t, n, 26 + out_bytes, ur);
       double sink = 0;
       const Timing q = median_seconds(iters, [&] { sink += sum_squares(g.get(), n, &pool, isa); });
       row("sumsq f32", name.c_str(), t, n, 4, q);

@@ -137,6 +137,9 @@ void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, u
         case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, C, one, s, nullptr); break;
         case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, C, one, s, nullptr); break;
         case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, C, one, done, s, nullptr); break;
+        case Kind::update_redo:
+          adamw_update_redo_ranges(pr, mr, vr, g, o, C, one, done, s, nullptr);
+          break;
       }
     }
   }, 16);

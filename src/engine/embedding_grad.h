@@ -40,7 +40,8 @@ class EmbeddingGrad {
   double sum_squares(ThreadPool& pool) const;
 
   enum class Rows { touched, untouched };
-  enum class Kind { update, undo, redo };
+  // update_redo: the bits of update(done) then redo(done -> s), in one pass.
+  enum class Kind { update, undo, redo, update_redo };
   // One AdamW operation (adamw.h / adamw_undo.h) on the rows of `which` of the table p, m, v
   // ([V, C] f32, overwritten) with this step's gradient (0 for untouched rows); out: the
   // rows' bf16 copy (may be null). redo replaces step `done` by `s`; update and undo use s.

@@ -632,6 +632,10 @@ void SlidingWindowExecutor::unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t
         if (f32) adamw_redo_ranges(p, m, v, static_cast<const float*>(g), o, len, r, done, s, &opt_pool());
         else adamw_redo_ranges(p, m, v, static_cast<const uint16_t*>(g), o, len, r, done, s, &opt_pool());
         break;
+      case EmbeddingGrad::Kind::update_redo:
+        if (f32) adamw_update_redo_ranges(p, m, v, static_cast<const float*>(g), o, len, r, done, s, &opt_pool());
+        else adamw_update_redo_ranges(p, m, v, static_cast<const uint16_t*>(g), o, len, r, done, s, &opt_pool());
+        break;
     }
   });
 }

@@ -11,7 +11,9 @@
 // pipelined into the next forward (loading unit k waits only for its update): a speculated
 // unit is final when the coefficient is 1, else it is redone in one fused pass (undo with
 // coefficient 1 + update with the right one, optim/adamw_undo.h); every other unit gets its
-// plain update. A non-finite norm skips the step: speculated units are undone.
+// plain update, or with clipping the one-pass update-then-redo that gives the speculated
+// path's bits: a clipped step's result does not depend on how far phase A got. A
+// non-finite norm skips the step: speculated units are undone (to within a few ulps).
 //
 // Every unit's sum of squares comes from the same source whichever phase takes it (device
 // reduction for layers and head, host for the embedding and f32 homes), so the norm, and the
@@ -169,6 +171,18 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
 // its home.
 void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
                                         bool speculated, bool untouched_done) {
+  if (!speculated && s.grad_scale != 1.f) {
+    // Clipped, not reached by phase A: the bits it would have given had it been speculated
+    // and redone, so that the result does not depend on how far phase A got.
+    if (u == 0) {
+      embedding_adamw(EmbeddingGrad::Kind::update_redo, EmbeddingGrad::Rows::touched, s, s1);
+      if (!untouched_done)  // gradient 0: no coefficient, no redo
+        embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s);
+    } else {
+      unit_adamw(EmbeddingGrad::Kind::update_redo, u, nullptr, true, s, s1);
+    }
+    return;
+  }
   if (!speculated) {
     update_unit(u, s, untouched_done);
     return;

@@ -74,7 +74,7 @@ template <class G>
 using UndoKernel = void (*)(float*, float*, float*, const G*, int64_t, const ok::Consts&);
 template <class G>
 using RedoKernel = void (*)(float*, float*, float*, const G*, uint16_t*, int64_t,
-                            const ok::Consts&, const ok::Consts&);
+                            const ok::Consts&, const ok::Consts&, bool);
 
 UndoKernel<float> pick_undo(CpuIsa isa, const float*) {
   switch (resolve_cpu_isa(isa)) {
@@ -123,7 +123,7 @@ void undo(float* p, float* m, float* v, const G* g, int64_t n,
 template <class G>
 void redo(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
           std::span<const ParamRange> ranges, const AdamWStep& done, const AdamWStep& again,
-          ThreadPool* pool, CpuIsa isa) {
+          ThreadPool* pool, CpuIsa isa, bool fresh) {
   const RedoKernel<G> kernel = pick_redo(isa, g);
   const StepConsts kd = undo_consts_of(done, ranges), kr = consts_of(again);
   check_param_ranges(ranges, n, "AdamW redo");
@@ -132,7 +132,7 @@ void redo(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
   for_each_task(ranges, pool, [&](const Task& t) {
     const int d = t.decay ? 1 : 0;
     kernel(p + t.begin, m + t.begin, v + t.begin, g + t.begin, out ? out + t.begin : nullptr,
-           t.end - t.begin, kd.c[d], kr.c[d]);
+           t.end - t.begin, kd.c[d], kr.c[d], fresh);
   });
 }
 
@@ -151,13 +151,25 @@ void adamw_undo_ranges(float* p, float* m, float* v, const uint16_t* grad_bf16, 
 void adamw_redo_ranges(float* p, float* m, float* v, const float* grad, uint16_t* bf16_out,
                        int64_t n, std::span<const ParamRange> ranges, const AdamWStep& done,
                        const AdamWStep& redo_step, ThreadPool* pool, CpuIsa isa) {
-  redo(p, m, v, grad, bf16_out, n, ranges, done, redo_step, pool, isa);
+  redo(p, m, v, grad, bf16_out, n, ranges, done, redo_step, pool, isa, false);
 }
 void adamw_redo_ranges(float* p, float* m, float* v, const uint16_t* grad_bf16,
                        uint16_t* bf16_out, int64_t n, std::span<const ParamRange> ranges,
                        const AdamWStep& done, const AdamWStep& redo_step, ThreadPool* pool,
                        CpuIsa isa) {
-  redo(p, m, v, grad_bf16, bf16_out, n, ranges, done, redo_step, pool, isa);
+  redo(p, m, v, grad_bf16, bf16_out, n, ranges, done, redo_step, pool, isa, false);
+}
+void adamw_update_redo_ranges(float* p, float* m, float* v, const float* grad,
+                              uint16_t* bf16_out, int64_t n, std::span<const ParamRange> ranges,
+                              const AdamWStep& done, const AdamWStep& redo_step,
+                              ThreadPool* pool, CpuIsa isa) {
+  redo(p, m, v, grad, bf16_out, n, ranges, done, redo_step, pool, isa, true);
+}
+void adamw_update_redo_ranges(float* p, float* m, float* v, const uint16_t* grad_bf16,
+                              uint16_t* bf16_out, int64_t n, std::span<const ParamRange> ranges,
+                              const AdamWStep& done, const AdamWStep& redo_step,
+                              ThreadPool* pool, CpuIsa isa) {
+  redo(p, m, v, grad_bf16, bf16_out, n, ranges, done, redo_step, pool, isa, true);
 }
 
 }  // namespace sf

@@ -53,4 +53,16 @@ void adamw_redo_ranges(float* p, float* m, float* v, const uint16_t* grad_bf16,
                        const AdamWStep& done, const AdamWStep& redo, ThreadPool* pool,
                        CpuIsa isa = CpuIsa::automatic);
 
+// The bits of adamw_update_ranges(done) followed by adamw_redo_ranges(done, redo), in one
+// pass (the first update stays in registers): for state that was NOT updated speculatively
+// when others were, so that a clipped step gives the same bits whichever units the
+// speculation reached.
+void adamw_update_redo_ranges(float* p, float* m, float* v, const float* grad,
+                              uint16_t* bf16_out, int64_t n, std::span<const ParamRange> ranges,
+                              const AdamWStep& done, const AdamWStep& redo, ThreadPool* pool,
+                              CpuIsa isa = CpuIsa::automatic);
+void adamw_update_redo_ranges(float* p, float* m, float* v, const uint16_t* grad_bf16,
+                              uint16_t* bf16_out, int64_t n, std::span<const ParamRange> ranges,
+                              const AdamWStep& done, const AdamWStep& redo, ThreadPool* pool,
+                              CpuIsa isa = CpuIsa::automatic);
 }  // namespace sf

@@ -53,18 +53,20 @@ void adamw_undo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, int
 
 // Undo the step with constants `done`, then apply the one with `redo`, per element in
 // registers: p, m, v and out (may be null) overwritten as by undo followed by adamw_*.
+// fresh: p, m, v hold the state BEFORE `done`, which is applied first (in registers too): the
+// bits of adamw_* with `done` followed by the redo.
 void adamw_redo_f32_scalar(float* p, float* m, float* v, const float* g, uint16_t* out,
-                           int64_t n, const Consts& done, const Consts& redo);
+                           int64_t n, const Consts& done, const Consts& redo, bool fresh);
 void adamw_redo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                            int64_t n, const Consts& done, const Consts& redo);
+                            int64_t n, const Consts& done, const Consts& redo, bool fresh);
 void adamw_redo_f32_avx2(float* p, float* m, float* v, const float* g, uint16_t* out,
-                         int64_t n, const Consts& done, const Consts& redo);
+                         int64_t n, const Consts& done, const Consts& redo, bool fresh);
 void adamw_redo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                          int64_t n, const Consts& done, const Consts& redo);
+                          int64_t n, const Consts& done, const Consts& redo, bool fresh);
 void adamw_redo_f32_avx512(float* p, float* m, float* v, const float* g, uint16_t* out,
-                           int64_t n, const Consts& done, const Consts& redo);
+                           int64_t n, const Consts& done, const Consts& redo, bool fresh);
 void adamw_redo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                            int64_t n, const Consts& done, const Consts& redo);
+                            int64_t n, const Consts& done, const Consts& redo, bool fresh);
 
 // Sum of squares of one block of n elements, in a fixed order every variant shares:
 // element i (counted from the block start) is squared in double (exactly) and added to

@@ -105,12 +105,13 @@ int64_t undo_body(float* p, float* m, float* v, const G* g, int64_t n, const Con
 // Undo with `done`, update with `redo`, in registers; kOut as for adamw_body.
 template <class G, int kOut>
 int64_t redo_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                  const Consts& done, const Consts& redo) {
+                  const Consts& done, const Consts& redo, bool fresh) {
   const Vc kd = broadcast(done), kr = broadcast(redo);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 graw = load_grad(g + i);
     __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
+    if (fresh) update_v(graw, pi, mi, vi, kd);
     undo_v(graw, pi, mi, vi, kd);
     update_v(graw, pi, mi, vi, kr);
     _mm256_storeu_ps(m + i, mi);
@@ -133,11 +134,11 @@ int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64
 
 template <class G>
 int64_t redo_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                 const Consts& done, const Consts& redo) {
-  if (!out) return redo_body<G, 0>(p, m, v, g, out, n, done, redo);
+                 const Consts& done, const Consts& redo, bool fresh) {
+  if (!out) return redo_body<G, 0>(p, m, v, g, out, n, done, redo, fresh);
   if (reinterpret_cast<uintptr_t>(out) % 16 == 0)
-    return redo_body<G, 2>(p, m, v, g, out, n, done, redo);
-  return redo_body<G, 1>(p, m, v, g, out, n, done, redo);
+    return redo_body<G, 2>(p, m, v, g, out, n, done, redo, fresh);
+  return redo_body<G, 1>(p, m, v, g, out, n, done, redo, fresh);
 }
 
 __m256 load8(const float* g) { return _mm256_loadu_ps(g); }
@@ -184,18 +185,18 @@ void adamw_undo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, int64
   if (i < n) adamw_undo_bf16_scalar(p + i, m + i, v + i, g + i, n - i, c);
 }
 void adamw_redo_f32_avx2(float* p, float* m, float* v, const float* g, uint16_t* out,
-                         int64_t n, const Consts& done, const Consts& redo) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo);
+                         int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
   if (i < n)
     adamw_redo_f32_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                          redo);
+                          redo, fresh);
 }
 void adamw_redo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                          int64_t n, const Consts& done, const Consts& redo) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo);
+                          int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
   if (i < n)
     adamw_redo_bf16_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                           redo);
+                           redo, fresh);
 }
 double sum_squares_f32_avx2(const float* g, int64_t n) {
   double acc[8];

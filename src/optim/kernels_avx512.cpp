@@ -105,12 +105,13 @@ int64_t undo_body(float* p, float* m, float* v, const G* g, int64_t n, const Con
 // Undo with `done`, update with `redo`, in registers; kOut as for adamw_body.
 template <class G, int kOut>
 int64_t redo_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                  const Consts& done, const Consts& redo) {
+                  const Consts& done, const Consts& redo, bool fresh) {
   const Vc kd = broadcast(done), kr = broadcast(redo);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 graw = load_grad(g + i);
     __m512 pi = _mm512_loadu_ps(p + i), mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+    if (fresh) update_v(graw, pi, mi, vi, kd);
     undo_v(graw, pi, mi, vi, kd);
     update_v(graw, pi, mi, vi, kr);
     _mm512_storeu_ps(m + i, mi);
@@ -133,11 +134,11 @@ int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64
 
 template <class G>
 int64_t redo_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                 const Consts& done, const Consts& redo) {
-  if (!out) return redo_body<G, 0>(p, m, v, g, out, n, done, redo);
+                 const Consts& done, const Consts& redo, bool fresh) {
+  if (!out) return redo_body<G, 0>(p, m, v, g, out, n, done, redo, fresh);
   if (reinterpret_cast<uintptr_t>(out) % 32 == 0)
-    return redo_body<G, 2>(p, m, v, g, out, n, done, redo);
-  return redo_body<G, 1>(p, m, v, g, out, n, done, redo);
+    return redo_body<G, 2>(p, m, v, g, out, n, done, redo, fresh);
+  return redo_body<G, 1>(p, m, v, g, out, n, done, redo, fresh);
 }
 
 // 8 gradient values widened (exactly) to double.
@@ -183,18 +184,18 @@ void adamw_undo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, int
   if (i < n) adamw_undo_bf16_scalar(p + i, m + i, v + i, g + i, n - i, c);
 }
 void adamw_redo_f32_avx512(float* p, float* m, float* v, const float* g, uint16_t* out,
-                           int64_t n, const Consts& done, const Consts& redo) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo);
+                           int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
   if (i < n)
     adamw_redo_f32_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                          redo);
+                          redo, fresh);
 }
 void adamw_redo_bf16_avx512(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                            int64_t n, const Consts& done, const Consts& redo) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo);
+                            int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
   if (i < n)
     adamw_redo_bf16_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                           redo);
+                           redo, fresh);
 }
 double sum_squares_f32_avx512(const float* g, int64_t n) {
   double acc[8];

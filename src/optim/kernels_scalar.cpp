@@ -58,11 +58,12 @@ void undo_loop(float* __restrict p, float* __restrict m, float* __restrict v,
 template <class G, bool kOut>
 void redo_loop(float* __restrict p, float* __restrict m, float* __restrict v,
                const G* __restrict g, uint16_t* __restrict out, int64_t n, const Consts& done,
-               const Consts& redo) {
+               const Consts& redo, bool fresh) {
   const Consts kd = done, kr = redo;
   for (int64_t i = 0; i < n; ++i) {
     const float graw = load_grad(g, i);
     float pi = p[i], mi = m[i], vi = v[i];
+    if (fresh) update1(graw, pi, mi, vi, kd);
     undo1(graw, pi, mi, vi, kd);
     update1(graw, pi, mi, vi, kr);
     p[i] = pi;
@@ -83,11 +84,11 @@ void adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t 
 
 template <class G>
 void redo_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-              const Consts& done, const Consts& redo) {
+              const Consts& done, const Consts& redo, bool fresh) {
   if (out)
-    redo_loop<G, true>(p, m, v, g, out, n, done, redo);
+    redo_loop<G, true>(p, m, v, g, out, n, done, redo, fresh);
   else
-    redo_loop<G, false>(p, m, v, g, out, n, done, redo);
+    redo_loop<G, false>(p, m, v, g, out, n, done, redo, fresh);
 }
 
 inline double combine(const double* a) {
@@ -123,12 +124,12 @@ void adamw_undo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, int
   undo_loop(p, m, v, g, n, c);
 }
 void adamw_redo_f32_scalar(float* p, float* m, float* v, const float* g, uint16_t* out,
-                           int64_t n, const Consts& done, const Consts& redo) {
-  redo_any(p, m, v, g, out, n, done, redo);
+                           int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  redo_any(p, m, v, g, out, n, done, redo, fresh);
 }
 void adamw_redo_bf16_scalar(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                            int64_t n, const Consts& done, const Consts& redo) {
-  redo_any(p, m, v, g, out, n, done, redo);
+                            int64_t n, const Consts& done, const Consts& redo, bool fresh) {
+  redo_any(p, m, v, g, out, n, done, redo, fresh);
 }
 
 double sum_squares_f32_finish(double* acc, const float* g, int64_t i, int64_t n) {
