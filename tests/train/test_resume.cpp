@@ -38,19 +38,27 @@ void expect_same_final_state(const fs::path& a, const fs::path& b) {
     expect_same_tensors(a / f, b / f);
 }
 
-class ResumeOrder : public ::testing::TestWithParam<bool> {};
+// shuffle; engine: the planner's choice on this tiny model (resident) or the sliding window,
+// whose speculative update must not make the result depend on thread timing.
+struct ResumeCase {
+  bool shuffle;
+  const char* engine;
+};
+class ResumeOrder : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(ResumeOrder, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   Fixture fx;
   std::ostringstream log;
   TrainOptions straight = tiny_run(fx.model, fx.tokens, fx.tmp.path / "straight");
-  straight.shuffle = GetParam();
+  straight.shuffle = GetParam().shuffle;
+  straight.engine = GetParam().engine;
   TrainResult a = run_training(straight, log);
   ASSERT_EQ(a.losses.size(), 6u);
   ASSERT_EQ(a.end_step, 6);
 
   TrainOptions split = tiny_run(fx.model, fx.tokens, fx.tmp.path / "split");
-  split.shuffle = GetParam();
+  split.shuffle = GetParam().shuffle;
+  split.engine = GetParam().engine;
   TrainResult b1 = run_stopping(split, 3);
   ASSERT_TRUE(b1.stopped);
   ASSERT_EQ(b1.end_step, 3);
@@ -95,7 +103,7 @@ TEST_P(ResumeOrder, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   EXPECT_EQ(st.at("optimizer_step"), 6);
   EXPECT_EQ(st.at("settings").at("lr"), 1e-2);
   EXPECT_EQ(st.at("data").at("identity").at("tokens"), 400);
-  EXPECT_TRUE(st.at("data").at("state").contains(GetParam() ? "row" : "position"));
+  EXPECT_TRUE(st.at("data").at("state").contains(GetParam().shuffle ? "row" : "position"));
   EXPECT_TRUE(st.at("rng").contains("state"));
   EXPECT_EQ(st.at("schedule").at("kind"), "cosine");
   EXPECT_EQ(st.at("metrics").size(), ma.size());
@@ -106,8 +114,13 @@ TEST_P(ResumeOrder, StoppedAndResumedRunEqualsUninterruptedBitForBit) {
   EXPECT_EQ(load_config(b2.checkpoint / "config.json").torch_dtype, DType::f32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Resume, ResumeOrder, ::testing::Bool(),
-                         [](const auto& i) { return i.param ? "Shuffled" : "InOrder"; });
+INSTANTIATE_TEST_SUITE_P(Resume, ResumeOrder,
+                         ::testing::Values(ResumeCase{false, "auto"}, ResumeCase{true, "auto"},
+                                           ResumeCase{true, "sliding"}),
+                         [](const auto& i) {
+                           return std::string(i.param.shuffle ? "Shuffled" : "InOrder") +
+                                  (std::string(i.param.engine) == "sliding" ? "Sliding" : "");
+                         });
 
 TEST(Resume, FromAnExplicitDirectoryAndWithSettingsFromTheCheckpoint) {
   Fixture fx;
