@@ -176,6 +176,14 @@ int run(int argc, char** argv) {
   };
   const double ms_f = median_ms([] {}, fwd);
   const double ms_b = median_ms(bwd_prep, bwd);
+  // With kept activations (ReferenceModel's keep_activations): the backward consumes what the
+  // forward just left in acts, no recompute.
+  auto fwd_then_prep = [&] {
+    fwd();
+    bwd_prep();
+  };
+  auto bwd_kept = [&] { layer_backward(be, s, cfg, w, g, acts, in, x, dx_out, dx_in, false); };
+  const double ms_bk = median_ms(fwd_then_prep, bwd_kept);
   // Matrix FLOPs of the forward: the four projections plus causal attention (4*D*L^2/2 per
   // head and sequence); the backward does twice the projections and 2.5x the attention.
   const double Q = double(cfg.q_dim()), KV = double(cfg.kv_dim()), F = double(cfg.intermediate_size);
@@ -188,6 +196,8 @@ int run(int argc, char** argv) {
               (long long)T, (long long)(T / L), (long long)L, ms_f, (proj + attn) / ms_f / 1e9,
               ms_b, ms_f + ms_b, (3.0 * proj + 3.5 * attn) / (ms_f + ms_b) / 1e9);
   std::printf("layer_ms forward %.3f backward %.3f total %.3f\n", ms_f, ms_b, ms_f + ms_b);
+  std::printf("layer_ms_kept forward %.3f backward %.3f total %.3f (no recompute)\n", ms_f, ms_bk,
+              ms_f + ms_bk);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return 0;

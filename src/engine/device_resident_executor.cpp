@@ -6,9 +6,9 @@
 
 namespace sf {
 
-DeviceResidentExecutor::DeviceResidentExecutor(Backend& be, const ModelConfig& cfg,
-                                               int64_t max_tokens)
-    : be_(be), model_(be, cfg, max_tokens), store_(model_.layout()),
+DeviceResidentExecutor::DeviceResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
+                         bool keep_activations)
+    : be_(be), model_(be, cfg, max_tokens, 256, keep_activations), store_(model_.layout()),
       name_("resident on " + be.name() + " with device AdamW") {
   for (int u = 0; u < store_.n_units(); ++u) {
     size_t bytes = size_t(store_.numel(u)) * 4;

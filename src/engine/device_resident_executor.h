@@ -15,7 +15,10 @@ namespace sf {
 
 class DeviceResidentExecutor final : public StepExecutor {
  public:
-  DeviceResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens);
+  // keep_activations: one scratch per layer, no recompute in the backward (planner's choice
+  // when the memory is there; the same results).
+  DeviceResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
+                         bool keep_activations = false);
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
   double eval_loss_sum(const Batch& b) override { return model_.forward(b); }
   ParamStore& params() override;  // downloads master, m, v when a step changed them

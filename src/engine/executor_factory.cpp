@@ -110,9 +110,11 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
   }
   const int64_t max_tokens = req.step.micro_tokens;
   if (r.plan.mode == Plan::Mode::resident && r.backend == BackendKind::host)
-    return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, max_tokens);
+    return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, max_tokens,
+                                                      r.plan.keep_activations);
   if (r.plan.mode == Plan::Mode::resident)
-    return std::make_unique<Owning<DeviceResidentExecutor>>(std::move(be), cfg, max_tokens);
+    return std::make_unique<Owning<DeviceResidentExecutor>>(std::move(be), cfg, max_tokens,
+                                                            r.plan.keep_activations);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 

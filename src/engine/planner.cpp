@@ -143,7 +143,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   return m;
 }
 
-std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd) {
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep) {
   // The fp32 master and AdamW moments live on the device when the compute dtype is reduced
   // (CUDA: DeviceResidentExecutor), on the host for the fp32 reference (ResidentExecutor).
   const bool state_on_device = cd != DType::f32;
@@ -168,7 +168,13 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
            {"weights (compute dtype)", w, true},
            {"gradients (f32)", g, true},
            {"layer inputs + activation gradient", dev_round(x * size_t(l.n_layers + 1)) + dev_round(x), true},
-           {"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))), true},
+           keep ? MemoryLine{cat("kept activations (", l.n_layers, " layers) + head scratch"),
+                             size_t(l.n_layers) * dev_round(layer_acts_bytes(cfg, T, cd)) +
+                                 dev_round(head_acts_bytes(cfg, T, cd, rows)),
+                             true}
+                : MemoryLine{"layer/head scratch",
+                             dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))),
+                             true},
            {"batch inputs + loss", device_batch_bytes(cfg, T) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})
     m.push_back(line);
@@ -191,7 +197,8 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   const double head = 2 * V * C * T;
   p.model_flops_per_step = 3 * (layer_fwd_flops(cfg, ctx) * T * L + head);
   const double fwd_s = fwd * L / hw.device_flops;
-  const double bwd_s = 3 * fwd * L / hw.device_flops;  // recompute + backward (2x)
+  const bool recompute = !(p.mode == Plan::Mode::resident && p.keep_activations);
+  const double bwd_s = (recompute ? 3 : 2) * fwd * L / hw.device_flops;  // (recompute +) 2x
   const double head_s = 3 * head / hw.device_flops;
   const double adam_s = double(l.total_numel()) / hw.adamw_params_per_s;
   p.optimizer_seconds = adam_s;
@@ -261,15 +268,19 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
                const HardwareModel& hw, bool allow_resident) {
   SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
   Plan best;
-  // 1. Everything resident, if it fits: no transfers at all.
-  Plan res;
-  res.mode = Plan::Mode::resident;
-  res.lines = resident_memory(cfg, req.micro_tokens, cd);
-  total(res);
-  res.fits = fits(budget, res);
-  if (res.fits && allow_resident) {
-    predict(cfg, req, hw, res);
-    return res;
+  // 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
+  //    (no recompute) if that fits too.
+  for (bool keep : {true, false}) {
+    Plan res;
+    res.mode = Plan::Mode::resident;
+    res.keep_activations = keep;
+    res.lines = resident_memory(cfg, req.micro_tokens, cd, keep);
+    total(res);
+    res.fits = fits(budget, res);
+    if (res.fits && allow_resident) {
+      predict(cfg, req, hw, res);
+      return res;
+    }
   }
   // 2. Sliding window. Candidates: activation store on the device, on the host, or split
   //    (as many layers on the device as fit); 3 or 2 slots; chunks from the whole
@@ -420,7 +431,8 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   os << "step       " << req.grad_accum << " x " << req.micro_tokens << " tokens = "
      << int64_t(T) << " tokens per optimizer step\n";
   if (p.mode == Plan::Mode::resident) {
-    os << "mode       resident: the whole model stays on the device\n";
+    os << "mode       resident: the whole model stays on the device"
+       << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
   } else {
     os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
        << p.engine.resident_layers << " of " << cfg.num_hidden_layers

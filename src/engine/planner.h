@@ -43,6 +43,7 @@ struct MemoryLine {
 struct Plan {
   enum class Mode { resident, sliding } mode = Mode::sliding;
   EngineConfig engine;  // for Mode::sliding
+  bool keep_activations = false;  // for Mode::resident: every layer's activations kept
   std::vector<MemoryLine> lines;
   size_t device_bytes = 0, host_bytes = 0;
   bool fits = false;
@@ -54,7 +55,9 @@ struct Plan {
 
 // Exact byte counts of the two executors (they allocate exactly these).
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd);
-std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd);
+// keep_activations: one layer scratch per layer (no recompute in the backward).
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd,
+                                        bool keep_activations = false);
 
 // allow_resident = false forces a sliding window even when everything would fit.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,

@@ -14,7 +14,10 @@ namespace sf {
 class ResidentExecutor final : public StepExecutor {
  public:
   // `be` must outlive the executor. max_tokens: the largest micro-batch.
-  ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens);
+  // keep_activations: one scratch per layer, no recompute in the backward (planner's choice
+  // when the memory is there; the same results).
+  ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
+                         bool keep_activations = false);
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
   double eval_loss_sum(const Batch& b) override { return model_.forward(b); }
   ParamStore& params() override { return store_; }

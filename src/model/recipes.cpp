@@ -90,7 +90,7 @@ void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWe
 
 void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerGrads& g, const LayerActs& a, const BatchInputs& in, Mat x_in,
-                    Mat dx_out, Mat dx_in) {
+                    Mat dx_out, Mat dx_in, bool recompute) {
   check_inputs(in, a);
   const int64_t C = cfg.hidden_size;
   check_x("layer_backward x_in", x_in, a.T, C);
@@ -104,7 +104,7 @@ void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerW
   const int H = int(cfg.num_attention_heads), KVH = int(cfg.num_key_value_heads);
   const int D = int(cfg.head_dim);
 
-  layer_forward_body(be, s, cfg, w, a, in, x_in);
+  if (recompute) layer_forward_body(be, s, cfg, w, a, in, x_in);
 
   // ---- MLP: x_out = resid + swiglu(xn2 Wgu^T) Wdown^T -----------------------------------
   Mat dy = dx_out;

@@ -161,10 +161,12 @@ void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWe
 // accumulate (+=) into g, dx_in [T, C] is overwritten. dx_out is DESTROYED (it holds the
 // gradient of the mid-layer residual on return unless it is dx_in); dx_in may be the same Mat
 // as dx_out, so one [T, C] gradient buffer can flow through every layer. x_in must not alias
-// dx_out / dx_in.
+// dx_out / dx_in. recompute = false: acts still hold what layer_forward left in them for this
+// layer and x_in (kept activations), so the forward is not run again; the results are the
+// same bits. acts are consumed either way.
 void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerGrads& g, const LayerActs& acts, const BatchInputs& in,
-                    Mat x_in, Mat dx_out, Mat dx_in);
+                    Mat x_in, Mat dx_out, Mat dx_in, bool recompute = true);
 
 // Final RMSNorm + LM head + cross-entropy over tokens with a label.
 // loss_sum (f32 scalar in backend memory, ACCUMULATE) += sum of token losses (unscaled).

@@ -6,15 +6,25 @@
 
 namespace sf {
 
+size_t ReferenceModel::scratch_bytes(const ModelConfig& cfg, int64_t max_tokens, DType cd,
+                                     int64_t head_chunk_rows, bool keep) {
+  const int64_t rows = std::min(head_chunk_rows, max_tokens);
+  const size_t layer = layer_acts_bytes(cfg, max_tokens, cd);
+  const size_t head = head_acts_bytes(cfg, max_tokens, cd, rows);
+  if (!keep) return std::max(layer, head);
+  return head + size_t(cfg.num_hidden_layers) * layer;
+}
+
 ReferenceModel::ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                               int64_t head_chunk_rows)
+                               int64_t head_chunk_rows, bool keep_activations)
     : be_(be),
       s_(be.default_stream()),
       cfg_(cfg),
       layout_(ModelLayout::build(cfg)),
       max_tokens_(max_tokens),
       head_chunk_rows_(std::min(head_chunk_rows, max_tokens)),
-      cd_(be.compute_dtype()) {
+      cd_(be.compute_dtype()),
+      keep_(keep_activations) {
   SF_REQUIRE(max_tokens > 0, "ReferenceModel needs max_tokens > 0");
   SF_REQUIRE(head_chunk_rows > 0, "ReferenceModel needs head_chunk_rows > 0");
   for (size_t u = 0; u < layout_.units.size(); ++u) {
@@ -27,9 +37,16 @@ ReferenceModel::ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_
   const size_t xbytes = size_t(max_tokens) * size_t(cfg.hidden_size) * dtype_size(cd_);
   xs_ = be.alloc(xbytes * size_t(layout_.n_layers + 1), "layer inputs");
   dx_ = be.alloc(xbytes, "activation gradient");
-  scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, max_tokens, cd_),
-                               head_acts_bytes(cfg, max_tokens, cd_, head_chunk_rows_)),
-                      "layer and head scratch");
+  if (keep_) {
+    scratch_ = be.alloc(head_acts_bytes(cfg, max_tokens, cd_, head_chunk_rows_), "head scratch");
+    for (int l = 0; l < layout_.n_layers; ++l)
+      layer_scratch_.push_back(be.alloc(layer_acts_bytes(cfg, max_tokens, cd_),
+                                        cat("kept activations of layer ", l)));
+  } else {
+    scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, max_tokens, cd_),
+                                 head_acts_bytes(cfg, max_tokens, cd_, head_chunk_rows_)),
+                        "layer and head scratch");
+  }
   loss_ = be.alloc(4, "loss");
   batch_ = std::make_unique<DeviceBatch>(be, s_, cfg, max_tokens);
   zero_grads();
@@ -101,13 +118,17 @@ Mat ReferenceModel::x_at(int i, int64_t T) const {
   return Mat(static_cast<char*>(xs_->data()) + size_t(i) * stride, cd_, T, cfg_.hidden_size);
 }
 
+LayerActs ReferenceModel::layer_acts(int layer, int64_t T) const {
+  const Buffer& b = keep_ ? *layer_scratch_[size_t(layer)] : *scratch_;
+  return bind_layer_acts(cfg_, T, cd_, b.data(), b.bytes());
+}
+
 const BatchInputs& ReferenceModel::run_forward(const Batch& b) {
   const BatchInputs& in = batch_->upload(s_, b);
   const int64_t T = in.n_tokens;
-  LayerActs acts = bind_layer_acts(cfg_, T, cd_, scratch_->data(), scratch_->bytes());
   embedding_forward(be_, s_, embedding_weights(), in, x_at(0, T));
   for (int l = 0; l < layout_.n_layers; ++l)
-    layer_forward(be_, s_, cfg_, layer_weights(l), acts, in, x_at(l, T), x_at(l + 1, T));
+    layer_forward(be_, s_, cfg_, layer_weights(l), layer_acts(l, T), in, x_at(l, T), x_at(l + 1, T));
   be_.fill_zero(s_, loss_->data(), 4);
   return in;
 }
@@ -139,9 +160,11 @@ double ReferenceModel::forward_backward(const Batch& b, float grad_scale) {
     head_forward_backward(be_, s_, cfg_, head_weights(), head_grads(), h, in, x_at(L, T), dx,
                           static_cast<float*>(loss_->data()), grad_scale);
   }
-  LayerActs acts = bind_layer_acts(cfg_, T, cd_, scratch_->data(), scratch_->bytes());
+  // With kept activations each layer's scratch still holds its forward (the head has its
+  // own): no recompute, the same bits.
   for (int l = L - 1; l >= 0; --l)
-    layer_backward(be_, s_, cfg_, layer_weights(l), layer_grads(l), acts, in, x_at(l, T), dx, dx);
+    layer_backward(be_, s_, cfg_, layer_weights(l), layer_grads(l), layer_acts(l, T), in,
+                   x_at(l, T), dx, dx, !keep_);
   embedding_backward(be_, s_, embedding_grads(), in, dx);
   return read_loss();
 }

@@ -5,7 +5,9 @@
 // Owns: per unit, the compute-dtype weights and the f32 gradients (flat, ModelLayout order);
 // every layer input of a batch ([L+1, max_tokens, C]: x_0 = embeddings ... x_L = head input);
 // one gradient buffer [max_tokens, C] that flows through all layers; one scratch buffer shared
-// by LayerActs and HeadActs; the loss scalar; the uploaded batch.
+// by LayerActs and HeadActs (keep_activations: one LayerActs scratch per layer instead, so
+// the backward does not recompute the forward, plus the head's); the loss scalar; the
+// uploaded batch.
 //
 // Gradients ACCUMULATE across forward_backward calls until zero_grads(), so gradient
 // accumulation over micro-batches is repeated calls. Every call synchronizes the backend's
@@ -26,7 +28,10 @@ class ReferenceModel {
  public:
   // head_chunk_rows: tokens per lm-head logits chunk (scratch [rows, V] f32).
   ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                 int64_t head_chunk_rows = 256);
+                 int64_t head_chunk_rows = 256, bool keep_activations = false);
+  // Bytes of scratch the model allocates (what resident_memory() counts).
+  static size_t scratch_bytes(const ModelConfig& cfg, int64_t max_tokens, DType cd,
+                              int64_t head_chunk_rows, bool keep_activations);
   ReferenceModel(const ReferenceModel&) = delete;
   ReferenceModel& operator=(const ReferenceModel&) = delete;
   ~ReferenceModel();
@@ -67,6 +72,7 @@ class ReferenceModel {
   // Upload b and run embedding + all layers; returns the head input x_L.
   const BatchInputs& run_forward(const Batch& b);
   Mat x_at(int i, int64_t T) const;  // layer input i for T tokens
+  LayerActs layer_acts(int layer, int64_t T) const;  // its own or the shared scratch
   double read_loss();
   void check_unit(int unit) const;
 
@@ -77,7 +83,9 @@ class ReferenceModel {
   int64_t max_tokens_, head_chunk_rows_;
   DType cd_;
   std::vector<std::unique_ptr<Buffer>> weights_, grads_;
+  bool keep_;
   std::unique_ptr<Buffer> xs_, dx_, scratch_, loss_;
+  std::vector<std::unique_ptr<Buffer>> layer_scratch_;  // keep_activations: per layer
   std::unique_ptr<DeviceBatch> batch_;
 };
 

@@ -75,6 +75,33 @@ void run_arch(Arch arch, bool tied) {
   }
 }
 
+// Kept activations on the GPU give the bits of the recomputing backward (the kernels are
+// deterministic; the backward consumes exactly what the forward left), two layers deep.
+TEST(CudaModel, KeptActivationsEqualRecomputeBitForBit) {
+  SF_REQUIRE_GPU();
+  for (Arch arch : {Arch::llama, Arch::qwen3}) {
+    ModelConfig cfg = gpu_config(arch, arch == Arch::qwen3);
+    cfg.num_hidden_layers = 2;
+    SCOPED_TRACE(arch_name(arch));
+    const Batch b = make_batch(cfg.vocab_size, 9);
+    ReferenceModel rec(gpu(), cfg, b.n_tokens(), 64, false), keep(gpu(), cfg, b.n_tokens(), 64, true);
+    auto params = init_params(rec.layout(), 12, InitOptions{});
+    for (int u = 0; u < rec.n_units(); ++u) {
+      rec.set_unit_weights(u, params[size_t(u)].data());
+      keep.set_unit_weights(u, params[size_t(u)].data());
+    }
+    rec.zero_grads();
+    keep.zero_grads();
+    EXPECT_EQ(rec.forward_backward(b, 0.01f), keep.forward_backward(b, 0.01f));
+    for (int u = 0; u < rec.n_units(); ++u) {
+      std::vector<float> gr(params[size_t(u)].size()), gk(params[size_t(u)].size());
+      rec.get_unit_grads(u, gr.data());
+      keep.get_unit_grads(u, gk.data());
+      EXPECT_EQ(gr, gk) << "unit " << u;
+    }
+  }
+}
+
 TEST(CudaModel, LlamaLayer) {
   SF_REQUIRE_GPU();
   run_arch(Arch::llama, false);

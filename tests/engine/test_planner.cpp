@@ -5,6 +5,7 @@
 #include "backend/host/host_backend.h"
 #include "engine/executor_factory.h"
 #include "engine/planner.h"
+#include "engine/resident_executor.h"
 #include "engine/sliding_executor.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
@@ -35,6 +36,40 @@ TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
     EXPECT_GE(be.peak_bytes_in_use() + (size_t(81) << 20), planned);
   }
   EXPECT_EQ(be.bytes_in_use(), 0u);
+}
+
+// The resident executors keep every layer's activations when the plan says so, and allocate
+// no more than resident_memory() counts, either way.
+TEST(Planner, ResidentExecutorAllocatesNoMoreThanPlanned) {
+  ModelConfig cfg = tiny_config(Arch::qwen2, false);
+  for (bool keep : {false, true}) {
+    HostBackend be;
+    {
+      ResidentExecutor ex(be, cfg, 96, keep);
+      size_t planned = sum_device(resident_memory(cfg, 96, DType::f32, keep));
+      EXPECT_LE(be.peak_bytes_in_use(), planned) << "keep " << keep;
+      EXPECT_GE(be.peak_bytes_in_use() + (size_t(41) << 20), planned) << "keep " << keep;
+    }
+    EXPECT_EQ(be.bytes_in_use(), 0u);
+  }
+}
+
+// Kept activations when the budget holds them (no recompute: a faster predicted step),
+// recompute when only the plain resident state fits.
+TEST(Planner, ResidentKeepsActivationsWhenTheyFit) {
+  ModelConfig cfg = model_preset("qwen3-0.6b");
+  const StepRequest req{8 * 1024, 1, 1024};
+  Plan roomy = make_plan(cfg, req, Budget{size_t(120) << 30, size_t(64) << 30, false}, DType::bf16,
+                         HardwareModel{});
+  ASSERT_EQ(roomy.mode, Plan::Mode::resident);
+  EXPECT_TRUE(roomy.keep_activations);
+  const size_t keep_bytes = roomy.device_bytes;
+  Plan tight = make_plan(cfg, req, Budget{keep_bytes - (size_t(1) << 30), size_t(64) << 30, false},
+                         DType::bf16, HardwareModel{});
+  ASSERT_EQ(tight.mode, Plan::Mode::resident) << tight.advice;
+  EXPECT_FALSE(tight.keep_activations);
+  EXPECT_LT(tight.device_bytes, keep_bytes);
+  EXPECT_GT(roomy.tokens_per_second, tight.tokens_per_second);
 }
 
 TEST(Planner, PicksResidentWhenEverythingFits) {

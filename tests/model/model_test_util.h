@@ -47,8 +47,11 @@ struct Fixture {
   std::unique_ptr<ReferenceModel> model;
   std::vector<std::vector<float>> params;
 
-  Fixture(const ModelConfig& c, int64_t max_tokens, uint64_t seed, const InitOptions& opt) : cfg(c) {
-    model = std::make_unique<ReferenceModel>(be, cfg, max_tokens, 5);  // 5: several head chunks
+  Fixture(const ModelConfig& c, int64_t max_tokens, uint64_t seed, const InitOptions& opt,
+          bool keep_activations = false)
+      : cfg(c) {
+    // 5: several head chunks
+    model = std::make_unique<ReferenceModel>(be, cfg, max_tokens, 5, keep_activations);
     params = init_params(model->layout(), seed, opt);
     upload_all();
   }
