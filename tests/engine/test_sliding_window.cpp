@@ -155,6 +155,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::mistral, false, 50.f, 1, 64, false, 1, true, -1, true}),
     [](const auto& info) { return info.param.name(); });
 
+// A 2-slot window with the last layer's and the head's homes resident (their update trips in
+// 777-element ring pieces), speculative or deferred.
+EngineConfig small_window(int64_t chunk, int max_chunks, bool speculative, bool everything) {
+  EngineConfig ec;
+  ec.n_slots = 2;
+  ec.max_chunk_tokens = chunk;
+  ec.max_chunks = max_chunks;
+  ec.resident_layers = 1;
+  ec.head_resident = true;
+  ec.ring_piece = 777;
+  ec.speculation = speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
+  ec.speculate_everything = everything;
+  return ec;
+}
+
 // With clipping, a speculative step gives the same bits however far phase A got: here every
 // unit speculated and redone vs none speculated (the norm is over the limit from the first
 // unit on), on several architectures, with device homes in ring pieces.
@@ -164,16 +179,7 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
       SCOPED_TRACE(cat(arch_name(arch), tied ? " tied" : ""));
       ModelConfig cfg = tiny_config(arch, tied);
       auto make = [&](HostBackend& be, bool all) {
-        EngineConfig ec;
-        ec.n_slots = 2;
-        ec.max_chunk_tokens = 16;
-        ec.max_chunks = 8;
-        ec.resident_layers = 1;
-        ec.head_resident = true;
-        ec.ring_piece = 777;
-        ec.speculation = EngineConfig::Speculation::always;
-        ec.speculate_everything = all;
-        return std::make_unique<SlidingWindowExecutor>(be, cfg, ec);
+        return std::make_unique<SlidingWindowExecutor>(be, cfg, small_window(16, 8, true, all));
       };
       HostBackend be_a, be_b;
       auto a = make(be_a, true), b = make(be_b, false);
@@ -209,16 +215,7 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
     SCOPED_TRACE(speculative ? "speculative" : "deferred");
     ModelConfig cfg = tiny_config(Arch::llama, false);
     HostBackend be;
-    EngineConfig ec;
-    ec.n_slots = 2;
-    ec.max_chunk_tokens = 64;
-    ec.max_chunks = 2;
-    ec.resident_layers = 1;
-    ec.head_resident = true;
-    ec.ring_piece = 777;
-    ec.speculation = speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
-    ec.speculate_everything = speculative;
-    SlidingWindowExecutor eng(be, cfg, ec);
+    SlidingWindowExecutor eng(be, cfg, small_window(64, 2, speculative, speculative));
     ModelLayout layout = ModelLayout::build(cfg);
     for (int u = 0; u < eng.params().n_units(); ++u) init_unit(layout.units[size_t(u)], eng.params().master(u), 7);
     eng.params_changed();
