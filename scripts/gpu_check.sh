@@ -78,6 +78,24 @@ else
   echo "no python3 with CUDA torch" > "$OUT/torch.log"
 fi
 
+# One decoder layer vs transformers' LlamaDecoderLayer (with and without our recompute).
+LAYER="$BUILD/bin/bench_cuda_layer"
+if [ -x "$LAYER" ]; then
+  mkdir -p "$OUT/layer_dump"
+  timeout "${SF_BENCH_TIMEOUT:-300}" "$LAYER" --dump "$OUT/layer_dump" > "$OUT/layer.log" 2>&1 || status=1
+  read -r f b < <(awk '/^layer_ms /{print $3, $5}' "$OUT/layer.log")
+  if [ -n "${f:-}" ] && python3 -c 'import transformers' 2>/dev/null; then
+    timeout "${SF_BENCH_TIMEOUT:-300}" python3 bench/torch_layer_ref.py "$OUT/layer_dump" \
+      --ours-ms "$f" "$b" >> "$OUT/layer.log" 2>&1 || status=1
+  fi
+  rm -rf "$OUT/layer_dump"
+else
+  echo "bench_cuda_layer not built" > "$OUT/layer.log"
+fi
+
+say ""
+say "---- one decoder layer ----"
+grep -E "^layer|ratio|transformers" "$OUT/layer.log" >> "$SUMMARY"
 say ""
 say "---- slideformer CUDA kernels ----"
 sed -n '/^op /,$p' "$OUT/bench.log" >> "$SUMMARY"
