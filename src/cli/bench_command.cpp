@@ -87,7 +87,9 @@ void add_bench_command(CLI::App& app) {
         std::cout << std::setprecision(3) << "  [fwd " << st.forward_seconds << " s, bwd "
                   << st.backward_seconds << " s, waited for updates " << st.update_wait_seconds
                   << " s, previous update " << st.update_seconds << " s, GPU busy "
-                  << st.gpu_busy_seconds << " s]";
+                  << st.gpu_busy_seconds << " s, idle fwd " << st.gpu_idle_forward_seconds
+                  << " bwd " << st.gpu_idle_backward_seconds << " before "
+                  << st.gpu_idle_before_seconds << " s]";
       std::cout << "\n" << std::flush;
     }
     exec->params();  // waits for the last update

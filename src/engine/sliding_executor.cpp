@@ -396,6 +396,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
       LayerGrads gr = bind_layer(unit, grad_[g]->data(), DType::f32);
       Mat xin(xin_[op.buf]->data(), cd_, T, C);
+      if (busy_first_bwd_ < 0) busy_first_bwd_ = busy_used_;
       const int t = busy_begin();
       layer_backward(be_, *compute_, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(),
                      xin, dx_mat(c), dx_mat(c));
@@ -464,14 +465,29 @@ int SlidingWindowExecutor::busy_begin() {
 void SlidingWindowExecutor::busy_end(int t) {
   if (t >= 0) ev_->busy_end[size_t(t)]->record(*compute_);
 }
-double SlidingWindowExecutor::busy_seconds() const {
-  double s = 0;
-  for (int i = 0; i < busy_used_; ++i) {
-    const double d = ev_->busy_end[size_t(i)]->seconds_since(*ev_->busy_start[size_t(i)]);
-    if (d < 0) return 0;
-    s += d;
+void SlidingWindowExecutor::gpu_times(StepStats& st) {
+  if (busy_used_ == 0) return;
+  auto& b = ev_->busy_start;
+  auto& e = ev_->busy_end;
+  const int n = busy_used_, first_bwd = busy_first_bwd_ < 0 ? n : busy_first_bwd_;
+  double busy_f = 0, busy_b = 0;
+  for (int i = 0; i < n; ++i) {
+    const double d = e[size_t(i)]->seconds_since(*b[size_t(i)]);
+    if (d < 0) return;  // the backend cannot time
+    (i < first_bwd ? busy_f : busy_b) += d;
   }
-  return s;
+  st.gpu_busy_seconds = busy_f + busy_b;
+  auto span = [](Event& to, Event& from) { return std::max(0.0, to.seconds_since(from)); };
+  if (first_bwd > 0) st.gpu_idle_forward_seconds = std::max(0.0, span(*e[size_t(first_bwd - 1)], *b[0]) - busy_f);
+  if (first_bwd < n)
+    st.gpu_idle_backward_seconds = std::max(0.0, span(*e[size_t(n - 1)], *b[size_t(first_bwd)]) - busy_b);
+  // The boundary: this run's end (marked by the previous call) to its first compute op, plus
+  // the previous run's tail after its last compute op.
+  if (step_end_recorded_) st.gpu_idle_before_seconds = tail_prev_ + span(*b[0], *ev_->step_end);
+  ev_->step_end->record(*compute_);  // now: the next step measures from here
+  compute_->synchronize();
+  tail_prev_ = span(*ev_->step_end, *e[size_t(n - 1)]);
+  step_end_recorded_ = true;
 }
 
 void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks,
@@ -491,6 +507,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
   }
   schedule_ = ops;
   busy_used_ = 0;
+  busy_first_bwd_ = -1;
   auto t0 = std::chrono::steady_clock::now();
   phase_seconds_[0] = phase_seconds_[1] = 0;
   for (const Op& op : ops) {
@@ -555,7 +572,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.backward_seconds = phase_seconds_[1];
   st.update_wait_seconds = updates_.take_wait_seconds();
   st.update_seconds = updates_.last_round_seconds();
-  st.gpu_busy_seconds = busy_seconds();
+  gpu_times(st);
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
   return st;
@@ -678,6 +695,7 @@ void SlidingWindowExecutor::grad_pieces(int u, bool upload,
 }
 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {
+  step_end_recorded_ = false;  // an evaluation between steps is not idle time
   std::vector<Batch> chunks = make_chunks(std::span<const Batch>(&b, 1));
   run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, false}), chunks,
       0.f);

@@ -202,7 +202,11 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
   int busy_used_ = 0;                 // timing event pairs recorded by the current run()
-  double busy_seconds() const;        // device time between those pairs (run() finished)
+  int busy_first_bwd_ = -1;           // the first of them in the backward (-1: none)
+  bool step_end_recorded_ = false;    // Events::step_end holds a previous training step
+  double tail_prev_ = 0;              // from its last compute op to step_end
+  // Busy and idle device time of the last run() (finished), into st; then marks its end.
+  void gpu_times(StepStats& st);
 };
 
 }  // namespace sf

@@ -28,6 +28,7 @@ struct SlidingWindowExecutor::Events {
   // Around every compute op (layer forward/backward, head): the GPU-busy share of a step.
   // Empty where the backend cannot time events.
   std::vector<std::unique_ptr<Event>> busy_start, busy_end;
+  std::unique_ptr<Event> step_end;  // after the last compute op of the previous training step
 
   Events(Backend& be, int n_slots, int n_chunks, int n_units) {
     auto make = [&](int n) {
@@ -66,6 +67,7 @@ struct SlidingWindowExecutor::Events {
       busy_start.push_back(std::move(a));
       busy_end.push_back(std::move(b));
     }
+    if (!busy_start.empty()) step_end = be.create_timing_event();
   }
 };
 

@@ -30,6 +30,10 @@ struct StepStats {
   double update_wait_seconds = 0;  // this step waiting for the previous step's updates
   double update_seconds = 0;       // the previous step's CPU optimizer, on its own thread
   double gpu_busy_seconds = 0;     // device time of the step's compute kernels (0: unknown)
+  // Device idle time (compute stream, between compute ops; 0: unknown): inside the forward
+  // (+ head), inside the backward, and between the previous step's last compute op and this
+  // step's first (the step boundary: host embedding work, optimizer waits).
+  double gpu_idle_forward_seconds = 0, gpu_idle_backward_seconds = 0, gpu_idle_before_seconds = 0;
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
 
