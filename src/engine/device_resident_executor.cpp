@@ -49,13 +49,8 @@ ParamStore& DeviceResidentExecutor::params() {
 }
 
 StepStats DeviceResidentExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
-  StepStats st;
-  for (auto& b : micro) {
-    st.n_valid += b.n_valid_labels();
-    st.n_tokens += b.n_tokens();
-  }
-  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
-  const float grad_scale = float(1.0 / double(st.n_valid));
+  StepStats st = count_step(micro);
+  const float grad_scale = mean_loss_scale(st);
   model_.zero_grads();
   for (auto& b : micro) st.loss_sum += model_.forward_backward(b, grad_scale);
 
@@ -74,14 +69,8 @@ StepStats DeviceResidentExecutor::train_step(std::span<const Batch> micro, const
     return st;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  AdamWStep a;
-  a.lr = float(h.lr);
-  a.beta1 = h.beta1;
-  a.beta2 = h.beta2;
-  a.eps = h.eps;
-  a.step = ++store_.step;
+  AdamWStep a = adamw_step(h, ++store_.step, float(st.clip_coef));
   host_stale_ = true;
-  a.grad_scale = st.clip_coef;
   const size_t es = dtype_size(be_.compute_dtype());
   for (int u = 0; u < store_.n_units(); ++u)
     for (const ParamRange& r : store_.ranges(u)) {

@@ -25,13 +25,15 @@ EmbeddingGrad::EmbeddingGrad(int64_t vocab, int64_t hidden, int64_t max_step_tok
 }
 
 void EmbeddingGrad::set_rows(std::span<const Batch> chunks) {
+  for (const Batch& b : chunks)
+    for (size_t t = 0; t < b.tokens.size(); ++t)
+      SF_REQUIRE(b.tokens[t] >= 0 && b.tokens[t] < V_, "token id ", b.tokens[t], " at position ",
+                 t, " is outside the vocabulary (", V_, " entries); check the tokenizer and the data");
   if (!dense_) {
     for (int32_t r : rows_) slot_[size_t(r)] = -1;
     rows_.clear();
     for (const Batch& b : chunks)
       for (int32_t id : b.tokens) {
-        SF_REQUIRE(id >= 0 && id < V_, "token id ", id, " is outside the vocabulary (", V_,
-                   " entries); check the tokenizer and the data");
         if (slot_[size_t(id)] < 0) {
           slot_[size_t(id)] = 0;
           rows_.push_back(id);

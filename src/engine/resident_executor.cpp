@@ -20,14 +20,8 @@ void ResidentExecutor::params_changed() {
 }
 
 StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
-  StepStats st;
-  for (auto& b : micro) {
-    st.n_valid += b.n_valid_labels();
-    st.n_tokens += b.n_tokens();
-  }
-  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
-  // The mean over every label of every micro-batch: scale each one's gradient by 1/n_valid.
-  const float grad_scale = float(1.0 / double(st.n_valid));
+  StepStats st = count_step(micro);
+  const float grad_scale = mean_loss_scale(st);
   model_.zero_grads();
   for (auto& b : micro) st.loss_sum += model_.forward_backward(b, grad_scale);
 
@@ -44,14 +38,7 @@ StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const Optim
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
 
-  AdamWStep s;
-  s.lr = float(h.lr);
-  s.beta1 = h.beta1;
-  s.beta2 = h.beta2;
-  s.eps = h.eps;
-  s.weight_decay = h.weight_decay;
-  s.step = store_.step + 1;
-  s.grad_scale = st.clip_coef;
+  const AdamWStep s = adamw_step(h, store_.step + 1, float(st.clip_coef));
   for (int u = 0; u < store_.n_units(); ++u)
     adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), grads_[size_t(u)].data(),
                         nullptr, store_.numel(u), store_.ranges(u), s, &pool);

@@ -434,11 +434,8 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
 // dtype straight into the pinned staging (parallel over tokens; a copy and one rounding, as
 // the reference's gather then cast).
 void SlidingWindowExecutor::gather_embedding(const Batch& b, void* stage) {
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, T = b.n_tokens();
-  for (int64_t t = 0; t < T; ++t)
-    SF_REQUIRE(b.tokens[size_t(t)] >= 0 && b.tokens[size_t(t)] < V, "token id ",
-               b.tokens[size_t(t)], " at position ", t, " is outside the vocabulary (", V,
-               " entries); check the tokenizer and the data");
+  // Token ids were checked by EmbeddingGrad::set_rows for the whole step (chunk 0).
+  const int64_t C = cfg_.hidden_size, T = b.n_tokens();
   const float* table = store_.master(0) + layout_.embedding().get(ParamKind::embedding).offset;
   const size_t es = dtype_size(cd_);
   host_pool().parallel_for(T, [&](int64_t t0, int64_t t1) {
@@ -528,26 +525,14 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
 
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
   std::vector<Batch> chunks = make_chunks(micro);
-  StepStats st;
-  for (auto& b : chunks) {
-    st.n_valid += b.n_valid_labels();
-    st.n_tokens += b.n_tokens();
-  }
-  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
-  const float grad_scale = float(1.0 / double(st.n_valid));
+  StepStats st = count_step(chunks);
+  const float grad_scale = mean_loss_scale(st);
   // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated.
   const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
   emb_untouched_done_ = false;
   if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {
-    AdamWStep s;
-    s.lr = float(h.lr);
-    s.beta1 = h.beta1;
-    s.beta2 = h.beta2;
-    s.eps = h.eps;
-    s.weight_decay = h.weight_decay;
-    s.step = store_.step + 1;
-    s.grad_scale = 1.f;
+    const AdamWStep s = adamw_step(h, store_.step + 1, 1.f);
     const int n_units = store_.n_units();
     spec_->ready.assign(size_t(n_units), 0);
     spec_->speculated.assign(size_t(n_units), 0);
@@ -598,14 +583,7 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  AdamWStep s;
-  s.lr = float(h.lr);
-  s.beta1 = h.beta1;
-  s.beta2 = h.beta2;
-  s.eps = h.eps;
-  s.weight_decay = h.weight_decay;
-  s.step = ++store_.step;
-  s.grad_scale = st.clip_coef;
+  const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
   std::vector<int> order(static_cast<size_t>(n_units));
   for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
   updates_.start(order, [this, s, n_units](int u) {

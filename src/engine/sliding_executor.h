@@ -85,8 +85,7 @@ struct EngineConfig {
   // it, pipelined into the next forward like the deferred update. (The first layers because
   // the next forward needs them first; the last ones and the head can be updated while it
   // runs through the others.)
-  // adaptive is kept as a synonym of always: a failed speculation costs no extra pass now.
-  enum class Speculation { off, adaptive, always } speculation = Speculation::off;
+  enum class Speculation { off, always } speculation = Speculation::off;
   int next_units = -1;
   // Tests only: phase A takes every unit before phase B starts and speculates each one it
   // can, whatever the norm so far, so clipped steps redo every such unit deterministically.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "core/error.h"
 #include "engine/param_store.h"
 #include "model/batch.h"
 
@@ -36,6 +37,32 @@ struct StepStats {
   double gpu_idle_forward_seconds = 0, gpu_idle_backward_seconds = 0, gpu_idle_before_seconds = 0;
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
+
+// What every executor's step starts with: the micro-batches' token and label counts (throws
+// when no token has a label) ...
+inline StepStats count_step(std::span<const Batch> micro) {
+  StepStats st;
+  for (const Batch& b : micro) {
+    st.n_valid += b.n_valid_labels();
+    st.n_tokens += b.n_tokens();
+  }
+  SF_REQUIRE(st.n_valid > 0, "train step: no token of the batch has a label; check the data");
+  return st;
+}
+// ... the gradient scale that makes the loss the mean over every label of every micro-batch ...
+inline float mean_loss_scale(const StepStats& st) { return float(1.0 / double(st.n_valid)); }
+// ... and, once the norm is known, the AdamW step of the hyper-parameters.
+inline AdamWStep adamw_step(const OptimHyper& h, int64_t step, float grad_scale) {
+  AdamWStep s;
+  s.lr = float(h.lr);
+  s.beta1 = h.beta1;
+  s.beta2 = h.beta2;
+  s.eps = h.eps;
+  s.weight_decay = h.weight_decay;
+  s.step = step;
+  s.grad_scale = grad_scale;
+  return s;
+}
 
 class StepExecutor {
  public:

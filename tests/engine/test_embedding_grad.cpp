@@ -95,4 +95,8 @@ TEST(EmbeddingGrad, RejectsTokensOutsideTheVocabulary) {
   EmbeddingGrad eg(100, 8, 64, false, storage.data());
   std::vector<Batch> chunks = {tokens_batch({1, 100})};
   EXPECT_THROW(eg.set_rows(chunks), Error);
+  // Tied tables (every row touched) check the ids too: the gather relies on it.
+  std::vector<float> dense_storage(100 * 8);
+  EmbeddingGrad dense(100, 8, 64, true, dense_storage.data());
+  EXPECT_THROW(dense.set_rows(chunks), Error);
 }
