@@ -17,10 +17,12 @@ EmbeddingGrad::EmbeddingGrad(int64_t vocab, int64_t hidden, int64_t max_step_tok
       capacity_rows_(max_rows(vocab, max_step_tokens, dense)) {
   SF_CHECK(storage, "embedding gradient: no storage");
   slot_.assign(size_t(vocab), -1);
-  zeros_.assign(size_t(hidden), 0.f);
+  zeros_.assign(size_t(kRunRows * hidden), 0.f);
   if (dense) {
     rows_.resize(size_t(vocab));
     for (int64_t r = 0; r < vocab; ++r) rows_[size_t(r)] = int32_t(r), slot_[size_t(r)] = int32_t(r);
+    for (int64_t r = 0; r < vocab; r += kRunRows)
+      touched_runs_.push_back({r, std::min(kRunRows, vocab - r), r});
   }
 }
 
@@ -43,10 +45,17 @@ void EmbeddingGrad::set_rows(std::span<const Batch> chunks) {
     SF_CHECK(int64_t(rows_.size()) <= capacity_rows_, "embedding gradient: ", rows_.size(),
              " rows do not fit the planned ", capacity_rows_);
     for (size_t i = 0; i < rows_.size(); ++i) slot_[size_t(rows_[i])] = int32_t(i);
-    untouched_.clear();
-    for (int64_t r = 0, i = 0; r < V_; ++r) {
-      if (i < int64_t(rows_.size()) && rows_[size_t(i)] == r) ++i;
-      else untouched_.push_back(int32_t(r));
+    touched_runs_.clear();
+    untouched_runs_.clear();
+    // Walk the table once: extend the current run while rows stay consecutive and on the
+    // same side, up to kRunRows.
+    for (int64_t r = 0; r < V_; ++r) {
+      const int64_t slot = slot_[size_t(r)];
+      std::vector<Run>& runs = slot >= 0 ? touched_runs_ : untouched_runs_;
+      if (!runs.empty() && runs.back().row + runs.back().n_rows == r && runs.back().n_rows < kRunRows)
+        ++runs.back().n_rows;
+      else
+        runs.push_back({r, 1, slot});
     }
   }
 }
@@ -123,28 +132,27 @@ double EmbeddingGrad::sum_squares(ThreadPool& pool) const {
 void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out,
                           bool decay, const AdamWStep& s, const AdamWStep& done,
                           ThreadPool& pool) const {
-  const std::vector<int32_t>& rows = which == Rows::touched ? rows_ : untouched_;
-  const ParamRange row{0, C_, decay};
-  const std::span<const ParamRange> one(&row, 1);
+  const std::vector<Run>& runs = which == Rows::touched ? touched_runs_ : untouched_runs_;
   const int64_t C = C_;
-  pool.parallel_for(int64_t(rows.size()), [&](int64_t b, int64_t e) {
+  pool.parallel_for(int64_t(runs.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const int64_t r = rows[size_t(i)];
-      const float* g = which == Rows::touched ? grad_ + i * C : zeros_.data();
-      float* pr = p + r * C;
-      float* mr = m + r * C;
-      float* vr = v + r * C;
-      uint16_t* o = out ? out + r * C : nullptr;
+      const Run& run = runs[size_t(i)];
+      const int64_t n = run.n_rows * C, off = run.row * C;
+      const ParamRange all{0, n, decay};
+      const std::span<const ParamRange> one(&all, 1);
+      const float* g = which == Rows::touched ? grad_ + run.slot * C : zeros_.data();
+      float *pr = p + off, *mr = m + off, *vr = v + off;
+      uint16_t* o = out ? out + off : nullptr;
       switch (kind) {
-        case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, C, one, s, nullptr); break;
-        case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, C, one, s, nullptr); break;
-        case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, C, one, done, s, nullptr); break;
+        case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, n, one, s, nullptr); break;
+        case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, n, one, s, nullptr); break;
+        case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr); break;
         case Kind::update_redo:
-          adamw_update_redo_ranges(pr, mr, vr, g, o, C, one, done, s, nullptr);
+          adamw_update_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr);
           break;
       }
     }
-  }, 16);
+  }, 1);
 }
 
 }  // namespace sf

@@ -57,8 +57,14 @@ class EmbeddingGrad {
   int64_t capacity_rows_;
   std::vector<int32_t> rows_;    // touched row ids, increasing
   std::vector<int32_t> slot_;    // [V]: index into rows_, or -1
-  std::vector<int32_t> untouched_;
-  std::vector<float> zeros_;     // [C]
+  // Runs of consecutive rows, at most kRunRows each: one AdamW call per run (contiguous in the
+  // table, and for touched rows in grad_ too, since both are in increasing id order).
+  struct Run {
+    int64_t row, n_rows, slot;  // slot: the first row's index in grad_ (touched runs)
+  };
+  static constexpr int64_t kRunRows = 64;
+  std::vector<Run> touched_runs_, untouched_runs_;
+  std::vector<float> zeros_;     // [kRunRows, C]
 };
 
 }  // namespace sf
