@@ -83,13 +83,21 @@ void add_bench_command(CLI::App& app) {
                 << std::setprecision(0) << double(st.n_tokens) / dt << " tok/s  "
                 << std::setprecision(1) << pr.plan.model_flops_per_step / dt / 1e12
                 << " TFLOP/s";
-      if (st.forward_seconds > 0)
+      if (st.forward_seconds > 0) {
         std::cout << std::setprecision(3) << "  [fwd " << st.forward_seconds << " s, bwd "
                   << st.backward_seconds << " s, waited for updates " << st.update_wait_seconds
                   << " s, previous update " << st.update_seconds << " s, GPU busy "
                   << st.gpu_busy_seconds << " s, idle fwd " << st.gpu_idle_forward_seconds
                   << " bwd " << st.gpu_idle_backward_seconds << " before "
-                  << st.gpu_idle_before_seconds << " s]";
+                  << st.gpu_idle_before_seconds << " s";
+        if (st.spec_units_left >= 0)
+          std::cout << ", speculation busy " << st.spec_busy_seconds << " s, "
+                    << st.spec_units_left << " units left for after the backward";
+        if (st.finish_seconds > 0)
+          std::cout << ", host: embedding backward " << st.embed_backward_seconds
+                    << " s, finishing " << st.finish_seconds << " s";
+        std::cout << "]";
+      }
       std::cout << "\n" << std::flush;
     }
     exec->params();  // waits for the last update

@@ -48,8 +48,9 @@ std::vector<Op> build_step_schedule(const StepShape& sh) {
     if (k + 1 < L) load(k + 1);  // overlaps with layer k's compute
     else ops.push_back({OpKind::load_weights, head_unit, -1, -1, -1});
     for (int c = 0; c < C; ++c) {
-      ops.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
+      // The input goes to the store while the layer computes on it (both only read it).
       if (sh.backward) ops.push_back({OpKind::offload_input, k + 1, k, c});
+      ops.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
     }
   }
   // ---- head

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/stopwatch.h"
 #include "core/thread_pool.h"
 #include "engine/sliding_internal.h"
 #include "optim/adamw.h"
@@ -291,23 +292,25 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const int k = op.layer, c = op.chunk;
       ev.slot_ready[size_t(op.slot)]->wait(*compute_);
       if (k == 0) ev.emb_done[size_t(c)]->wait(*compute_);
-      else ev.off_done[size_t(c)]->wait(*compute_);  // x_out held layer k-1's input
+      // x_out held layer k-1's input: its copy to the store must have left.
+      else ev.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(*compute_);
       LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
       const int t = busy_begin();
       layer_forward(be_, *compute_, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(),
                     x_mat(k % 2, c), x_mat((k + 1) % 2, c));
       busy_end(t);
       ev.slot_free[size_t(op.slot)]->record(*compute_);
-      ev.fwd_done->record(*compute_);
+      ev.out_ready[size_t(c)]->record(*compute_);  // the next layer's input, chunk c
       return;
     }
     case OpKind::offload_input: {
+      // Enqueued before layer k's forward, so the copy overlaps it: waits only for the input.
       const int k = op.layer, c = op.chunk;
-      ev.fwd_done->wait(*d2h_);
+      (k == 0 ? ev.emb_done : ev.out_ready)[size_t(c)]->wait(*d2h_);
       Mat src = x_mat(k % 2, c), dst = store_mat(k, c);
       if (ec_.act_on_device(k)) be_.copy_on_device(*d2h_, dst.data, src.data, src.bytes());
       else be_.copy_to_host(*d2h_, dst.data, src.data, src.bytes());
-      ev.off_done[size_t(c)]->record(*d2h_);
+      ev.off_done[size_t((k % 2) * n_chunks + c)]->record(*d2h_);
       return;
     }
     case OpKind::head: {
@@ -410,6 +413,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
     case OpKind::embed_backward: {
+      ScopedSeconds clock(embed_backward_seconds_);
       const int c = op.chunk;
       const Batch& b = chunks[size_t(c)];
       if (c == 0) {
@@ -503,6 +507,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
     if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
   }
   schedule_ = ops;
+  embed_backward_seconds_ = 0;
   busy_used_ = 0;
   busy_first_bwd_ = -1;
   auto t0 = std::chrono::steady_clock::now();
@@ -539,6 +544,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
     spec_->sumsq.assign(size_t(n_units), 0.0);
     spec_->have_sq.assign(size_t(n_units), 0);
     spec_->closing = false;
+    spec_->busy_seconds = 0;
     spec_->error = nullptr;
     spec_->step = s;
     spec_->active = true;
@@ -558,8 +564,11 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.update_wait_seconds = updates_.take_wait_seconds();
   st.update_seconds = updates_.last_round_seconds();
   gpu_times(st);
+  st.embed_backward_seconds = embed_backward_seconds_;
+  const auto t0 = std::chrono::steady_clock::now();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
+  st.finish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 

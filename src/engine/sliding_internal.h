@@ -15,10 +15,13 @@ namespace sf {
 
 struct SlidingWindowExecutor::Events {
   std::vector<std::unique_ptr<Event>> slot_ready, slot_free;  // per weight slot
-  std::vector<std::unique_ptr<Event>> emb_done, off_done;     // per chunk
+  std::vector<std::unique_ptr<Event>> emb_done, out_ready;    // per chunk
+  // Per (layer parity, chunk): the store has copied the input of the layer of that parity
+  // out of its X buffer, which the next layer may now overwrite. [parity * n_chunks + c]
+  std::vector<std::unique_ptr<Event>> off_done;
   std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
   std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
-  std::unique_ptr<Event> head_ready, head_done, fwd_done, offloads_done, layer0_done,
+  std::unique_ptr<Event> head_ready, head_done, offloads_done, layer0_done,
       batch_ready, head_grads_home;
   std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
   std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
@@ -39,7 +42,8 @@ struct SlidingWindowExecutor::Events {
     slot_ready = make(n_slots);
     slot_free = make(n_slots);
     emb_done = make(n_chunks);
-    off_done = make(n_chunks);
+    out_ready = make(n_chunks);
+    off_done = make(2 * n_chunks);
     for (int i = 0; i < 2; ++i) {
       buf_ready[i] = be.create_event();
       buf_free[i] = be.create_event();
@@ -48,7 +52,6 @@ struct SlidingWindowExecutor::Events {
     }
     head_ready = be.create_event();
     head_done = be.create_event();
-    fwd_done = be.create_event();
     offloads_done = be.create_event();
     layer0_done = be.create_event();
     batch_ready = be.create_event();
@@ -77,6 +80,7 @@ struct SlidingWindowExecutor::Spec {
   std::vector<char> ready;       // gradient of the unit is (being) copied home
   std::vector<char> speculated;  // AdamW already applied with coefficient 1
   std::vector<double> sumsq;     // per unit, in double on the host
+  double busy_seconds = 0;       // phase A's time in AdamW (and norms) this step
   std::thread thread;
   std::exception_ptr error;
   AdamWStep step;                // the speculated step (grad_scale 1)

@@ -18,8 +18,11 @@
 // Every unit's sum of squares comes from the same source whichever phase takes it (device
 // reduction for layers and head, host for the embedding and f32 homes), so the norm, and the
 // result, do not depend on how far phase A got.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "core/stopwatch.h"
 #include "core/thread_pool.h"
 #include "engine/sliding_executor.h"
 #include "engine/sliding_internal.h"
@@ -100,10 +103,12 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       // The embedding rows this step did not touch have gradient 0 whatever the clip
       // coefficient: update them now (their bf16 copy too), off the critical path.
       if (!emb_untouched_done_) {
+        ScopedSeconds busy(spec_->busy_seconds);
         embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s);
         emb_untouched_done_ = true;
       }
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
+      ScopedSeconds busy(spec_->busy_seconds);  // from here on the CPU works on unit u
       const double sq = unit_sumsq(u);
       spec_->sumsq[size_t(u)] = sq;
       spec_->have_sq[size_t(u)] = 1;
@@ -143,6 +148,8 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   st.grad_norm = std::sqrt(sumsq);
   const AdamWStep s1 = spec_->step;
   const std::vector<char> speculated = spec_->speculated;
+  st.spec_units_left = int(std::count(speculated.begin(), speculated.end(), 0));
+  st.spec_busy_seconds = spec_->busy_seconds;
   if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
     st.clip_coef = 0;
     if (emb_untouched_done_)

@@ -35,6 +35,13 @@ struct StepStats {
   // (+ head), inside the backward, and between the previous step's last compute op and this
   // step's first (the step boundary: host embedding work, optimizer waits).
   double gpu_idle_forward_seconds = 0, gpu_idle_backward_seconds = 0, gpu_idle_before_seconds = 0;
+  // Speculative update (-1: not speculated): units its phase A had not updated when the
+  // backward ended (left to after it), and phase A's time in AdamW during the backward.
+  int spec_units_left = -1;
+  double spec_busy_seconds = 0;
+  // Host time at the step's end (0: not measured): the embedding's backward (its gradient's
+  // copy home and scatter), and from the backward's end until the update is under way.
+  double embed_backward_seconds = 0, finish_seconds = 0;
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
 

@@ -272,6 +272,8 @@ TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
             break;
           case OpKind::layer_forward:
             ASSERT_EQ(slot_layer[size_t(op.slot)], op.layer) << describe(op);
+            // Its input's copy to the store is enqueued first, so that it overlaps the layer.
+            ASSERT_TRUE(offloaded.count({op.layer, op.chunk})) << describe(op);
             ++fwd[size_t(op.layer)];
             break;
           case OpKind::offload_input: offloaded.insert({op.layer, op.chunk}); break;

@@ -1,0 +1,24 @@
+// Wall-clock timing helpers (host steady clock) for the engine's step statistics.
+#pragma once
+#include <chrono>
+
+namespace sf {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Adds the seconds of its scope to `sum` when it ends, whichever way (return, exception).
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double& sum) : sum_(sum), t0_(std::chrono::steady_clock::now()) {}
+  ~ScopedSeconds() { sum_ += seconds_since(t0_); }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double& sum_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace sf
