@@ -3,7 +3,8 @@
 // (model/recipes.h), timed, and optionally dumped for bench/torch_layer_ref.py, which runs
 // transformers' own LlamaDecoderLayer on the same weights and inputs.
 //
-// Usage: bench_cuda_layer [--seq L] [--tokens T] [--reps N] [--dump DIR]
+// Usage: bench_cuda_layer [--seq L] [--tokens T] [--reps N] [--dump DIR] [--profile]
+//   --profile prints the device time of every op of one forward and backward (ProfilingBackend).
 //   T tokens per call packed as T / L sequences of L (default 16384 = 4 x 4096).
 //   --dump DIR writes, from the first (untimed) run with zeroed gradients:
 //     meta.txt      T L C and "slot offset rows cols" per parameter of the layer unit;
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/profiling_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/device_batch.h"
@@ -62,11 +64,13 @@ int run(int argc, char** argv) {
   int64_t L = 4096, T = 16384;
   int reps = 10;
   std::string dump;
+  bool profile = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) L = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) T = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
   }
   if (CudaBackend::device_count() == 0) {
     std::printf("bench_cuda_layer: no CUDA device, nothing to measure\n");
@@ -200,6 +204,33 @@ int run(int argc, char** argv) {
               ms_f + ms_bk);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
+  if (profile) {
+    // Per op, one run each (events around every op: a few us of overhead per op).
+    ProfilingBackend pb(be);
+    auto report = [&](const char* what) {
+      const auto lines = pb.take();
+      double total = 0;
+      for (const auto& l : lines) total += l.seconds;
+      std::printf("profile %s: %.3f ms in the ops\n", what, total * 1e3);
+      for (const auto& l : lines)
+        std::printf("  %-52s %3d x %8.3f ms %5.1f%%\n", l.op.c_str(), l.calls, l.seconds * 1e3,
+                    100.0 * l.seconds / std::max(total, 1e-12));
+    };
+    for (int i = 0; i < 2; ++i) {  // warm-up
+      layer_forward(pb, s, cfg, w, acts, in, x, y);
+      pb.take();
+    }
+    layer_forward(pb, s, cfg, w, acts, in, x, y);
+    report("forward");
+    bwd_prep();
+    layer_backward(pb, s, cfg, w, g, acts, in, x, dx_out, dx_in);
+    report("backward incl. recompute");
+    layer_forward(pb, s, cfg, w, acts, in, x, y);
+    bwd_prep();
+    pb.take();
+    layer_backward(pb, s, cfg, w, g, acts, in, x, dx_out, dx_in, false);
+    report("backward, kept activations");
+  }
   return 0;
 }
 
