@@ -22,3 +22,13 @@ class ScopedSeconds {
 };
 
 }  // namespace sf
+
+namespace sf {
+
+// Host timeline of the engine's steps, for finding stalls: with SF_TRACE_STEPS=1 in the
+// environment, trace_mark() prints "[trace] <ms since the process's first mark> <label>" to
+// stderr (any thread); otherwise it costs one branch.
+bool trace_enabled();
+void trace_mark(const char* label, long long a = -1);
+
+}  // namespace sf

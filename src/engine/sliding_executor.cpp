@@ -262,6 +262,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
         return;
       }
       updates_.wait(op.unit);  // this unit's AdamW of the previous step
+      if (op.unit <= 2) trace_mark("load_weights: update ready, unit", op.unit);
       if (resident(op.unit) && cd_ != DType::f32) {
         // Weights are home already; the slot is not used. Order after their trip home.
         ev.home_ready[size_t(op.unit)]->wait(*h2d_);
@@ -276,13 +277,16 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
     case OpKind::embed_forward: {
+      trace_mark("embed_forward: waiting for the embedding's update");
       updates_.wait(0);
+      trace_mark("embed_forward: update ready");
       // The step's rows: the previous update of the table (which used the old ones) is done.
       if (op.chunk == 0) emb_grad_->set_rows(chunks);
       const Batch& b = chunks[size_t(op.chunk)];
       char* stage = static_cast<char*>(emb_stage_->data()) +
                     size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
       gather_embedding(b, stage);
+      trace_mark("embed_forward: gathered");
       Mat x0 = x_mat(0, op.chunk);
       be_.copy_to_device(*h2d_, x0.data, stage, x0.bytes());
       ev.emb_done[size_t(op.chunk)]->record(*h2d_);
@@ -419,6 +423,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       if (c == 0) {
         ev.layer0_done->wait(*d2h_);
         d2h_->synchronize();  // all gradients of the step have landed
+        trace_mark("embed_backward: every gradient landed");
         emb_grad_->zero(layout_.tied ? static_cast<const float*>(table_grad_host_->data()) : nullptr,
                         host_pool());
       }
@@ -427,7 +432,9 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
                    size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
       be_.copy_to_host(*d2h_, host, d.data, d.bytes());
       d2h_->synchronize();
+      trace_mark("embed_backward: zeroed, dx home");
       emb_grad_->scatter(b, host, cd_, host_pool());
+      trace_mark("embed_backward: scattered");
       if (c == n_chunks - 1) mark_grad_ready(0);
       return;
     }
@@ -529,6 +536,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
 }
 
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
   const float grad_scale = mean_loss_scale(st);
@@ -564,11 +572,13 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.update_wait_seconds = updates_.take_wait_seconds();
   st.update_seconds = updates_.last_round_seconds();
   gpu_times(st);
+  trace_mark("train_step: run done");
   st.embed_backward_seconds = embed_backward_seconds_;
   const auto t0 = std::chrono::steady_clock::now();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
   st.finish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  trace_mark("train_step: update started");
   return st;
 }
 

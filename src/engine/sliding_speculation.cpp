@@ -100,6 +100,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
           break;
         }
       taken[size_t(u)] = 1;
+      if (u <= 3) trace_mark("phase A: takes unit", u);
       // The embedding rows this step did not touch have gradient 0 whatever the clip
       // coefficient: update them now (their bf16 copy too), off the critical path.
       if (!emb_untouched_done_) {
@@ -137,6 +138,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     spec_->cv.notify_all();
   }
   spec_->thread.join();
+  trace_mark("finish: phase A joined");
   spec_->active = false;
   if (spec_->error) std::rethrow_exception(spec_->error);
   const int n_units = store_.n_units();
@@ -178,6 +180,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
 // its home.
 void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
                                         bool speculated, bool untouched_done) {
+  if (u <= 2) trace_mark(speculated ? "phase B: speculated unit" : "phase B: unit", u);
   if (!speculated && s.grad_scale != 1.f) {
     // Clipped, not reached by phase A: the bits it would have given had it been speculated
     // and redone, so that the result does not depend on how far phase A got.
