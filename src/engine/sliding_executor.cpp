@@ -84,6 +84,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
     if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
   }
   norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
+  upload_next_.assign(size_t(n_units), 0);
   if (ec.speculative()) {
     spec_ = std::make_unique<Spec>();
     for (int u = 0; u < n_units; ++u)
@@ -138,8 +139,19 @@ ParamStore& SlidingWindowExecutor::params() {
   return store_;
 }
 
+// A resident unit's speculated weights wait in `next` until the forward loads the unit: the
+// copy goes on h2d in forward order, one layer ahead, instead of all units' copies queueing
+// at the step boundary ahead of the embedding and the first layer.
+void SlidingWindowExecutor::home_from_next(int u) {
+  if (!upload_next_[size_t(u)]) return;
+  be_.copy_to_device(*h2d_, homes_[size_t(u)]->data(), next_[size_t(u)]->data(),
+                     size_t(store_.numel(u)) * dtype_size(cd_));
+  upload_next_[size_t(u)] = 0;
+}
+
 void SlidingWindowExecutor::params_changed() {
   updates_.wait_all();
+  std::fill(upload_next_.begin(), upload_next_.end(), 0);  // the master is the truth now
   if (cd_ == DType::f32) return;  // weights load straight from the master
   // Every home (and the tied table's staging) gets the compute-dtype weights.
   std::vector<char> tmp;
@@ -253,6 +265,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
                              size_t(layout_.head().numel) * dtype_size(cd_));
         } else {
           ev.home_ready[size_t(head_unit)]->wait(*h2d_);
+          home_from_next(head_unit);
         }
         if (layout_.tied) {
           updates_.wait(0);
@@ -264,8 +277,10 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       updates_.wait(op.unit);  // this unit's AdamW of the previous step
       if (op.unit <= 2) trace_mark("load_weights: update ready, unit", op.unit);
       if (resident(op.unit) && cd_ != DType::f32) {
-        // Weights are home already; the slot is not used. Order after their trip home.
+        // Weights are home already (or wait in `next`); the slot is not used. Order after
+        // their trip home.
         ev.home_ready[size_t(op.unit)]->wait(*h2d_);
+        home_from_next(op.unit);
         ev.slot_ready[size_t(op.slot)]->record(*h2d_);
         return;
       }
@@ -420,19 +435,18 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       ScopedSeconds clock(embed_backward_seconds_);
       const int c = op.chunk;
       const Batch& b = chunks[size_t(c)];
-      if (c == 0) {
-        ev.layer0_done->wait(*d2h_);
-        d2h_->synchronize();  // all gradients of the step have landed
-        trace_mark("embed_backward: every gradient landed");
-        emb_grad_->zero(layout_.tied ? static_cast<const float*>(table_grad_host_->data()) : nullptr,
-                        host_pool());
-      }
+      // The host gets here long before the backward ends: an untied gradient is zeroed
+      // meanwhile (a tied one starts from the head's share, which lands with the rest).
+      if (c == 0 && !layout_.tied) emb_grad_->zero(nullptr, host_pool());
+      if (c == 0) ev.layer0_done->wait(*d2h_);
       Mat d = dx_mat(c);
       char* host = static_cast<char*>(emb_stage_->data()) +
                    size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
       be_.copy_to_host(*d2h_, host, d.data, d.bytes());
-      d2h_->synchronize();
-      trace_mark("embed_backward: zeroed, dx home");
+      d2h_->synchronize();  // (chunk 0) and every gradient of the step has landed
+      if (c == 0 && layout_.tied)
+        emb_grad_->zero(static_cast<const float*>(table_grad_host_->data()), host_pool());
+      trace_mark("embed_backward: zeroed, dx home", c);
       emb_grad_->scatter(b, host, cd_, host_pool());
       trace_mark("embed_backward: scattered");
       if (c == n_chunks - 1) mark_grad_ready(0);

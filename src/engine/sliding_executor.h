@@ -199,6 +199,11 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Spec> spec_;
   std::unique_ptr<ThreadPool> opt_pool_;
   std::vector<std::unique_ptr<Buffer>> next_;  // speculative: next weights per unit (host)
+  // Per unit: `next` holds new weights of a resident unit that the next load copies home.
+  // Set by phase B (update thread) before updates_ marks the unit done; read and cleared by
+  // the thread driving the step after updates_.wait(unit).
+  std::vector<char> upload_next_;
+  void home_from_next(int u);
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
   double embed_backward_seconds_ = 0; // host time in the last run()'s embed_backward ops
   int busy_used_ = 0;                 // timing event pairs recorded by the current run()

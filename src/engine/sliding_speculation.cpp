@@ -207,11 +207,9 @@ void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWSt
   }
   if (cd_ == DType::f32) return;
   if (resident(u)) {
-    const size_t bytes = size_t(store_.numel(u)) * dtype_size(cd_);
-    // Not waited for: the next forward orders after home_ready, and `next` is rewritten only
-    // after this unit's next backward.
-    be_.copy_to_device(*upd_h2d_, homes_[size_t(u)]->data(), next_[size_t(u)]->data(), bytes);
-    ev_->home_ready[size_t(u)]->record(*upd_h2d_);
+    // The next forward copies `next` home when it loads the unit (home_from_next); `next` is
+    // rewritten only after this unit's next backward.
+    upload_next_[size_t(u)] = 1;
   } else {
     std::swap(homes_[size_t(u)], next_[size_t(u)]);
   }
