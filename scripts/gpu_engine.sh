@@ -6,6 +6,8 @@
 #   3. engine benchmarks: `slideformer bench` on the shapes given in SF_BENCH (one per line:
 #      "<size> <layers|0> <batch> <seq> <gpu-memory> [further bench flags]").
 # Usage: scripts/gpu_engine.sh [build-dir]   Logs under $OUT (default ./gpu_engine_out).
+#   SF_COMMIT=hash names the binaries' commit (the copied tree's git may not match them).
+#   SF_TRACE_STEPS=1 adds the engine's host timeline to each bench log (stderr).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-gpu}
@@ -15,7 +17,7 @@ S="$OUT/engine_summary.txt"
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 SF="$B/bin/slideformer"
-say "commit $(git rev-parse --short HEAD 2>/dev/null)  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores"
+say "commit ${SF_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores"
 
 # 1. engine tests on the GPU
 timeout 300 "$B/tests/test_cuda" --gtest_filter='*Engine*' > "$OUT/engine_tests.log" 2>&1
