@@ -112,7 +112,8 @@ class Backend {
   // ---- embedding ----------------------------------------------------------------------
   // out[T,C] (overwrite) = table[ids[t], :].
   virtual void embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) = 0;
-  // dtable[V,C] (f32, accumulate) [ids[t], :] += dout[t, :].
+  // dtable[V,C] (f32, accumulate) [ids[t], :] += dout[t, :], tokens in order; tokens with
+  // ids[t] < 0 are skipped (a scatter into a block of a table's rows).
   virtual void embedding_backward(Stream& s, Mat dtable, const int32_t* ids, Mat dout) = 0;
 
   // ---- RMSNorm -----------------------------------------------------------------------

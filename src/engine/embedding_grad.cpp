@@ -72,6 +72,16 @@ void EmbeddingGrad::zero(const float* dense_init, ThreadPool& pool) {
   }, 1 << 16);
 }
 
+void EmbeddingGrad::token_rows(std::span<const Batch> chunks, int64_t first_row, int64_t n_rows,
+                               int32_t* out) const {
+  for (const Batch& b : chunks)
+    for (int32_t id : b.tokens) {
+      const int64_t r = int64_t(slot_[size_t(id)]) - first_row;
+      SF_CHECK(slot_[size_t(id)] >= 0, "embedding token_rows: token ", id, " was not announced");
+      *out++ = r >= 0 && r < n_rows ? int32_t(r) : -1;
+    }
+}
+
 void EmbeddingGrad::scatter(const Batch& b, const void* dx, DType dt, ThreadPool& pool) {
   SF_CHECK(dt == DType::f32 || dt == DType::bf16, "embedding scatter: f32 or bf16 rows");
   const int64_t T = b.n_tokens(), C = C_;

@@ -36,6 +36,11 @@ class EmbeddingGrad {
   // grad[row of ids[t]] += dx[t] (f32 or bf16 rows of C), tokens in order: repeated ids add
   // up in token order, as HostBackend::embedding_backward does.
   void scatter(const Batch& b, const void* dx, DType dx_type, ThreadPool& pool);
+  // For a scatter on the device (backend embedding_backward into [n_rows, C] blocks of the
+  // gradient): per token of `chunks`, in order, its row's index minus first_row, or -1 when
+  // that falls outside [0, n_rows). out has one entry per token.
+  void token_rows(std::span<const Batch> chunks, int64_t first_row, int64_t n_rows,
+                  int32_t* out) const;
   // Sum of squares of the gradient, in double (the zero rows add nothing).
   double sum_squares(ThreadPool& pool) const;
 

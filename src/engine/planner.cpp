@@ -114,6 +114,8 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
       m.push_back({cat("next weights (speculative update, ", n_next, " units)"), next, false});
   }
   m.push_back({"embedding gather/scatter staging", host_round(xbytes), false});
+  // Untied: each token's gradient row, for the scatter on the device (sliding_executor.h).
+  if (!l.tied) m.push_back({"embedding rows of the tokens", host_round(size_t(2 * Tstep) * 4), false});
   const size_t dev_acts = size_t(ec.n_device_act_layers(l.n_layers));
   if (dev_acts > 0)
     m.push_back({cat("activation store (", dev_acts, " layers)"), dev_acts * dev_round(xbytes), true});
@@ -138,7 +140,8 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   m.push_back({"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, int64_t(Tc), cd),
                                                          head_acts_bytes(cfg, int64_t(Tc), cd, rows))), true});
   m.push_back({"batch inputs, loss, norms", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) +
-                                                dev_round(4) + dev_round(size_t(n_units) * 4), true});
+                                                dev_round(4) + dev_round(size_t(n_units) * 4) +
+                                                (l.tied ? 0 : dev_round(size_t(2 * Tstep) * 4)), true});
   m.push_back({"backend workspaces", 2 * kBackendWorkspace, true});
   return m;
 }

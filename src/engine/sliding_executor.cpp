@@ -74,6 +74,10 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   // One staging buffer: the forward's gathered rows have left for the device long before
   // the backward's layer-0 gradient comes back into it.
   emb_stage_ = be.alloc_host(xbytes, "embedding gather/scatter staging");
+  if (device_scatter()) {
+    emb_rows_dev_ = be.alloc(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
+    emb_rows_host_ = be.alloc_host(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
+  }
   int64_t max_home = 0;
   for (int u = 1; u < n_units; ++u)
     if (resident(u)) max_home = std::max(max_home, layout_.units[size_t(u)].numel);
@@ -296,7 +300,19 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       updates_.wait(0);
       trace_mark("embed_forward: update ready");
       // The step's rows: the previous update of the table (which used the old ones) is done.
-      if (op.chunk == 0) emb_grad_->set_rows(chunks);
+      if (op.chunk == 0) {
+        emb_grad_->set_rows(chunks);
+        if (device_scatter()) {  // each token's gradient row, for the backward's scatter
+          const int64_t R = emb_grad_->touched_rows();
+          const int64_t B = emb_block_ =
+              ec_.split_embedding_scatter ? std::max<int64_t>(1, (R + 1) / 2) : emb_block_rows();
+          SF_CHECK(B <= emb_block_rows(), "embedding scatter: block of ", B, " rows > ", emb_block_rows());
+          int32_t* rows = static_cast<int32_t*>(emb_rows_host_->data());
+          emb_grad_->token_rows(chunks, 0, B, rows);
+          emb_grad_->token_rows(chunks, B, B, rows + max_step_tokens_);
+          be_.copy_to_device(*h2d_, emb_rows_dev_->data(), rows, emb_rows_host_->bytes());
+        }
+      }
       const Batch& b = chunks[size_t(op.chunk)];
       char* stage = static_cast<char*>(emb_stage_->data()) +
                     size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
@@ -434,6 +450,14 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
     case OpKind::embed_backward: {
       ScopedSeconds clock(embed_backward_seconds_);
       const int c = op.chunk;
+      if (device_scatter()) {  // every chunk at once
+        if (c == 0) {
+          embedding_grad_on_device(chunk_off_.back() + chunks.back().n_tokens());
+          trace_mark("embed_backward: rows home");
+          mark_grad_ready(0);
+        }
+        return;
+      }
       const Batch& b = chunks[size_t(c)];
       // The host gets here long before the backward ends: an untied gradient is zeroed
       // meanwhile (a tied one starts from the head's share, which lands with the rest).
@@ -453,6 +477,37 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
   }
+}
+
+int64_t SlidingWindowExecutor::emb_block_rows() const {
+  return int64_t(x_[0]->bytes() / (size_t(cfg_.hidden_size) * 4));
+}
+
+// The sparse embedding gradient of the step's T tokens: dX (all chunks, on the device after
+// layer 0's backward) summed per row in token order by the backend's embedding_backward into
+// f32 row blocks carved from the X buffers, then copied into emb_grad_'s storage. Same bits
+// as EmbeddingGrad::scatter (zero, then += each token's row in order).
+void SlidingWindowExecutor::embedding_grad_on_device(int64_t T) {
+  const int64_t C = cfg_.hidden_size, R = emb_grad_->touched_rows(), B = emb_block_;
+  SF_CHECK(R <= 2 * B, "embedding gradient: ", R, " rows exceed the device scatter's ", 2 * B);
+  const Mat dx(dx_->data(), cd_, T, C);
+  char* home = reinterpret_cast<char*>(emb_grad_buf_->data());
+  for (int blk = 0; blk < 2; ++blk) {
+    const int64_t r0 = blk * B, n = std::min(B, R - r0);
+    if (n <= 0) break;
+    const Mat rows(x_[blk]->data(), DType::f32, n, C);
+    be_.fill_zero(*compute_, rows.data, rows.bytes());
+    be_.embedding_backward(*compute_, rows,
+                           static_cast<const int32_t*>(emb_rows_dev_->data()) + blk * max_step_tokens_, dx);
+  }
+  ev_->emb_rows_done->record(*compute_);
+  ev_->emb_rows_done->wait(*d2h_);
+  for (int blk = 0; blk < 2; ++blk) {
+    const int64_t r0 = blk * B, n = std::min(B, R - r0);
+    if (n <= 0) break;
+    be_.copy_to_host(*d2h_, home + size_t(r0 * C) * 4, x_[blk]->data(), size_t(n * C) * 4);
+  }
+  d2h_->synchronize();  // and every other gradient of the step has landed
 }
 
 // The chunk's embedding rows, gathered from the fp32 master and converted to the compute

@@ -87,6 +87,9 @@ struct EngineConfig {
   // runs through the others.)
   enum class Speculation { off, always } speculation = Speculation::off;
   int next_units = -1;
+  // Tests only: the device scatter of an untied embedding gradient uses both of its row
+  // blocks (half the step's rows each) even when one would hold them all.
+  bool split_embedding_scatter = false;
   // Tests only: phase A takes every unit before phase B starts and speculates each one it
   // can, whatever the norm so far, so clipped steps redo every such unit deterministically.
   bool speculate_everything = false;
@@ -183,6 +186,15 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
   std::unique_ptr<Buffer> emb_stage_;                // [T_step, C] compute dtype (host)
+  // Untied tables: the step's dX is scattered into the sparse rows on the device (backend
+  // embedding_backward into the forward's X buffers, free at the end of the backward, as f32
+  // row blocks), then copied home, instead of dX copied home and scattered on the host (on
+  // the critical path between two steps). Per token, its row in block 0 / block 1 or -1:
+  std::unique_ptr<Buffer> emb_rows_dev_, emb_rows_host_;  // int32 [2, T_step]
+  bool device_scatter() const { return !layout_.tied; }
+  int64_t emb_block_rows() const;                    // rows of f32 [., C] one X buffer holds
+  int64_t emb_block_ = 0;                            // this step's rows per block
+  void embedding_grad_on_device(int64_t n_tokens);
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
   std::unique_ptr<Events> ev_;

@@ -21,7 +21,7 @@ struct SlidingWindowExecutor::Events {
   std::vector<std::unique_ptr<Event>> off_done;
   std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
   std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
-  std::unique_ptr<Event> head_ready, head_done, offloads_done, layer0_done,
+  std::unique_ptr<Event> head_ready, head_done, offloads_done, layer0_done, emb_rows_done,
       batch_ready, head_grads_home;
   std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
   std::vector<std::unique_ptr<Event>> grads_home;  // per unit: its gradient is home
@@ -54,6 +54,7 @@ struct SlidingWindowExecutor::Events {
     head_done = be.create_event();
     offloads_done = be.create_event();
     layer0_done = be.create_event();
+    emb_rows_done = be.create_event();
     batch_ready = be.create_event();
     head_grads_home = be.create_event();
     home_ready = make(n_units);

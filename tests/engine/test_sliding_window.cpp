@@ -207,6 +207,38 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
   }
 }
 
+// The untied embedding gradient is scattered on the device into two row blocks (the forward's
+// X buffers); splitting the rows over both gives the bits of one block.
+TEST(SlidingWindow, EmbeddingScatterInTwoBlocksIsExact) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  auto make = [&](HostBackend& be, bool split) {
+    EngineConfig ec = small_window(16, 8, true, false);
+    ec.split_embedding_scatter = split;
+    return std::make_unique<SlidingWindowExecutor>(be, cfg, ec);
+  };
+  HostBackend be_a, be_b;
+  auto a = make(be_a, true), b = make(be_b, false);
+  ModelLayout layout = ModelLayout::build(cfg);
+  for (int u = 0; u < a->params().n_units(); ++u) {
+    init_unit(layout.units[size_t(u)], a->params().master(u), 9);
+    init_unit(layout.units[size_t(u)], b->params().master(u), 9);
+  }
+  a->params_changed();
+  b->params_changed();
+  OptimHyper h;
+  h.lr = 3e-3;
+  h.max_grad_norm = 1.f;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Batch> micro = {random_batch(cfg, 2, 12, uint64_t(60 + step)),
+                                random_batch(cfg, 2, 12, uint64_t(70 + step))};
+    StepStats sa = a->train_step(micro, h), sb = b->train_step(micro, h);
+    EXPECT_EQ(sa.grad_norm, sb.grad_norm) << "step " << step;
+  }
+  const float* ea = a->params().master(0);
+  const float* eb = b->params().master(0);
+  for (int64_t i = 0; i < a->params().numel(0); ++i) ASSERT_EQ(ea[i], eb[i]) << "element " << i;
+}
+
 // A step whose gradients are not finite is skipped, as the reference skips it: the speculative
 // engine undoes what it had already applied (here the embedding rows the step did not touch,
 // updated during the backward), so the weights come back within fp32 rounding of the undo.

@@ -94,11 +94,12 @@ void HostBackend::embedding_backward(Stream&, Mat dtable, const int32_t* ids, Ma
            " columns, dtable ", dtable.cols);
   SF_CHECK(ids != nullptr || dout.rows == 0, "host embedding_backward: ids is null");
   for (int64_t t = 0; t < dout.rows; ++t)
-    SF_CHECK(ids[t] >= 0 && ids[t] < dtable.rows, "host embedding_backward: token id ", ids[t],
-             " at position ", t, " is outside the table (", dtable.rows, " rows)");
+    SF_CHECK(ids[t] < dtable.rows, "host embedding_backward: token id ", ids[t], " at position ",
+             t, " is outside the table (", dtable.rows, " rows)");
   // Parallel over columns, tokens in order: repeated ids add up in the same order always.
   host_pool().parallel_for(dout.cols, [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < dout.rows; ++t) {
+      if (ids[t] < 0) continue;  // skipped (a block of the table's rows)
       const float* g = frow(dout, t);
       float* d = frow(dtable, ids[t]);
       for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
