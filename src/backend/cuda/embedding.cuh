@@ -5,6 +5,7 @@
 //   backward: dtable[V, C] (f32, accumulate) [ids[t], :] += dout[t, :] (bf16). Deterministic:
 //             the block of the first occurrence of an id adds every occurrence in token order
 //             (the host reference's order), so no atomics. Cost O(T^2) id compares (L2-resident).
+//             Tokens with an id < 0 are skipped (a scatter into a block of rows).
 #pragma once
 #include <cuda_runtime.h>
 
