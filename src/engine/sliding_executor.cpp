@@ -454,7 +454,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
         if (c == 0) {
           embedding_grad_on_device(chunk_off_.back() + chunks.back().n_tokens());
           trace_mark("embed_backward: rows home");
-          mark_grad_ready(0);
+          embedding_grad_home();
         }
         return;
       }
@@ -473,7 +473,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       trace_mark("embed_backward: zeroed, dx home", c);
       emb_grad_->scatter(b, host, cd_, host_pool());
       trace_mark("embed_backward: scattered");
-      if (c == n_chunks - 1) mark_grad_ready(0);
+      if (c == n_chunks - 1) embedding_grad_home();
       return;
     }
   }

@@ -147,6 +147,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   struct Spec;
   void speculate_loop(AdamWStep s, float max_norm);
   void mark_grad_ready(int unit);
+  void embedding_grad_home();  // the embedding's gradient is complete (end of the backward)
   // Runs fn(g, off, len) over unit u's gradient (compute dtype, host memory) in pieces: the
   // home itself (host homes, one piece) or, for device homes, pieces through the two ring
   // buffers, the next piece's download overlapping fn on this one. upload: fn rewrote the

@@ -41,6 +41,22 @@ void SlidingWindowExecutor::mark_grad_ready(int unit) {
   spec_->cv.notify_all();
 }
 
+// The embedding's gradient is complete (the backward's last step). Speculating, its sum of
+// squares is taken here at once, while phase A may still be busy with layer 0's update, and
+// phase A leaves the unit to phase B: the backward is over, the embedding would be left to it
+// anyway, and the norm is ready as soon as phase A's last unit is. (The tests' speculate-
+// everything mode still hands it to phase A.)
+void SlidingWindowExecutor::embedding_grad_home() {
+  if (!spec_ || !spec_->active || ec_.speculate_everything) {
+    mark_grad_ready(0);
+    return;
+  }
+  const double sq = emb_grad_->sum_squares(host_pool());  // unit_sumsq(0)'s bits, any pool
+  std::lock_guard<std::mutex> lk(spec_->mu);
+  spec_->sumsq[0] = sq;
+  spec_->have_sq[0] = 1;
+}
+
 // Sum of squares of unit u's gradient once it is home: reduced on the device by grads_out
 // (one float back), or summed here in double (the embedding; f32 homes).
 double SlidingWindowExecutor::unit_sumsq(int u) {
