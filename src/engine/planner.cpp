@@ -39,11 +39,16 @@ void total(Plan& p) {
   for (auto& l : p.lines) (l.device ? p.device_bytes : p.host_bytes) += l.bytes;
 }
 
-// Forward FLOPs of one token through one layer, attending to `ctx` keys on average.
-double layer_fwd_flops(const ModelConfig& c, double ctx) {
+// Forward FLOPs of one token through one layer's projections, and through its attention
+// to `ctx` keys on average.
+double layer_proj_flops(const ModelConfig& c) {
   double C = double(c.hidden_size), Q = double(c.q_dim()), KV = double(c.kv_dim()),
          F = double(c.intermediate_size);
-  return 2 * (C * (Q + 2 * KV) + Q * C + 3 * C * F) + 4 * Q * ctx;
+  return 2 * (C * (Q + 2 * KV) + Q * C + 3 * C * F);
+}
+double layer_attn_flops(const ModelConfig& c, double ctx) { return 4 * double(c.q_dim()) * ctx; }
+double layer_fwd_flops(const ModelConfig& c, double ctx) {
+  return layer_proj_flops(c) + layer_attn_flops(c, ctx);
 }
 
 }  // namespace
@@ -61,6 +66,7 @@ HardwareModel HardwareModel::host_default() {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Non-GEMM ops (attention, norms) make a host step slower than its GEMMs: count half.
   hw.device_flops = 0.5 * reps * 2.0 * double(n * n * n) / std::max(s, 1e-9);
+  hw.attention_flops = hw.device_flops;
   hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 10e9;  // memcpy on the host
   hw.adamw_params_per_s = 0.4e9 * double(host_pool().size());
   return hw;
@@ -196,12 +202,15 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   const double chunk = p.mode == Plan::Mode::sliding && p.engine.max_chunk_tokens > 0
                            ? double(p.engine.max_chunk_tokens) : double(req.micro_tokens);
   const double eff = chunk / (chunk + 512.0);
-  const double fwd = layer_fwd_flops(cfg, ctx) * T / eff;  // one layer
+  // One layer's forward: projections at the GEMM rate, attention at its own (much lower).
+  const double fwd_s1 = layer_proj_flops(cfg) * T / eff / hw.device_flops,
+               att_s1 = layer_attn_flops(cfg, ctx) * T / hw.attention_flops;
   const double head = 2 * V * C * T;
   p.model_flops_per_step = 3 * (layer_fwd_flops(cfg, ctx) * T * L + head);
-  const double fwd_s = fwd * L / hw.device_flops;
+  const double fwd_s = (fwd_s1 + att_s1) * L;
   const bool recompute = !(p.mode == Plan::Mode::resident && p.keep_activations);
-  const double bwd_s = (recompute ? 3 : 2) * fwd * L / hw.device_flops;  // (recompute +) 2x
+  // Backward: (the recompute +) twice the projections and 2.5x the attention.
+  const double bwd_s = ((recompute ? 3 : 2) * fwd_s1 + (recompute ? 3.5 : 2.5) * att_s1) * L;
   const double head_s = 3 * head / hw.device_flops;
   const double adam_s = double(l.total_numel()) / hw.adamw_params_per_s;
   p.optimizer_seconds = adam_s;

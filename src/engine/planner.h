@@ -16,6 +16,10 @@ namespace sf {
 // (shared/ARCHITECTURE.md); the host backend measures its own GEMM rate.
 struct HardwareModel {
   double device_flops = 600e12;     // sustained bf16 GEMM FLOP/s in a training step
+  // Causal flash attention, forward and backward together (FLOPs counted as 4*D*ctx per query
+  // head and token forward, 2.5x that backward); the H200 runs slideformer's kernels at
+  // 140-215 TFLOP/s from seq 1K to 8K (docs/BENCHMARKS.md), far below the GEMMs.
+  double attention_flops = 175e12;
   double h2d_bytes_per_s = 50e9;    // pinned host -> device
   double d2h_bytes_per_s = 50e9;
   double adamw_params_per_s = 3.75e9;  // host AdamW (fp32 master, m, v)
