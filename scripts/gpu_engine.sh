@@ -63,7 +63,7 @@ while read -r size layers batch seq mem extra; do
   log="$OUT/bench_${size}_${layers}_${batch}x${seq}_${mem}${tag:+_$tag}.log"
   # shellcheck disable=SC2086  # extra: further bench flags, split on purpose
   timeout "${SF_BENCH_TIMEOUT:-420}" "$SF" bench --size "$size" --layers "$layers" --batch-size "$batch" \
-    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-6}" --gpu-memory "$mem" --backend cuda $extra > "$log" 2>&1
+    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-12}" --gpu-memory "$mem" --backend cuda $extra > "$log" 2>&1
   say "bench $size layers=$layers ${batch}x$seq $extra rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
 done <<< "$SF_BENCH"
 
