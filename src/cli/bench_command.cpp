@@ -94,8 +94,7 @@ void add_bench_command(CLI::App& app) {
           std::cout << ", speculation busy " << st.spec_busy_seconds << " s, "
                     << st.spec_units_left << " units left for after the backward";
         if (st.finish_seconds > 0)
-          std::cout << ", host: embedding backward " << st.embed_backward_seconds
-                    << " s, finishing " << st.finish_seconds << " s";
+          std::cout << ", finishing " << st.finish_seconds << " s";
         std::cout << "]";
       }
       std::cout << "\n" << std::flush;

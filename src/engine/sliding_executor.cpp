@@ -448,7 +448,6 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
     case OpKind::embed_backward: {
-      ScopedSeconds clock(embed_backward_seconds_);
       const int c = op.chunk;
       if (device_scatter()) {  // every chunk at once
         if (c == 0) {
@@ -583,7 +582,6 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
     if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
   }
   schedule_ = ops;
-  embed_backward_seconds_ = 0;
   busy_used_ = 0;
   busy_first_bwd_ = -1;
   auto t0 = std::chrono::steady_clock::now();
@@ -642,7 +640,6 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   st.update_seconds = updates_.last_round_seconds();
   gpu_times(st);
   trace_mark("train_step: run done");
-  st.embed_backward_seconds = embed_backward_seconds_;
   const auto t0 = std::chrono::steady_clock::now();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);

@@ -218,7 +218,6 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<char> upload_next_;
   void home_from_next(int u);
   double phase_seconds_[2] = {0, 0};  // forward+head, backward of the last run()
-  double embed_backward_seconds_ = 0; // host time in the last run()'s embed_backward ops
   int busy_used_ = 0;                 // timing event pairs recorded by the current run()
   int busy_first_bwd_ = -1;           // the first of them in the backward (-1: none)
   bool step_end_recorded_ = false;    // Events::step_end holds a previous training step

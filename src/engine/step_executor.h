@@ -39,9 +39,8 @@ struct StepStats {
   // backward ended (left to after it), and phase A's time in AdamW during the backward.
   int spec_units_left = -1;
   double spec_busy_seconds = 0;
-  // Host time at the step's end (0: not measured): the embedding's backward (its gradient's
-  // copy home and scatter), and from the backward's end until the update is under way.
-  double embed_backward_seconds = 0, finish_seconds = 0;
+  // Host time from the backward's end until the update is under way (0: not measured).
+  double finish_seconds = 0;
   double loss() const { return n_valid ? loss_sum / double(n_valid) : 0.0; }
 };
 
