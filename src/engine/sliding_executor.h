@@ -28,7 +28,8 @@
 // rounding of gradients and, for a clipped speculative step, the undo's rounding.
 //
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
-// Nothing is allocated inside a step.
+// Nothing is allocated inside a step. The CPU update is in sliding_update.cpp, the speculative
+// one in sliding_speculation.cpp.
 #pragma once
 #include <algorithm>
 #include <functional>

@@ -1,5 +1,6 @@
-// Private to the sliding-window executor's translation units (sliding_executor.cpp and
-// sliding_speculation.cpp): its events and the speculative update's shared state.
+// Private to the sliding-window executor's translation units (sliding_executor.cpp,
+// sliding_update.cpp, sliding_speculation.cpp): its events and the speculative update's
+// shared state.
 #pragma once
 #include <atomic>
 #include <condition_variable>
