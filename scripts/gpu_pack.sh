@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the GPU binaries of a commit here (no GPU needed) and packs them for the device
+# machine: .carry/gpu.tar.xz (pass it to the device tool's `carry`), then on that machine
+# `scripts/gpu_unpack.sh` puts them where gpu_check.sh / gpu_engine.sh look.
+#
+# Usage: scripts/gpu_pack.sh [commit]     (default HEAD)
+#   The build runs in a git worktree of the commit (../wt-gpu, build dir kept between runs),
+#   so uncommitted edits in this checkout (yours or a helper's) never leak into the binaries.
+#   SF_CUDA_ARCHS (default 90a) picks the architectures; Release, stripped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+COMMIT=$(git rev-parse --short "${1:-HEAD}")
+WT=${SF_GPU_WORKTREE:-$ROOT/../wt-gpu}
+if [ ! -d "$WT/.git" ] && [ ! -f "$WT/.git" ]; then
+  git worktree add -q --detach "$WT" "$COMMIT"
+else
+  git -C "$WT" checkout -q --detach "$COMMIT"
+fi
+cmake -S "$WT" -B "$WT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DSF_CUDA_ARCHS="${SF_CUDA_ARCHS:-90a}" > /dev/null
+cmake --build "$WT/build-gpu" --target slideformer test_cuda bench_cuda_layer bench_cuda_kernels \
+  -j"$(nproc)"
+rm -rf .carry/gpu && mkdir -p .carry/gpu
+cp "$WT"/build-gpu/bin/{slideformer,bench_cuda_layer,bench_cuda_kernels} "$WT"/build-gpu/tests/test_cuda .carry/gpu/
+strip .carry/gpu/*
+echo "$COMMIT" > .carry/gpu/COMMIT
+tar cJf .carry/gpu.tar.xz -C .carry gpu
+echo "packed $COMMIT: $(du -h .carry/gpu.tar.xz | cut -f1) in .carry/gpu.tar.xz (carry it)"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# On the device machine: unpacks .carry/gpu.tar.xz (scripts/gpu_pack.sh) into a build layout
+# (<dir>/bin, <dir>/tests) and prints the commit, for gpu_check.sh / gpu_engine.sh:
+#   B=$(scripts/gpu_unpack.sh) && SF_COMMIT=$(cat $B/COMMIT) scripts/gpu_engine.sh $B
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-/tmp/sf-gpu}
+rm -rf "$B" /tmp/sf-gpu-unpack && mkdir -p "$B/bin" "$B/tests" /tmp/sf-gpu-unpack
+tar xJf .carry/gpu.tar.xz -C /tmp/sf-gpu-unpack
+P=/tmp/sf-gpu-unpack/gpu
+cp "$P"/slideformer "$P"/bench_cuda_layer "$P"/bench_cuda_kernels "$B/bin/"
+cp "$P"/test_cuda "$B/tests/"
+cp "$P"/COMMIT "$B/COMMIT"
+echo "$B"
