@@ -10,7 +10,7 @@
 # test_<area> binary found (the rest of the suite, which must pass on a GPU machine too), then
 # bench_cuda_kernels and, when python3 has torch, bench/torch_ref.py.
 # Logs: $OUT/summary.txt (the table printed last), test_cuda.log, tests_other.log,
-# bench.log, bench.csv, torch.log, gpu.txt.
+# bench.log, bench.csv, torch.log, layer.log, layer_profile.log, gpu.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-}
@@ -89,6 +89,9 @@ if [ -x "$LAYER" ]; then
       --ours-ms "$f" "$b" >> "$OUT/layer.log" 2>&1 || status=1
   fi
   rm -rf "$OUT/layer_dump"
+  # Where a layer's time goes at the engine's batch-32 shape (32 x 1024 tokens), op by op.
+  timeout "${SF_BENCH_TIMEOUT:-300}" "$LAYER" --seq 1024 --tokens 32768 --reps 3 --profile \
+    > "$OUT/layer_profile.log" 2>&1 || status=1
 else
   echo "bench_cuda_layer not built" > "$OUT/layer.log"
 fi
@@ -96,6 +99,7 @@ fi
 say ""
 say "---- one decoder layer ----"
 grep -E "^layer|ratio|transformers" "$OUT/layer.log" >> "$SUMMARY"
+[ -f "$OUT/layer_profile.log" ] && grep -E "^profile|^  " "$OUT/layer_profile.log" >> "$SUMMARY"
 say ""
 say "---- slideformer CUDA kernels ----"
 sed -n '/^op /,$p' "$OUT/bench.log" >> "$SUMMARY"
