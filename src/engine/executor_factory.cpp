@@ -111,10 +111,12 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
   const int64_t max_tokens = req.step.micro_tokens;
   if (r.plan.mode == Plan::Mode::resident && r.backend == BackendKind::host)
     return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, max_tokens,
-                                                      r.plan.keep_activations);
+                                                      r.plan.keep_activations,
+                                                      r.plan.engine.head_chunk_rows);
   if (r.plan.mode == Plan::Mode::resident)
     return std::make_unique<Owning<DeviceResidentExecutor>>(std::move(be), cfg, max_tokens,
-                                                            r.plan.keep_activations);
+                                                            r.plan.keep_activations,
+                                                            r.plan.engine.head_chunk_rows);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 

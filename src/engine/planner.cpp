@@ -152,7 +152,17 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   return m;
 }
 
-std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep) {
+int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
+  const int64_t base = std::min<int64_t>(256, std::max<int64_t>(1, T));
+  if (cd == DType::f32) return base;
+  const size_t layer = layer_acts_bytes(cfg, T, cd);
+  for (int64_t r = 4096; r > 256; r /= 2)
+    if (r <= T && head_acts_bytes(cfg, T, cd, r) <= layer) return r;
+  return base;
+}
+
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep,
+                                        int64_t head_rows) {
   // The fp32 master and AdamW moments live on the device when the compute dtype is reduced
   // (CUDA: DeviceResidentExecutor), on the host for the fp32 reference (ResidentExecutor).
   const bool state_on_device = cd != DType::f32;
@@ -167,7 +177,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
     host_g += size_t(u.numel) * 4;
   }
   size_t x = size_t(T) * C * es;
-  int64_t rows = std::min<int64_t>(256, T);
+  int64_t rows = std::min<int64_t>(head_rows, T);
   std::vector<MemoryLine> m = {
       {state_on_device ? "fp32 master + AdamW m, v (checkpoint copy)" : "fp32 master + AdamW m, v",
        state, false}};
@@ -282,11 +292,15 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   Plan best;
   // 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
   //    (no recompute) if that fits too.
-  for (bool keep : {true, false}) {
+  //    The larger LM-head chunk first (with kept activations its scratch is its own).
+  const int64_t head_rows = head_chunk_rows_for(cfg, req.micro_tokens, cd);
+  for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
+                            std::pair{false, head_rows}}) {
     Plan res;
     res.mode = Plan::Mode::resident;
     res.keep_activations = keep;
-    res.lines = resident_memory(cfg, req.micro_tokens, cd, keep);
+    res.engine.head_chunk_rows = rows;
+    res.lines = resident_memory(cfg, req.micro_tokens, cd, keep, rows);
     total(res);
     res.fits = fits(budget, res);
     if (res.fits && allow_resident) {
@@ -348,6 +362,7 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         p.mode = Plan::Mode::sliding;
         p.engine.n_slots = slots;
         p.engine.max_chunk_tokens = chunk;
+        p.engine.head_chunk_rows = head_chunk_rows_for(cfg, chunk, cd);
         p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
         p.engine.activations_on_device = acts == 0;
         p.engine.head_resident = head_res;

@@ -46,7 +46,7 @@ struct MemoryLine {
 
 struct Plan {
   enum class Mode { resident, sliding } mode = Mode::sliding;
-  EngineConfig engine;  // for Mode::sliding
+  EngineConfig engine;  // for Mode::sliding; its head_chunk_rows for both modes
   bool keep_activations = false;  // for Mode::resident: every layer's activations kept
   std::vector<MemoryLine> lines;
   size_t device_bytes = 0, host_bytes = 0;
@@ -61,7 +61,15 @@ struct Plan {
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd);
 // keep_activations: one layer scratch per layer (no recompute in the backward).
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd,
-                                        bool keep_activations = false);
+                                        bool keep_activations = false, int64_t head_chunk_rows = 256);
+
+// Tokens per LM-head logits chunk for T tokens per layer visit. Each chunk adds its share of
+// the head's weight gradient into the whole f32 [V, C] accumulator, which at 256 rows makes
+// that GEMM memory-bound (8B: 4.2 GB of traffic per 256 tokens); up to 4096 rows it becomes
+// compute-bound. With a reduced compute dtype: the largest power of two <= 4096 whose
+// [rows, V] f32 scratch still fits in the layer scratch the head shares (no extra memory);
+// otherwise (and for the fp32 host reference) 256.
+int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd);
 
 // allow_resident = false forces a sliding window even when everything would fit.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,

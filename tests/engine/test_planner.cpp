@@ -42,16 +42,17 @@ TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
 // no more than resident_memory() counts, either way.
 TEST(Planner, ResidentExecutorAllocatesNoMoreThanPlanned) {
   ModelConfig cfg = tiny_config(Arch::qwen2, false);
-  for (bool keep : {false, true}) {
-    HostBackend be;
-    {
-      ResidentExecutor ex(be, cfg, 96, keep);
-      size_t planned = sum_device(resident_memory(cfg, 96, DType::f32, keep));
-      EXPECT_LE(be.peak_bytes_in_use(), planned) << "keep " << keep;
-      EXPECT_GE(be.peak_bytes_in_use() + (size_t(41) << 20), planned) << "keep " << keep;
+  for (bool keep : {false, true})
+    for (int64_t rows : {256, 64}) {  // LM-head chunk: the default, and a chosen one
+      HostBackend be;
+      {
+        ResidentExecutor ex(be, cfg, 96, keep, rows);
+        size_t planned = sum_device(resident_memory(cfg, 96, DType::f32, keep, rows));
+        EXPECT_LE(be.peak_bytes_in_use(), planned) << "keep " << keep << " rows " << rows;
+        EXPECT_GE(be.peak_bytes_in_use() + (size_t(41) << 20), planned) << "keep " << keep;
+      }
+      EXPECT_EQ(be.bytes_in_use(), 0u);
     }
-    EXPECT_EQ(be.bytes_in_use(), 0u);
-  }
 }
 
 // Kept activations when the budget holds them (no recompute: a faster predicted step),
@@ -88,6 +89,30 @@ TEST(Planner, SlidesWhenTheDeviceIsSmall) {
   EXPECT_EQ(p.mode, Plan::Mode::sliding);
   EXPECT_LE(p.device_bytes, b.device_bytes);
   EXPECT_GT(p.tokens_per_second, 0);
+}
+
+// The LM head runs 4096-token logits chunks when the layer scratch it shares holds them (its
+// f32 weight-gradient accumulator is then read and written 16x less often): no extra device
+// memory. The fp32 host reference keeps 256.
+TEST(Planner, LargerHeadChunksCostNoDeviceMemory) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(112) << 30, false};
+  Plan p = make_plan(cfg, {32 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(p.fits) << p.advice;
+  ASSERT_EQ(p.mode, Plan::Mode::sliding);
+  EXPECT_EQ(p.engine.head_chunk_rows, 4096);
+  EngineConfig small = p.engine;
+  small.head_chunk_rows = 256;
+  EXPECT_EQ(sum_device(sliding_memory(cfg, p.engine, DType::bf16)),
+            sum_device(sliding_memory(cfg, small, DType::bf16)));
+  EXPECT_EQ(head_chunk_rows_for(cfg, 32 * 1024, DType::f32), 256);
+  EXPECT_EQ(head_chunk_rows_for(cfg, 100, DType::bf16), 100);  // never more than the tokens
+  // Resident (8 layers, whole GPU): the larger chunk too, counted in its plan.
+  cfg.num_hidden_layers = 8;
+  Plan r = make_plan(cfg, {32 * 1024, 1, 1024}, {size_t(130) << 30, size_t(112) << 30, false},
+                     DType::bf16, HardwareModel{});
+  ASSERT_EQ(r.mode, Plan::Mode::resident);
+  EXPECT_EQ(r.engine.head_chunk_rows, 4096);
 }
 
 // Long sequences: neither tier alone holds the saved inputs; the planner splits them.
