@@ -87,7 +87,8 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     if (req.gpu_memory.empty()) r.budget.device_bytes = dev_default;
 #endif
   }
-  HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default() : HardwareModel{};
+  HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default()
+                                                    : HardwareModel::device_default();
   SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
              "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
   r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding");

@@ -26,6 +26,9 @@ struct HardwareModel {
   // machine's 16 cores, ~1.9 s per 8.03 B parameters (docs/BENCHMARKS.md).
   double adamw_params_per_s = 4.2e9;
   static HardwareModel host_default();  // measures the host's fp32 GEMM rate briefly
+  // The GPU figures above with this machine's CPU AdamW rate, measured briefly (~0.1-0.5 s,
+  // 512 MiB): the optimizer's speed is the CPU's and its memory's, whatever the GPU.
+  static HardwareModel device_default();
 };
 
 struct StepRequest {

@@ -115,6 +115,14 @@ TEST(Planner, LargerHeadChunksCostNoDeviceMemory) {
   EXPECT_EQ(r.engine.head_chunk_rows, 4096);
 }
 
+// A GPU plan's optimizer time comes from this machine's measured CPU AdamW rate.
+TEST(Planner, DeviceModelMeasuresTheHostAdamW) {
+  const HardwareModel hw = HardwareModel::device_default();
+  EXPECT_GT(hw.adamw_params_per_s, 1e7);   // any machine: > 10M parameters/s
+  EXPECT_LT(hw.adamw_params_per_s, 1e12);  // and not a division by ~0
+  EXPECT_EQ(hw.device_flops, HardwareModel{}.device_flops);
+}
+
 // Long sequences: neither tier alone holds the saved inputs; the planner splits them.
 TEST(Planner, SplitsActivationsBetweenTiers) {
   ModelConfig cfg = model_preset("llama3-8b");
