@@ -31,6 +31,18 @@ Batch random_batch(const ModelConfig& cfg, int rows, int seq_len, uint64_t seed)
   return b;
 }
 
+// The same initial weights (init_unit with `seed`) in two executors, pushed to their devices.
+void same_start(const ModelConfig& cfg, StepExecutor& a, StepExecutor& b, uint64_t seed,
+                const InitOptions& init = {}) {
+  ModelLayout layout = ModelLayout::build(cfg);
+  for (int u = 0; u < a.params().n_units(); ++u) {
+    init_unit(layout.units[size_t(u)], a.params().master(u), seed, init);
+    init_unit(layout.units[size_t(u)], b.params().master(u), seed, init);
+  }
+  a.params_changed();
+  b.params_changed();
+}
+
 struct Case {
   Arch arch;
   bool tied;
@@ -81,13 +93,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
-  ModelLayout layout = ModelLayout::build(cfg);
-  for (int u = 0; u < ref.params().n_units(); ++u) {
-    init_unit(layout.units[size_t(u)], ref.params().master(u), 42, init);
-    init_unit(layout.units[size_t(u)], eng.params().master(u), 42, init);
-  }
-  ref.params_changed();
-  eng.params_changed();
+  same_start(cfg, ref, eng, 42, init);
 
   OptimHyper h;
   h.lr = 3e-3;
@@ -183,13 +189,7 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
       };
       HostBackend be_a, be_b;
       auto a = make(be_a, true), b = make(be_b, false);
-      ModelLayout layout = ModelLayout::build(cfg);
-      for (int u = 0; u < a->params().n_units(); ++u) {
-        init_unit(layout.units[size_t(u)], a->params().master(u), 9);
-        init_unit(layout.units[size_t(u)], b->params().master(u), 9);
-      }
-      a->params_changed();
-      b->params_changed();
+      same_start(cfg, *a, *b, 9);
       OptimHyper h;
       h.lr = 3e-3;
       h.weight_decay = 0.1f;
@@ -218,13 +218,7 @@ TEST(SlidingWindow, EmbeddingScatterInTwoBlocksIsExact) {
   };
   HostBackend be_a, be_b;
   auto a = make(be_a, true), b = make(be_b, false);
-  ModelLayout layout = ModelLayout::build(cfg);
-  for (int u = 0; u < a->params().n_units(); ++u) {
-    init_unit(layout.units[size_t(u)], a->params().master(u), 9);
-    init_unit(layout.units[size_t(u)], b->params().master(u), 9);
-  }
-  a->params_changed();
-  b->params_changed();
+  same_start(cfg, *a, *b, 9);
   OptimHyper h;
   h.lr = 3e-3;
   h.max_grad_norm = 1.f;
@@ -353,13 +347,7 @@ TEST(DeviceResident, MatchesHostAdamWStep) {
     HostBackend be_a, be_b;
     ResidentExecutor a(be_a, cfg, 64);
     DeviceResidentExecutor b(be_b, cfg, 64);
-    ModelLayout layout = ModelLayout::build(cfg);
-    for (int u = 0; u < a.params().n_units(); ++u) {
-      init_unit(layout.units[size_t(u)], a.params().master(u), 9);
-      init_unit(layout.units[size_t(u)], b.params().master(u), 9);
-    }
-    a.params_changed();
-    b.params_changed();
+    same_start(cfg, a, b, 9);
     OptimHyper h;
     h.lr = 3e-3;
     h.weight_decay = 0.1f;
