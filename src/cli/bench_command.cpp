@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/stopwatch.h"
 #include "core/thread_pool.h"
 #include "engine/executor_factory.h"
 #include "model/model_init.h"
@@ -53,7 +54,7 @@ void add_bench_command(CLI::App& app) {
     ParamStore& store = exec->params();
     for (int u = 0; u < store.n_units(); ++u) init_unit(layout.units[size_t(u)], store.master(u), 1);
     exec->params_changed();
-    double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double setup = seconds_since(t0);
     std::cout << "setup " << std::fixed << std::setprecision(1) << setup << " s (" << exec->name()
               << ")\n";
 
@@ -72,7 +73,7 @@ void add_bench_command(CLI::App& app) {
     for (int s = 1; s <= o->steps; ++s) {
       auto ts = std::chrono::steady_clock::now();
       StepStats st = exec->train_step(micro, h);
-      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      double dt = seconds_since(ts);
       if (s > 1) {
         tokens += double(st.n_tokens);
         seconds += dt;

@@ -9,6 +9,7 @@
 
 #include "backend/host/host_backend.h"
 #include "core/error.h"
+#include "core/stopwatch.h"
 #include "core/thread_pool.h"
 #include "model/recipes.h"
 #include "optim/adamw.h"
@@ -64,7 +65,7 @@ HardwareModel HardwareModel::host_default() {
   auto t0 = std::chrono::steady_clock::now();
   const int reps = 4;
   for (int i = 0; i < reps; ++i) be.gemm(be.default_stream(), Cm, A, Trans::no, B, Trans::yes, 1.f, 0.f);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double s = seconds_since(t0);
   // Non-GEMM ops (attention, norms) make a host step slower than its GEMMs: count half.
   hw.device_flops = 0.5 * reps * 2.0 * double(n * n * n) / std::max(s, 1e-9);
   hw.attention_flops = hw.device_flops;
@@ -89,7 +90,7 @@ HardwareModel HardwareModel::device_default() {
     st.step = rep + 1;
     const auto t0 = std::chrono::steady_clock::now();
     adamw_update(p.data(), m.data(), v.data(), g.data(), out.data(), n, st, &pool);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double sec = seconds_since(t0);
     if (rep > 0) best = std::min(best, sec);
   }
   hw.adamw_params_per_s = double(n) / std::max(best, 1e-6);

@@ -545,7 +545,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
   compute_->synchronize();
   h2d_->synchronize();
   d2h_->synchronize();
-  double rest = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double rest = seconds_since(t0);
   (phase_seconds_[0] == 0 ? phase_seconds_[0] : phase_seconds_[1]) = rest;
 }
 
@@ -590,7 +590,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   const auto t0 = std::chrono::steady_clock::now();
   if (speculate) finish_speculative(h, st);
   else finish_update(h, st);
-  st.finish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.finish_seconds = seconds_since(t0);
   trace_mark("train_step: update started");
   return st;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/stopwatch.h"
+
 namespace sf {
 
 UpdatePipeline::~UpdatePipeline() {
@@ -32,7 +34,7 @@ void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> upda
       cv_.notify_all();
     }
     std::lock_guard<std::mutex> lk(mu_);
-    round_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    round_seconds_ = seconds_since(t0);
     finished_ = true;
     cv_.notify_all();
   });
@@ -51,7 +53,7 @@ void UpdatePipeline::wait(int unit) {
   cv_.wait(lk, [&] {
     return finished_ || (size_t(unit) < done_.size() && done_[size_t(unit)]);
   });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_seconds_ += seconds_since(t0);
   if (error_) {
     auto e = error_;
     lk.unlock();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/stopwatch.h"
 #include "engine/executor_factory.h"
 #include "io/atomic_file.h"
 #include "io/model_config.h"
@@ -510,7 +511,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
 
   const auto t_start = std::chrono::steady_clock::now();
   auto session_seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    return seconds_since(t_start);
   };
   int64_t step = start_step;
   int64_t last_saved = start_step;  // a resumed run's start is already on disk
@@ -550,7 +551,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     last_saved = step;
     prune_checkpoints(out, opt.keep_checkpoints, res.checkpoint);
     plot();
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double dt = seconds_since(t0);
     say(cat("saved ", res.checkpoint.string(), " (", why, ", ", format_duration(dt), ")"));
   };
 
@@ -573,7 +574,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     h.lr = opt.schedule.at(step + 1);
     auto ts = std::chrono::steady_clock::now();
     StepStats st = exec->train_step(micro, h);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    const double dt = seconds_since(ts);
     ++step;
     rng.next();
     tokens_seen += st.n_tokens;
