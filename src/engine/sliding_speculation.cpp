@@ -19,7 +19,6 @@
 // reduction for layers and head, host for the embedding and f32 homes), so the norm, and the
 // result, do not depend on how far phase A got.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "core/stopwatch.h"
