@@ -18,6 +18,8 @@ import sys
 import numpy as np
 import torch
 
+from torch_ref import bench  # median of CUDA-event timings (same folder)
+
 dev = "cuda"
 bf = torch.bfloat16
 
@@ -30,22 +32,6 @@ def load_bf16(path, shape):
 def rel(a, ref):
     a, ref = a.double(), ref.double()
     return ((a - ref).norm() / ref.norm()).item()
-
-
-def bench(fn, reps=10, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -174,8 +160,8 @@ def main():
     def step():
         torch.autograd.grad(fwd(), [xi] + params, dy)
 
-    ms_f = bench(fwd)
-    ms_t = bench(step)
+    ms_f = bench(fwd, reps=10, warmup=2)
+    ms_t = bench(step, reps=10, warmup=2)
     print(f"transformers LlamaDecoderLayer bf16 sdpa T {T} ({B} x {L}): forward {ms_f:.3f} ms, "
           f"backward {ms_t - ms_f:.3f} ms, fwd+bwd {ms_t:.3f} ms", flush=True)
     if ours_ms:
