@@ -106,17 +106,6 @@ TrainOptions jsonl_run(const fs::path& model, const fs::path& data, const fs::pa
   return o;
 }
 
-// Stops after `stop_after` steps through the trainer's stop hook (as Ctrl-C does).
-TrainResult run_stopping(TrainOptions o, int64_t stop_after) {
-  auto flag = std::make_shared<bool>(false);
-  o.fault = [flag, stop_after](std::string_view p) {
-    if (p == "step:" + std::to_string(stop_after)) *flag = true;
-  };
-  o.stop_requested = [flag] { return *flag; };
-  std::ostringstream log;
-  return run_training(o, log);
-}
-
 // The DataRequest run_training makes for `o` (model directory as the tokenizer directory).
 DataRequest request_like_trainer(const TrainOptions& o) {
   DataRequest r;

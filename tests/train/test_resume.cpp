@@ -21,17 +21,6 @@ struct Fixture {
   fs::path tokens = make_tokens(tmp.path / "tokens.bin", 400);
 };
 
-// Stops after `stop_after` steps (through the trainer's stop hook, as Ctrl-C does).
-TrainResult run_stopping(TrainOptions o, int64_t stop_after) {
-  auto flag = std::make_shared<bool>(false);
-  o.fault = [flag, stop_after](std::string_view p) {
-    if (p == "step:" + std::to_string(stop_after)) *flag = true;
-  };
-  o.stop_requested = [flag] { return *flag; };
-  std::ostringstream log;
-  return run_training(o, log);
-}
-
 void expect_same_final_state(const fs::path& a, const fs::path& b) {
   for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
                         "resume/adam_v.safetensors", "model.safetensors"})

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/atomic_file.h"
@@ -92,6 +94,18 @@ inline void expect_same_tensors(const fs::path& a, const fs::path& b) {
     EXPECT_EQ(0, std::memcmp(fa.view().raw(t), fb.view().raw(*u), t.bytes()))
         << "tensor " << t.name << " differs between " << a << " and " << b;
   }
+}
+
+// Runs training for `o` and stops after `stop_after` steps, through the trainer's stop hook
+// (as Ctrl-C does).
+inline TrainResult run_stopping(TrainOptions o, int64_t stop_after) {
+  auto flag = std::make_shared<bool>(false);
+  o.fault = [flag, stop_after](std::string_view p) {
+    if (p == "step:" + std::to_string(stop_after)) *flag = true;
+  };
+  o.stop_requested = [flag] { return *flag; };
+  std::ostringstream log;
+  return run_training(o, log);
 }
 
 struct CliResult {
