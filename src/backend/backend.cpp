@@ -19,7 +19,22 @@ class AlignedHostBuffer final : public Buffer {
   void* p_;
   size_t n_;
 };
+// A view of memory someone else owns.
+class BorrowedBuffer final : public Buffer {
+ public:
+  BorrowedBuffer(void* p, size_t n) : p_(p), n_(n) {}
+  void* data() const override { return p_; }
+  size_t bytes() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
 }  // namespace
+
+std::unique_ptr<Buffer> Backend::map_host(void* p, size_t bytes, const std::string&) {
+  return std::make_unique<BorrowedBuffer>(p, bytes);
+}
 
 std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes, const std::string& what) {
   size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;

@@ -84,6 +84,11 @@ class Backend {
   // Host memory that copies to/from this backend can use asynchronously (pinned on CUDA).
   // Default: ordinary aligned host memory, not counted in bytes_in_use().
   virtual std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what);
+  // Lets this backend's ops read existing host memory [p, p + bytes) that the caller owns
+  // (e.g. a table an op gathers rows from over PCIe instead of staging it). The returned
+  // Buffer's data() is the pointer to pass to ops; the mapping lasts as long as the Buffer,
+  // which must go before the memory. Default (host memory is the backend's): p itself.
+  virtual std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what);
   virtual size_t bytes_in_use() const = 0;
   virtual size_t peak_bytes_in_use() const = 0;
   // Copies between host memory and backend memory, ordered on stream s.
@@ -110,7 +115,8 @@ class Backend {
   virtual void bias_backward(Stream& s, Mat dbias, Mat dy) = 0;
 
   // ---- embedding ----------------------------------------------------------------------
-  // out[T,C] (overwrite) = table[ids[t], :].
+  // out[T,C] (overwrite) = table[ids[t], :]. table is in compute dtype or f32 (then each
+  // element is rounded once to out's dtype) and may be host memory passed through map_host.
   virtual void embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) = 0;
   // dtable[V,C] (f32, accumulate) [ids[t], :] += dout[t, :], tokens in order; tokens with
   // ids[t] < 0 are skipped (a scatter into a block of a table's rows).

@@ -31,6 +31,7 @@ class ProfilingBackend final : public Backend {
   DType compute_dtype() const override { return in_.compute_dtype(); }
   std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) override { return in_.alloc(bytes, what); }
   std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what) override { return in_.alloc_host(bytes, what); }
+  std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what) override { return in_.map_host(p, bytes, what); }
   size_t bytes_in_use() const override { return in_.bytes_in_use(); }
   size_t peak_bytes_in_use() const override { return in_.peak_bytes_in_use(); }
   void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }

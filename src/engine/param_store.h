@@ -1,7 +1,8 @@
 // The persistent training state on the host: for every unit of the layout, flat fp32 master
 // weights and AdamW moments m and v (12 bytes per parameter). Only the CPU touches these, so
-// they are pageable memory (transparent huge pages requested), never pinned: pinning ~100 GB
-// is slow and can fail, and DMA only needs the small bf16 staging buffers.
+// they are pageable memory (transparent huge pages requested), not pinned: pinning ~100 GB
+// is slow and can fail, and DMA only needs the small bf16 staging buffers. (The one exception:
+// the sliding executor maps the embedding table, ~2 GB at 8B, so the GPU gathers its rows.)
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -144,7 +144,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     if (n_next > 0)
       m.push_back({cat("next weights (speculative update, ", n_next, " units)"), next, false});
   }
-  m.push_back({"embedding gather/scatter staging", host_round(xbytes), false});
+  if (l.tied) m.push_back({"embedding gradient staging", host_round(xbytes), false});
   // Untied: each token's gradient row, for the scatter on the device (sliding_executor.h).
   if (!l.tied) m.push_back({"embedding rows of the tokens", host_round(size_t(2 * Tstep) * 4), false});
   const size_t dev_acts = size_t(ec.n_device_act_layers(l.n_layers));

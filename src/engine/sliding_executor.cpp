@@ -68,9 +68,10 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                                                 static_cast<float*>(emb_grad_buf_->data()));
   }
   if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
-  // One staging buffer: the forward's gathered rows have left for the device long before
-  // the backward's layer-0 gradient comes back into it.
-  emb_stage_ = be.alloc_host(xbytes, "embedding gather/scatter staging");
+  // The forward gathers its rows straight from the fp32 master (the device reads them over
+  // PCIe; no host thread and no staging copy between the update and layer 0).
+  emb_table_ = be.map_host(store_.master(0), size_t(V * C) * 4, "the embedding table");
+  if (!device_scatter()) emb_stage_ = be.alloc_host(xbytes, "embedding gradient staging");
   if (device_scatter()) {
     emb_rows_dev_ = be.alloc(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
     emb_rows_host_ = be.alloc_host(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
@@ -267,13 +268,10 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
           be_.copy_to_device(*h2d_, emb_rows_dev_->data(), rows, emb_rows_host_->bytes());
         }
       }
-      const Batch& b = chunks[size_t(op.chunk)];
-      char* stage = static_cast<char*>(emb_stage_->data()) +
-                    size_t(chunk_off_[size_t(op.chunk)] * C) * dtype_size(cd_);
-      gather_embedding(b, stage);
-      trace_mark("embed_forward: gathered");
-      Mat x0 = x_mat(0, op.chunk);
-      be_.copy_to_device(*h2d_, x0.data, stage, x0.bytes());
+      const Mat table(emb_table_->data(), DType::f32, V, C);
+      be_.embedding_forward(*h2d_, x_mat(0, op.chunk), batches_[size_t(op.chunk)]->inputs().tokens,
+                            table);
+      trace_mark("embed_forward: gather enqueued");
       ev.emb_done[size_t(op.chunk)]->record(*h2d_);
       return;
     }
@@ -461,21 +459,6 @@ void SlidingWindowExecutor::embedding_grad_on_device(int64_t T) {
     be_.copy_to_host(*d2h_, home + size_t(r0 * C) * 4, x_[blk]->data(), size_t(n * C) * 4);
   }
   d2h_->synchronize();  // and every other gradient of the step has landed
-}
-
-// The chunk's embedding rows, gathered from the fp32 master and converted to the compute
-// dtype straight into the pinned staging (parallel over tokens; a copy and one rounding, as
-// the reference's gather then cast).
-void SlidingWindowExecutor::gather_embedding(const Batch& b, void* stage) {
-  // Token ids were checked by EmbeddingGrad::set_rows for the whole step (chunk 0).
-  const int64_t C = cfg_.hidden_size, T = b.n_tokens();
-  const float* table = store_.master(0) + layout_.embedding().get(ParamKind::embedding).offset;
-  const size_t es = dtype_size(cd_);
-  host_pool().parallel_for(T, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      convert_from_f32(table + int64_t(b.tokens[size_t(t)]) * C,
-                       static_cast<char*>(stage) + size_t(t * C) * es, cd_, size_t(C));
-  }, 64);
 }
 
 // Timing events around one compute op on the compute stream (no-ops where the backend cannot

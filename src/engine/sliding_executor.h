@@ -119,7 +119,6 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   struct Events;
   void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
-  void gather_embedding(const Batch& b, void* stage);
   // AdamW of the embedding's touched or untouched rows (embedding_grad.h), bf16 copy of a
   // tied table included.
   void embedding_adamw(EmbeddingGrad::Kind kind, EmbeddingGrad::Rows rows, const AdamWStep& s,
@@ -187,7 +186,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
-  std::unique_ptr<Buffer> emb_stage_;                // [T_step, C] compute dtype (host)
+  std::unique_ptr<Buffer> emb_table_;  // the fp32 master table, mapped for embedding_forward
+  std::unique_ptr<Buffer> emb_stage_;  // [T_step, C] dX (host; tied tables: host scatter)
   // Untied tables: the step's dX is scattered into the sparse rows on the device (backend
   // embedding_backward into the forward's X buffers, free at the end of the backward, as f32
   // row blocks), then copied home, instead of dX copied home and scattered on the host (on

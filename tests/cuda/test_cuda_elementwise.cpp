@@ -1,4 +1,6 @@
 // Elementwise ops, reductions, embedding and AdamW on the GPU against the host reference.
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -183,6 +185,36 @@ TEST(CudaEmbedding, ForwardGatherIsExact) {
     expect_bitwise(what, out.download(), ho.v);
     EXPECT_TRUE(out.guards_intact());
   }
+}
+
+// The engine's forward gather: an fp32 table in ordinary (pageable, mmap'd) host memory,
+// mapped with map_host, read by the kernel over PCIe and rounded once to bf16.
+TEST(CudaEmbedding, ForwardFromMappedHostF32TableRoundsOnce) {
+  SF_REQUIRE_GPU();
+  const int64_t V = 3000, C = 4096, T = 517;
+  // Page-aligned, as the engine's master arrays are (mmap); values need all 24 mantissa bits.
+  const size_t bytes = size_t(V * C) * sizeof(float);
+  void* mem = std::aligned_alloc(4096, bytes);
+  ASSERT_NE(mem, nullptr);
+  auto v = random_vec(size_t(V * C), 11, -3.f, 3.f);
+  std::memcpy(mem, v.data(), bytes);
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 7919 + 5) % V);
+  ids[3] = ids[200] = int32_t(V - 1);  // a repeat and the last row
+  {
+    auto mapped = gpu().map_host(mem, bytes, "test table");
+    Mat table{mapped->data(), DType::f32, V, C, C};
+    DevMat out(DType::bf16, T, C, C + 8);
+    out.poison();
+    DevArray<int32_t> dids(ids);
+    gpu().embedding_forward(gs(), out.m, dids.ptr(), table);
+    gs().synchronize();
+    HostMat ht(V, C, v), ho(T, C);
+    host().embedding_forward(hs(), ho.m, ids.data(), ht.m);
+    expect_bitwise("embedding_forward from mapped f32", out.download(), round_all_bf16(ho.v));
+    EXPECT_TRUE(out.guards_intact());
+  }
+  std::free(mem);  // after the mapping is gone
 }
 
 TEST(CudaEmbedding, BackwardDuplicatesInTokenOrderIsExact) {

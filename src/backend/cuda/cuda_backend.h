@@ -45,6 +45,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) override;
   // Pinned (page-locked) host memory, so copies are true asynchronous DMA (cuda_pinned.cpp).
   std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what) override;
+  // Page-locks and maps the range (cudaHostRegister): kernels read it over PCIe.
+  std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what) override;
   size_t bytes_in_use() const override { return in_use_.load(); }
   size_t peak_bytes_in_use() const override { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }

@@ -9,9 +9,11 @@ namespace {
 
 constexpr int kBwdThreads = 256;
 
-template <int VW>
+// TT: the table's element type (bf16, or f32 rounded once: e.g. a mapped host fp32 master,
+// read over PCIe in 16- or 32-byte pieces per thread, 512+ contiguous bytes per warp).
+template <int VW, class TT>
 __global__ void embedding_forward_kernel(bf16* out, int64_t ldo, const int32_t* ids,
-                                         const bf16* table, int64_t ldt, int64_t V, int64_t T,
+                                         const TT* table, int64_t ldt, int64_t V, int64_t T,
                                          int64_t C) {
   const int64_t cpr = C / VW, n = T * cpr;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -95,20 +97,24 @@ __global__ void __launch_bounds__(kBwdThreads)
 
 void launch_embedding_forward(cudaStream_t s, Mat out, const int32_t* ids, Mat table) {
   NVTX_RANGE("embedding_forward");
-  check_mat(table, DType::bf16, -1, -1, "embedding_forward", "table");
+  SF_CHECK(table.dtype == DType::bf16 || table.dtype == DType::f32,
+           "cuda embedding_forward: table must be bf16 or f32, got ", dtype_name(table.dtype));
+  check_mat(table, table.dtype, -1, -1, "embedding_forward", "table");
   check_mat(out, DType::bf16, -1, table.cols, "embedding_forward", "out");
   SF_CHECK(ids != nullptr || out.rows == 0, "cuda embedding_forward: ids is null");
   if (out.numel() == 0) return;
   const bool vec = vec8_ok(out) && vec8_ok(table);
   const int64_t n = vec ? out.numel() / 8 : out.numel();
-  if (vec)
-    embedding_forward_kernel<8><<<grid_for(n, 256), 256, 0, s>>>(
-        out.as<bf16>(), out.ld, ids, table.as<const bf16>(), table.ld, table.rows, out.rows,
-        out.cols);
-  else
-    embedding_forward_kernel<1><<<grid_for(n, 256), 256, 0, s>>>(
-        out.as<bf16>(), out.ld, ids, table.as<const bf16>(), table.ld, table.rows, out.rows,
-        out.cols);
+  auto go = [&](auto* tab) {
+    if (vec)
+      embedding_forward_kernel<8><<<grid_for(n, 256), 256, 0, s>>>(
+          out.as<bf16>(), out.ld, ids, tab, table.ld, table.rows, out.rows, out.cols);
+    else
+      embedding_forward_kernel<1><<<grid_for(n, 256), 256, 0, s>>>(
+          out.as<bf16>(), out.ld, ids, tab, table.ld, table.rows, out.rows, out.cols);
+  };
+  if (table.dtype == DType::f32) go(table.as<const float>());
+  else go(table.as<const bf16>());
   CUDA_CHECK_LAUNCH();
 }
 

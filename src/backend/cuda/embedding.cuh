@@ -1,6 +1,6 @@
 // Launchers for the token embedding (kernels in embedding.cu).
-//   forward : out[T, C] (bf16, overwrite) = table[ids[t], :] (bf16). An id outside [0, V)
-//             writes a NaN row (the loss then shows it) instead of reading out of bounds;
+//   forward : out[T, C] (bf16, overwrite) = table[ids[t], :] (bf16, or f32 rounded to nearest
+//             even: a mapped host master is read over PCIe). An id outside [0, V) writes a NaN row (the loss then shows it) instead of reading out of bounds;
 //             Batch::validate rejects such ids on the host first.
 //   backward: dtable[V, C] (f32, accumulate) [ids[t], :] += dout[t, :] (bf16). Deterministic:
 //             the block of the first occurrence of an id adds every occurrence in token order
