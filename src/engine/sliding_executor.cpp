@@ -450,6 +450,7 @@ void SlidingWindowExecutor::embedding_grad_on_device(int64_t T) {
     be_.fill_zero(*compute_, rows.data, rows.bytes());
     be_.embedding_backward(*compute_, rows,
                            static_cast<const int32_t*>(emb_rows_dev_->data()) + blk * max_step_tokens_, dx);
+    be_.sum_squares(*compute_, static_cast<float*>(norms_->data()), rows);  // the unit's norm
   }
   ev_->emb_rows_done->record(*compute_);
   ev_->emb_rows_done->wait(*d2h_);
@@ -458,6 +459,7 @@ void SlidingWindowExecutor::embedding_grad_on_device(int64_t T) {
     if (n <= 0) break;
     be_.copy_to_host(*d2h_, home + size_t(r0 * C) * 4, x_[blk]->data(), size_t(n * C) * 4);
   }
+  be_.copy_to_host(*d2h_, &emb_sumsq_, norms_->data(), 4);
   d2h_->synchronize();  // and every other gradient of the step has landed
 }
 

@@ -134,7 +134,12 @@ class SlidingWindowExecutor final : public StepExecutor {
   void* weights_on_device(const Op& op) const;  // home (resident) or slot
   bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
   // Whether the unit's gradient sum of squares is reduced on the device (else on the host).
-  bool device_norm(int unit) const { return unit > 0 && (resident(unit) || cd_ != DType::f32); }
+  // Whose gradient's sum of squares the device reduces (into norms_[unit]): every streamed
+  // or resident layer and the head in a reduced compute dtype, and an untied embedding
+  // (scattered on the device); the rest are summed on the host.
+  bool device_norm(int unit) const {
+    return unit == 0 ? device_scatter() : resident(unit) || cd_ != DType::f32;
+  }
   ThreadPool& opt_pool();
   // untouched_done: phase A already updated the embedding's untouched rows (unit 0 only).
   void update_unit(int unit, const AdamWStep& s, bool untouched_done = false);
@@ -186,6 +191,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> gstage_[2];                // device: gradients cast for the trip home
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
+  float emb_sumsq_ = 0;  // norms_[0] after embedding_grad_on_device (device_norm(0))
   std::unique_ptr<Buffer> emb_table_;  // the fp32 master table, mapped for embedding_forward
   std::unique_ptr<Buffer> emb_stage_;  // [T_step, C] dX (host; tied tables: host scatter)
   // Untied tables: the step's dX is scattered into the sparse rows on the device (backend

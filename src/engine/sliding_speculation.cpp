@@ -50,7 +50,8 @@ void SlidingWindowExecutor::embedding_grad_home() {
     mark_grad_ready(0);
     return;
   }
-  const double sq = emb_grad_->sum_squares(host_pool());  // unit_sumsq(0)'s bits, any pool
+  // Reduced on the device (untied), or summed here (tied; host_pool: phase A owns opt_pool).
+  const double sq = device_norm(0) ? double(emb_sumsq_) : emb_grad_->sum_squares(host_pool());
   std::lock_guard<std::mutex> lk(spec_->mu);
   spec_->sumsq[0] = sq;
   spec_->have_sq[0] = 1;
@@ -59,6 +60,7 @@ void SlidingWindowExecutor::embedding_grad_home() {
 // Sum of squares of unit u's gradient once it is home: reduced on the device by grads_out
 // (one float back), or summed here in double (the embedding; f32 homes).
 double SlidingWindowExecutor::unit_sumsq(int u) {
+  if (u == 0) return device_norm(0) ? double(emb_sumsq_) : emb_grad_->sum_squares(opt_pool());
   if (device_norm(u)) {
     float f = 0;
     ev_->grads_home[size_t(u)]->wait(*upd_d2h_);
@@ -66,7 +68,6 @@ double SlidingWindowExecutor::unit_sumsq(int u) {
     upd_d2h_->synchronize();
     return double(f);
   }
-  if (u == 0) return emb_grad_->sum_squares(opt_pool());
   return sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
                             store_.numel(u), store_.ranges(u), &opt_pool());
 }

@@ -66,12 +66,13 @@ void SlidingWindowExecutor::embedding_adamw(EmbeddingGrad::Kind kind, EmbeddingG
 void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   ThreadPool& pool = opt_pool();
   const int n_units = store_.n_units();
-  // Global norm: the embedding (and f32 homes) in double on the host; the other units were
-  // reduced on the device while their gradients went home.
+  // Global norm: a tied embedding (and f32 homes) in double on the host; the other units
+  // were reduced on the device while their gradients went home (the untied embedding's rows
+  // as they were scattered).
   std::vector<float> dev_norms(size_t(n_units), 0.f);
   be_.copy_to_host(*compute_, dev_norms.data(), norms_->data(), size_t(n_units) * 4);
   compute_->synchronize();
-  double sumsq = emb_grad_->sum_squares(pool);
+  double sumsq = device_norm(0) ? double(emb_sumsq_) : emb_grad_->sum_squares(pool);
   for (int u = 1; u < n_units; ++u)
     sumsq += device_norm(u) ? double(dev_norms[size_t(u)])
                             : sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
