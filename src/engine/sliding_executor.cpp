@@ -46,6 +46,10 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   for (int k = layout_.n_layers - ec.resident_layers; k < layout_.n_layers; ++k)
     home_on_device_[size_t(k + 1)] = 1;
   home_on_device_[size_t(head_unit)] = ec.head_resident;
+  if (ec.first_layer_device_adamw) {
+    home_on_device_[1] = 1;
+    dev_state_ = be.alloc(size_t(layout_.layer(0).numel) * 12, "layer 0 master, AdamW m and v");
+  }
   bool any_resident = false;
   for (int u = 0; u < n_units; ++u) {
     size_t n = size_t(layout_.units[size_t(u)].numel);
@@ -138,6 +142,16 @@ SlidingWindowExecutor::~SlidingWindowExecutor() {
 
 ParamStore& SlidingWindowExecutor::params() {
   updates_.wait_all();
+  if (host_state_stale_) {  // the device-optimizer unit's state comes home
+    upd_h2d_->synchronize();
+    const size_t n = size_t(store_.numel(1)) * 4;
+    const char* d = static_cast<const char*>(dev_state_->data());
+    be_.copy_to_host(*h2d_, store_.master(1), d, n);
+    be_.copy_to_host(*h2d_, store_.m(1), d + n, n);
+    be_.copy_to_host(*h2d_, store_.v(1), d + 2 * n, n);
+    h2d_->synchronize();
+    host_state_stale_ = false;
+  }
   return store_;
 }
 
@@ -148,6 +162,7 @@ const void* SlidingWindowExecutor::host_weights(int unit) const {
 }
 
 void* SlidingWindowExecutor::weights_on_device(const Op& op) const {
+  if (device_adamw(op.unit) && cd_ == DType::f32) return dev_state_->data();  // the master
   if (op.unit > 0 && resident(op.unit) && cd_ != DType::f32) return homes_[size_t(op.unit)]->data();
   return slots_[size_t(op.slot)]->data();
 }
@@ -235,7 +250,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       }
       updates_.wait(op.unit);  // this unit's AdamW of the previous step
       if (op.unit <= 2) trace_mark("load_weights: update ready, unit", op.unit);
-      if (resident(op.unit) && cd_ != DType::f32) {
+      if ((resident(op.unit) && cd_ != DType::f32) || device_adamw(op.unit)) {
         // Weights are home already (or wait in `next`); the slot is not used. Order after
         // their trip home.
         ev.home_ready[size_t(op.unit)]->wait(*h2d_);
@@ -330,6 +345,14 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       if (is_head && layout_.tied) {
         ev.head_done->wait(*d2h_);
         be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
+      }
+      if (device_adamw(op.unit)) {
+        // Stays in its accumulator for the device AdamW after the norm (device_unit_adamw,
+        // which also marks the accumulator free again: grads_copied).
+        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
+        ev.grads_home[size_t(op.unit)]->record(*compute_);
+        mark_grad_ready(op.unit);
+        return;
       }
       if (resident(op.unit)) {
         // Compute stream order: after the unit's last backward (or head) op.

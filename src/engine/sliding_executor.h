@@ -88,6 +88,11 @@ struct EngineConfig {
   // runs through the others.)
   enum class Speculation { off, always } speculation = Speculation::off;
   int next_units = -1;
+  // Layer 0's fp32 master, m and v live on the device and its AdamW runs there (its home is
+  // resident too). Layer 0's gradient is the backward's last: with its update on the host
+  // (~80 ms at 8B) the next forward could not start before that update ended. The host
+  // ParamStore gets layer 0's state back when params() is asked for.
+  bool first_layer_device_adamw = false;
   // Tests only: the device scatter of an untied embedding gradient uses both of its row
   // blocks (half the step's rows each) even when one would hold them all.
   bool split_embedding_scatter = false;
@@ -96,7 +101,8 @@ struct EngineConfig {
   bool speculate_everything = false;
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
-    return speculative() && u >= 1 && (next_units < 0 || u <= next_units);
+    return speculative() && u >= 1 && !(first_layer_device_adamw && u == 1) &&
+           (next_units < 0 || u <= next_units);
   }
   bool speculative() const { return speculation != Speculation::off; }
 };
@@ -133,13 +139,20 @@ class SlidingWindowExecutor final : public StepExecutor {
   const void* host_weights(int unit) const;  // compute-dtype source for a weight load
   void* weights_on_device(const Op& op) const;  // home (resident) or slot
   bool resident(int unit) const { return home_on_device_[size_t(unit)]; }
-  // Whether the unit's gradient sum of squares is reduced on the device (else on the host).
   // Whose gradient's sum of squares the device reduces (into norms_[unit]): every streamed
   // or resident layer and the head in a reduced compute dtype, and an untied embedding
   // (scattered on the device); the rest are summed on the host.
   bool device_norm(int unit) const {
     return unit == 0 ? device_scatter() : resident(unit) || cd_ != DType::f32;
   }
+  // Unit u's optimizer state and AdamW are on the device (EngineConfig::first_layer_device_adamw).
+  bool device_adamw(int u) const { return ec_.first_layer_device_adamw && u == 1; }
+  // Its AdamW on the update thread's stream, after its gradient and before its next load.
+  void device_unit_adamw(int u, const AdamWStep& s);
+  // Every home gets the compute-dtype weights of the master again (a skipped step: homes
+  // hold gradients); with_device_units: also device-optimizer units, whose state the host
+  // master then defines (params_changed), else those keep theirs.
+  void refresh_homes(bool with_device_units);
   ThreadPool& opt_pool();
   // untouched_done: phase A already updated the embedding's untouched rows (unit 0 only).
   void update_unit(int unit, const AdamWStep& s, bool untouched_done = false);
@@ -192,6 +205,10 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
   float emb_sumsq_ = 0;  // norms_[0] after embedding_grad_on_device (device_norm(0))
+  // Device-optimizer unit (layer 0): fp32 [master | m | v], and whether the host's copy in
+  // store_ is behind it (a step updated it since the last params()).
+  std::unique_ptr<Buffer> dev_state_;
+  bool host_state_stale_ = false;
   std::unique_ptr<Buffer> emb_table_;  // the fp32 master table, mapped for embedding_forward
   std::unique_ptr<Buffer> emb_stage_;  // [T_step, C] dX (host; tied tables: host scatter)
   // Untied tables: the step's dX is scattered into the sparse rows on the device (backend

@@ -82,6 +82,7 @@ uint16_t* SlidingWindowExecutor::spec_out(int u) {
 }
 
 bool SlidingWindowExecutor::can_speculate(int u) const {
+  if (device_adamw(u)) return false;  // updated on the device once the norm is known
   return u == 0 || cd_ == DType::f32 || next_[size_t(u)] != nullptr;
 }
 
@@ -177,7 +178,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
       if (!speculated[size_t(u)]) continue;
       unit_adamw(EmbeddingGrad::Kind::undo, u, nullptr, false, s1, s1);
     }
-    params_changed();  // homes hold gradients: put the unchanged weights back
+    refresh_homes(false);  // homes hold gradients: put the unchanged weights back
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
@@ -197,6 +198,10 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
 void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1,
                                         bool speculated, bool untouched_done) {
   if (u <= 2) trace_mark(speculated ? "phase B: speculated unit" : "phase B: unit", u);
+  if (device_adamw(u)) {
+    device_unit_adamw(u, s);
+    return;
+  }
   if (!speculated && s.grad_scale != 1.f) {
     // Clipped, not reached by phase A: the bits it would have given had it been speculated
     // and redone, so that the result does not depend on how far phase A got.

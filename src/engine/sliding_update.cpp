@@ -25,12 +25,25 @@ void SlidingWindowExecutor::home_from_next(int u) {
 
 void SlidingWindowExecutor::params_changed() {
   updates_.wait_all();
+  if (dev_state_) {  // the master is the truth now: the device-optimizer unit's state too
+    const size_t n = size_t(store_.numel(1)) * 4;
+    char* d = static_cast<char*>(dev_state_->data());
+    be_.copy_to_device(*h2d_, d, store_.master(1), n);
+    be_.copy_to_device(*h2d_, d + n, store_.m(1), n);
+    be_.copy_to_device(*h2d_, d + 2 * n, store_.v(1), n);
+    h2d_->synchronize();
+    host_state_stale_ = false;
+  }
+  refresh_homes(true);
+}
+
+void SlidingWindowExecutor::refresh_homes(bool with_device_units) {
   std::fill(upload_next_.begin(), upload_next_.end(), 0);  // the master is the truth now
   if (cd_ == DType::f32) return;  // weights load straight from the master
   // Every home (and the tied table's staging) gets the compute-dtype weights.
   std::vector<char> tmp;
   for (int u = 0; u < store_.n_units(); ++u) {
-    if (!homes_[size_t(u)]) continue;
+    if (!homes_[size_t(u)] || (device_adamw(u) && !with_device_units)) continue;
     const float* src = store_.master(u);
     size_t n = size_t(store_.numel(u));
     void* dst = homes_[size_t(u)]->data();
@@ -47,6 +60,28 @@ void SlidingWindowExecutor::params_changed() {
       h2d_->synchronize();
     }
   }
+}
+
+// AdamW of a device-optimizer unit from its f32 accumulator (left there by grads_out), new
+// compute-dtype weights straight into its resident home (f32 compute: the master is what
+// the layer reads). Per decay range, as adamw_update_ranges does on the host.
+void SlidingWindowExecutor::device_unit_adamw(int u, const AdamWStep& s) {
+  Stream& st = *upd_h2d_;
+  const int64_t n = store_.numel(u);
+  float* p = static_cast<float*>(dev_state_->data());
+  float *m = p + n, *v = p + 2 * n;
+  const float* g = static_cast<const float*>(grad_[0]->data());  // layer 0: buffer 0 % 2
+  char* out = cd_ == DType::f32 ? nullptr : static_cast<char*>(homes_[size_t(u)]->data());
+  ev_->grads_home[size_t(u)]->wait(st);
+  for (const ParamRange& r : store_.ranges(u)) {
+    AdamWStep sr = s;
+    if (!r.decay) sr.weight_decay = 0.f;
+    be_.adamw(st, p + r.offset, m + r.offset, v + r.offset, g + r.offset,
+              out ? out + size_t(r.offset) * dtype_size(cd_) : nullptr, r.numel, sr);
+  }
+  ev_->home_ready[size_t(u)]->record(st);
+  ev_->grads_copied[0]->record(st);  // the accumulator is free for the next backward
+  host_state_stale_ = true;
 }
 
 // The CPU optimizer's threads: every core but one, so that the thread driving the GPU (and
@@ -80,7 +115,7 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   st.grad_norm = std::sqrt(sumsq);
   if (!std::isfinite(st.grad_norm)) {
     st.clip_coef = 0;  // skip the update; weights stay as they are
-    params_changed();  // homes hold gradients now: put the unchanged weights back
+    refresh_homes(false);  // homes hold gradients now: put the unchanged weights back
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
@@ -97,6 +132,10 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
 // new compute-dtype weights are written over it in place (element i is read before it is
 // written); resident homes make the trip through a pinned ring buffer.
 void SlidingWindowExecutor::update_unit(int u, const AdamWStep& s, bool untouched_done) {
+  if (device_adamw(u)) {
+    device_unit_adamw(u, s);
+    return;
+  }
   if (u == 0) {  // embedding: sparse f32 gradient on the host; tied bf16 refreshes the table
     embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s);
     if (!untouched_done)

@@ -45,6 +45,7 @@ struct EngineCase {
   bool speculative = false;
   int next_units = -1;  // units with a "next" buffer (-1 all): the rest update after the backward
   bool spec_all = false;   // phase A speculates every unit it can (deterministic redo coverage)
+  bool dev_adamw = false;  // layer 0's master, m, v and AdamW on the device
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
@@ -67,6 +68,7 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
   ec.speculate_everything = tc.spec_all;
+  ec.first_layer_device_adamw = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ModelLayout layout = ModelLayout::build(cfg);
@@ -101,9 +103,9 @@ TEST_P(CudaEngine, MatchesResidentStep) {
       den += (a - o) * (a - o);
     }
   double rel = std::sqrt(num / den);
-  std::printf("[ERR] engine %s tied=%d resident=%d speculative=%d: weight-update rel L2 %.3e\n",
+  std::printf("[ERR] engine %s tied=%d resident=%d speculative=%d dev_adamw=%d: weight-update rel L2 %.3e\n",
               std::string(arch_name(tc.arch)).c_str(), tc.tied, tc.resident_layers,
-              tc.speculative, rel);
+              tc.speculative, tc.dev_adamw, rel);
   // AdamW normalises each element's step, so bf16 gradient rounding moves tiny-gradient
   // elements by a visible fraction of lr; the bulk of the update must agree.
   EXPECT_LT(rel, 0.1);
@@ -118,14 +120,17 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                                            EngineCase{Arch::llama, false, 2, false, true},
                                            EngineCase{Arch::qwen3, true, 0, true, true},
                                            EngineCase{Arch::llama, false, 2, false, true, 2, true},
-                                           EngineCase{Arch::qwen2, false, 0, true, true, -1, true}),
+                                           EngineCase{Arch::qwen2, false, 0, true, true, -1, true},
+                                           EngineCase{Arch::llama, false, 0, false, false, -1, false, true},
+                                           EngineCase{Arch::qwen3, true, 2, false, true, -1, false, true},
+                                           EngineCase{Arch::mistral, false, 1, true, true, -1, true, true}),
                          [](const auto& info) {
                            const EngineCase& c = info.param;
                            return cat(arch_name(c.arch), c.tied ? "_tied" : "", "_resident",
                                       c.resident_layers, c.acts_on_device ? "_devacts" : "",
                                       c.speculative ? "_speculative" : "",
                                       c.next_units >= 0 ? cat("_next", c.next_units) : "",
-                                      c.spec_all ? "_specall" : "");
+                                      c.spec_all ? "_specall" : "", c.dev_adamw ? "_devadamw" : "");
                          });
 
 }  // namespace
