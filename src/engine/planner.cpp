@@ -106,7 +106,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   const int n_units = int(l.units.size()), head_unit = n_units - 1;
   auto resident = [&](int u) {
     if (u == head_unit) return ec.head_resident;
-    return u >= 1 && u - 1 >= l.n_layers - ec.resident_layers;
+    return (u == 1 && ec.first_layer_device_adamw) || (u >= 1 && u - 1 >= l.n_layers - ec.resident_layers);
   };
   std::vector<MemoryLine> m;
   size_t state = 0, host_homes = 0, dev_homes = 0, max_home = 0;
@@ -154,9 +154,13 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     m.push_back({cat("activation store (", L - dev_acts, " layers)"),
                  (L - dev_acts) * host_round(xbytes), false});
 
+  const bool layer0_extra = ec.first_layer_device_adamw && ec.resident_layers < l.n_layers;
   if (dev_homes)
-    m.push_back({cat("weights/gradient homes (", ec.resident_layers, " layers",
-                     ec.head_resident ? " + head" : "", ")"), dev_homes, true});
+    m.push_back({cat("weights/gradient homes (", ec.resident_layers + (layer0_extra ? 1 : 0),
+                     " layers", ec.head_resident ? " + head" : "", ")"), dev_homes, true});
+  if (ec.first_layer_device_adamw)
+    m.push_back({"layer 0 master + AdamW m, v (its AdamW on the device)",
+                 dev_round(size_t(l.layer(0).numel) * 12), true});
   m.push_back({cat("weight slots (", ec.n_slots, ")"), size_t(ec.n_slots) * dev_round(ML * es), true});
   size_t head = dev_round(size_t(l.head().numel) * 4);
   if (!ec.head_resident || cd == DType::f32) head += dev_round(size_t(l.head().numel) * es);
@@ -259,7 +263,8 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   } else {
     const double es = double(dtype_size(DType::bf16));
     double layer_bytes = double(max_layer_numel(l)) * es;
-    const double streamed = L - double(p.engine.resident_layers);
+    const bool layer0_extra = p.engine.first_layer_device_adamw && p.engine.resident_layers < l.n_layers;
+    const double streamed = L - double(p.engine.resident_layers) - (layer0_extra ? 1 : 0);
     double w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
     double w_bwd = std::max(0.0, streamed - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
     const double host_act_layers = L - double(p.engine.n_device_act_layers(l.n_layers));
@@ -276,7 +281,11 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     const double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
     const double in_bwd = std::min(spec_params / hw.adamw_params_per_s, bwd_phase);
     const double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s - in_bwd});
-    p.step_seconds = fwd_phase + head_s + bwd_phase;
+    // Layer 0's gradient is the backward's last and the next forward needs it first: its
+    // host AdamW (which can only start then) is a gap between steps; on the device ~0.
+    const double boundary = p.engine.first_layer_device_adamw
+                                ? 0.0 : double(l.layer(0).numel) / hw.adamw_params_per_s;
+    p.step_seconds = fwd_phase + head_s + bwd_phase + boundary;
   }
   p.tokens_per_second = T / p.step_seconds;
 }
@@ -407,6 +416,12 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         p.lines = sliding_memory(cfg, p.engine, cd);
         total(p);
         consider(p);
+        if (cd != DType::f32) {  // layer 0's optimizer on the device (where memory allows)
+          p.engine.first_layer_device_adamw = true;
+          p.lines = sliding_memory(cfg, p.engine, cd);
+          total(p);
+          consider(p);
+        }
         if (chunk == 1) break;
       }
     }
@@ -487,9 +502,12 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
        << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
   } else {
     os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
-       << p.engine.resident_layers << " of " << cfg.num_hidden_layers
+       << p.engine.resident_layers +
+              (p.engine.first_layer_device_adamw && p.engine.resident_layers < cfg.num_hidden_layers ? 1 : 0)
+       << " of " << cfg.num_hidden_layers
        << " layers resident, " << (p.engine.speculative() ? "speculative" : "deferred")
-       << " update, chunks of "
+       << " update" << (p.engine.first_layer_device_adamw ? " (layer 0's on the device)" : "")
+       << ", chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "
        << (p.engine.n_device_act_layers(int(cfg.num_hidden_layers)) == cfg.num_hidden_layers

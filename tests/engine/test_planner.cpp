@@ -22,20 +22,26 @@ size_t sum_device(const std::vector<MemoryLine>& lines) {
 
 TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
   ModelConfig cfg = tiny_config(Arch::qwen3, true);
-  EngineConfig ec;
-  ec.max_chunk_tokens = 40;
-  ec.max_chunks = 3;
-  ec.activations_on_device = true;
-  HostBackend be;
-  {
-    SlidingWindowExecutor ex(be, cfg, ec);
-    // The host backend rounds to 64 bytes, the plan to 256 (CUDA's rounding) and it counts
-    // the CUDA backend's per-stream workspaces: the plan is an upper bound, and a tight one.
-    size_t planned = sum_device(sliding_memory(cfg, ec, DType::f32));
-    EXPECT_LE(be.peak_bytes_in_use(), planned);
-    EXPECT_GE(be.peak_bytes_in_use() + (size_t(81) << 20), planned);
-  }
-  EXPECT_EQ(be.bytes_in_use(), 0u);
+  for (int resident : {0, 1, 2})
+    for (bool dev_adamw : {false, true}) {  // layer 0's state on the device: its line and home
+      SCOPED_TRACE(cat("resident ", resident, dev_adamw ? ", layer 0 AdamW on the device" : ""));
+      EngineConfig ec;
+      ec.max_chunk_tokens = 40;
+      ec.max_chunks = 3;
+      ec.activations_on_device = true;
+      ec.resident_layers = resident;
+      ec.first_layer_device_adamw = dev_adamw;
+      HostBackend be;
+      {
+        SlidingWindowExecutor ex(be, cfg, ec);
+        // The host backend rounds to 64 bytes, the plan to 256 (CUDA's rounding) and it counts
+        // the CUDA backend's per-stream workspaces: the plan is an upper bound, and a tight one.
+        size_t planned = sum_device(sliding_memory(cfg, ec, DType::f32));
+        EXPECT_LE(be.peak_bytes_in_use(), planned);
+        EXPECT_GE(be.peak_bytes_in_use() + (size_t(81) << 20), planned);
+      }
+      EXPECT_EQ(be.bytes_in_use(), 0u);
+    }
 }
 
 // The resident executors keep every layer's activations when the plan says so, and allocate
@@ -123,10 +129,11 @@ TEST(Planner, DeviceModelMeasuresTheHostAdamW) {
   EXPECT_EQ(hw.device_flops, HardwareModel{}.device_flops);
 }
 
-// Long sequences: neither tier alone holds the saved inputs; the planner splits them.
+// Long sequences: neither tier alone holds the saved inputs (106 GiB of host: the state is
+// 89.75 GiB, the store 16 GiB); the planner splits them.
 TEST(Planner, SplitsActivationsBetweenTiers) {
   ModelConfig cfg = model_preset("llama3-8b");
-  Budget b{size_t(24) << 30, size_t(112) << 30, false};
+  Budget b{size_t(24) << 30, size_t(106) << 30, false};
   Plan p = make_plan(cfg, {8 * 8192, 1, 8192}, b, DType::bf16, HardwareModel{});
   ASSERT_TRUE(p.fits) << p.advice;
   const int on_device = p.engine.n_device_act_layers(32);
@@ -171,3 +178,29 @@ TEST(Planner, ParsesSizes) {
 }
 
 }  // namespace
+
+// Layer 0's update is the one the next forward waits for after the backward: on a GPU the
+// planner moves its optimizer state to the device when the window still fits (8B at 24 GiB:
+// 2.4 GiB for a few layers' homes, which then stream under the compute), and counts the
+// host update's gap otherwise. The fp32 host reference never does.
+TEST(Planner, PutsLayerZeroOptimizerOnTheDevice) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(112) << 30, false};
+  Plan p = make_plan(cfg, {32 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(p.fits) << p.advice;
+  EXPECT_TRUE(p.engine.first_layer_device_adamw);
+  EXPECT_LE(p.device_bytes, b.device_bytes);
+  Plan q = p;  // the same window with layer 0's update on the host predicts the gap
+  q.engine.first_layer_device_adamw = false;
+  q.lines = sliding_memory(cfg, q.engine, DType::bf16);
+  bool listed = false;
+  for (auto& l : p.lines) listed |= l.what.find("layer 0 master") != std::string::npos;
+  EXPECT_TRUE(listed);
+  for (auto& l : q.lines) EXPECT_EQ(l.what.find("layer 0 master"), std::string::npos);
+
+  ModelConfig tiny = tiny_config(Arch::llama, false);
+  Budget hb{size_t(1) << 30, size_t(1) << 30, true};
+  Plan h = make_plan(tiny, {64, 1, 32}, hb, DType::f32, HardwareModel{}, false);
+  ASSERT_TRUE(h.fits) << h.advice;
+  EXPECT_FALSE(h.engine.first_layer_device_adamw);
+}
