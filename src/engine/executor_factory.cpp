@@ -91,7 +91,13 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
                                                     : HardwareModel::device_default();
   SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
              "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding");
+  SF_REQUIRE(req.layer0_optimizer == "auto" || req.layer0_optimizer == "host" ||
+                 req.layer0_optimizer == "device",
+             "--layer0-optimizer \"", req.layer0_optimizer, "\" is unknown; use auto, host or device");
+  const Layer0Optimizer l0 = req.layer0_optimizer == "host"     ? Layer0Optimizer::host
+                             : req.layer0_optimizer == "device" ? Layer0Optimizer::device
+                                                                : Layer0Optimizer::automatic;
+  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding", l0);
   if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;

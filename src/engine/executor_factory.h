@@ -14,6 +14,7 @@ namespace sf {
 struct ExecutorRequest {
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding
+  std::string layer0_optimizer = "auto";  // auto | host | device (Layer0Optimizer)
   StepRequest step;
   std::string gpu_memory;   // empty: the device's memory minus a margin
   std::string host_memory;  // empty: available RAM minus a margin

@@ -321,8 +321,11 @@ void choose_speculation(const ModelConfig& cfg, const Budget& budget, DType cd, 
 }  // namespace
 
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
-               const HardwareModel& hw, bool allow_resident) {
+               const HardwareModel& hw, bool allow_resident, Layer0Optimizer layer0) {
   SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
+  SF_REQUIRE(layer0 != Layer0Optimizer::device || cd != DType::f32,
+             "layer 0's optimizer on the device needs a GPU backend (the host reference "
+             "computes in fp32 and keeps all state in host memory)");
   Plan best;
   // 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
   //    (no recompute) if that fits too.
@@ -415,8 +418,8 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         }
         p.lines = sliding_memory(cfg, p.engine, cd);
         total(p);
-        consider(p);
-        if (cd != DType::f32) {  // layer 0's optimizer on the device (where memory allows)
+        if (layer0 != Layer0Optimizer::device) consider(p);
+        if (cd != DType::f32 && layer0 != Layer0Optimizer::host) {  // where memory allows
           p.engine.first_layer_device_adamw = true;
           p.lines = sliding_memory(cfg, p.engine, cd);
           total(p);

@@ -198,9 +198,22 @@ TEST(Planner, PutsLayerZeroOptimizerOnTheDevice) {
   EXPECT_TRUE(listed);
   for (auto& l : q.lines) EXPECT_EQ(l.what.find("layer 0 master"), std::string::npos);
 
+  // Forced either way (--layer0-optimizer), e.g. to measure both.
+  Plan host = make_plan(cfg, {32 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{}, true,
+                        Layer0Optimizer::host);
+  ASSERT_TRUE(host.fits);
+  EXPECT_FALSE(host.engine.first_layer_device_adamw);
+  EXPECT_GT(host.engine.resident_layers, p.engine.resident_layers);  // its memory holds homes
+  Plan dev = make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{}, true,
+                       Layer0Optimizer::device);
+  ASSERT_TRUE(dev.fits);
+  EXPECT_TRUE(dev.engine.first_layer_device_adamw);
+
   ModelConfig tiny = tiny_config(Arch::llama, false);
   Budget hb{size_t(1) << 30, size_t(1) << 30, true};
   Plan h = make_plan(tiny, {64, 1, 32}, hb, DType::f32, HardwareModel{}, false);
   ASSERT_TRUE(h.fits) << h.advice;
   EXPECT_FALSE(h.engine.first_layer_device_adamw);
+  EXPECT_THROW(make_plan(tiny, {64, 1, 32}, hb, DType::f32, HardwareModel{}, false,
+                         Layer0Optimizer::device), Error);
 }
