@@ -82,8 +82,8 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
   if (with_accum) cmd->add_option("--grad-accum", grad_accum, "micro-batches per optimizer step");
   cmd->add_option("--backend", req.backend, "auto, host or cuda");
   cmd->add_option("--engine", req.engine, "auto, resident or sliding");
-  cmd->add_option("--layer0-optimizer", req.layer0_optimizer,
-                  "sliding window: where layer 0's AdamW runs (auto, host or device)");
+  cmd->add_option("--device-adamw-layers", req.device_adamw_layers,
+                  "sliding window: the first layers whose AdamW runs on the GPU (auto or a count)");
   cmd->add_option("--gpu-memory", req.gpu_memory, "device memory budget, e.g. 24GiB");
   cmd->add_option("--host-memory", req.host_memory, "host memory budget, e.g. 100GiB");
 }

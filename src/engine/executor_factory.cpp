@@ -91,13 +91,20 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
                                                     : HardwareModel::device_default();
   SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
              "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
-  SF_REQUIRE(req.layer0_optimizer == "auto" || req.layer0_optimizer == "host" ||
-                 req.layer0_optimizer == "device",
-             "--layer0-optimizer \"", req.layer0_optimizer, "\" is unknown; use auto, host or device");
-  const Layer0Optimizer l0 = req.layer0_optimizer == "host"     ? Layer0Optimizer::host
-                             : req.layer0_optimizer == "device" ? Layer0Optimizer::device
-                                                                : Layer0Optimizer::automatic;
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding", l0);
+  int dev_adamw = -1;
+  if (req.device_adamw_layers != "auto") {
+    size_t used = 0;
+    try {
+      dev_adamw = std::stoi(req.device_adamw_layers, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SF_REQUIRE(used == req.device_adamw_layers.size() && dev_adamw >= 0,
+               "--device-adamw-layers \"", req.device_adamw_layers,
+               "\" is not valid; use auto or a number of layers (0: every layer's AdamW on the host)");
+  }
+  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
+                     dev_adamw);
   if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;

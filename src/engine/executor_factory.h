@@ -14,7 +14,8 @@ namespace sf {
 struct ExecutorRequest {
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding
-  std::string layer0_optimizer = "auto";  // auto | host | device (Layer0Optimizer)
+  // Sliding window: how many of the first layers run AdamW on the device ("auto" or a count).
+  std::string device_adamw_layers = "auto";
   StepRequest step;
   std::string gpu_memory;   // empty: the device's memory minus a margin
   std::string host_memory;  // empty: available RAM minus a margin

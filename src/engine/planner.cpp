@@ -30,6 +30,12 @@ size_t device_batch_bytes(const ModelConfig& cfg, int64_t max_tokens) {
 // cuBLASLt + reduction workspaces the CUDA backend creates per stream that computes.
 constexpr size_t kBackendWorkspace = (size_t(32) << 20) + (size_t(8) << 20);
 
+// Layers whose home is on the device: the last resident_layers and the first
+// device_adamw_layers (which may overlap).
+int resident_layer_count(int n_layers, const EngineConfig& ec) {
+  return ec.resident_layers + std::min(ec.device_adamw_layers, n_layers - ec.resident_layers);
+}
+
 int64_t max_layer_numel(const ModelLayout& l) {
   int64_t m = 0;
   for (int k = 0; k < l.n_layers; ++k) m = std::max(m, l.layer(k).numel);
@@ -106,7 +112,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   const int n_units = int(l.units.size()), head_unit = n_units - 1;
   auto resident = [&](int u) {
     if (u == head_unit) return ec.head_resident;
-    return (u == 1 && ec.first_layer_device_adamw) || (u >= 1 && u - 1 >= l.n_layers - ec.resident_layers);
+    return ec.device_adamw(u) || (u >= 1 && u - 1 >= l.n_layers - ec.resident_layers);
   };
   std::vector<MemoryLine> m;
   size_t state = 0, host_homes = 0, dev_homes = 0, max_home = 0;
@@ -154,13 +160,21 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     m.push_back({cat("activation store (", L - dev_acts, " layers)"),
                  (L - dev_acts) * host_round(xbytes), false});
 
-  const bool layer0_extra = ec.first_layer_device_adamw && ec.resident_layers < l.n_layers;
+  const int D = ec.device_adamw_layers;
   if (dev_homes)
-    m.push_back({cat("weights/gradient homes (", ec.resident_layers + (layer0_extra ? 1 : 0),
-                     " layers", ec.head_resident ? " + head" : "", ")"), dev_homes, true});
-  if (ec.first_layer_device_adamw)
-    m.push_back({"layer 0 master + AdamW m, v (its AdamW on the device)",
-                 dev_round(size_t(l.layer(0).numel) * 12), true});
+    m.push_back({cat("weights/gradient homes (", resident_layer_count(l.n_layers, ec), " layers",
+                     ec.head_resident ? " + head" : "", ")"), dev_homes, true});
+  if (D > 0) {
+    size_t st = 0, acc = 0;
+    for (int k = 0; k < D; ++k) {
+      st += dev_round(size_t(l.layer(k).numel) * 12);
+      if (k >= 2) acc += dev_round(size_t(l.layer(k).numel) * 4);
+    }
+    m.push_back({D == 1 ? std::string("layer 0 master + AdamW m, v (its AdamW on the device)")
+                        : cat("layers 0-", D - 1, " master + AdamW m, v (their AdamW on the device)"),
+                 st, true});
+    if (acc) m.push_back({cat("gradient accumulators of layers 2-", D - 1), acc, true});
+  }
   m.push_back({cat("weight slots (", ec.n_slots, ")"), size_t(ec.n_slots) * dev_round(ML * es), true});
   size_t head = dev_round(size_t(l.head().numel) * 4);
   if (!ec.head_resident || cd == DType::f32) head += dev_round(size_t(l.head().numel) * es);
@@ -251,7 +265,10 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   // Backward: (the recompute +) twice the projections and 2.5x the attention.
   const double bwd_s = ((recompute ? 3 : 2) * fwd_s1 + (recompute ? 3.5 : 2.5) * att_s1) * L;
   const double head_s = 3 * head / hw.device_flops;
-  const double adam_s = double(l.total_numel()) / hw.adamw_params_per_s;
+  double host_params = double(l.total_numel());  // what the CPU optimizer updates
+  if (p.mode == Plan::Mode::sliding)
+    for (int k = 0; k < p.engine.device_adamw_layers; ++k) host_params -= double(l.layer(k).numel);
+  const double adam_s = host_params / hw.adamw_params_per_s;
   p.optimizer_seconds = adam_s;
   p.compute_seconds = fwd_s + bwd_s + head_s;
   if (p.mode == Plan::Mode::resident) {
@@ -263,8 +280,7 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   } else {
     const double es = double(dtype_size(DType::bf16));
     double layer_bytes = double(max_layer_numel(l)) * es;
-    const bool layer0_extra = p.engine.first_layer_device_adamw && p.engine.resident_layers < l.n_layers;
-    const double streamed = L - double(p.engine.resident_layers) - (layer0_extra ? 1 : 0);
+    const double streamed = L - double(resident_layer_count(l.n_layers, p.engine));
     double w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
     double w_bwd = std::max(0.0, streamed - p.engine.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
     const double host_act_layers = L - double(p.engine.n_device_act_layers(l.n_layers));
@@ -283,7 +299,7 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     const double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s - in_bwd});
     // Layer 0's gradient is the backward's last and the next forward needs it first: its
     // host AdamW (which can only start then) is a gap between steps; on the device ~0.
-    const double boundary = p.engine.first_layer_device_adamw
+    const double boundary = p.engine.device_adamw_layers > 0
                                 ? 0.0 : double(l.layer(0).numel) / hw.adamw_params_per_s;
     p.step_seconds = fwd_phase + head_s + bwd_phase + boundary;
   }
@@ -321,11 +337,14 @@ void choose_speculation(const ModelConfig& cfg, const Budget& budget, DType cd, 
 }  // namespace
 
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
-               const HardwareModel& hw, bool allow_resident, Layer0Optimizer layer0) {
+               const HardwareModel& hw, bool allow_resident, int device_adamw_layers) {
   SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
-  SF_REQUIRE(layer0 != Layer0Optimizer::device || cd != DType::f32,
-             "layer 0's optimizer on the device needs a GPU backend (the host reference "
+  SF_REQUIRE(device_adamw_layers <= 0 || cd != DType::f32,
+             "AdamW on the device for some layers needs a GPU backend (the host reference "
              "computes in fp32 and keeps all state in host memory)");
+  SF_REQUIRE(device_adamw_layers <= cfg.num_hidden_layers,
+             "--device-adamw-layers ", device_adamw_layers, " is more than the model's ",
+             cfg.num_hidden_layers, " layers");
   Plan best;
   // 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
   //    (no recompute) if that fits too.
@@ -418,12 +437,21 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         }
         p.lines = sliding_memory(cfg, p.engine, cd);
         total(p);
-        if (layer0 != Layer0Optimizer::device) consider(p);
-        if (cd != DType::f32 && layer0 != Layer0Optimizer::host) {  // where memory allows
-          p.engine.first_layer_device_adamw = true;
-          p.lines = sliding_memory(cfg, p.engine, cd);
-          total(p);
-          consider(p);
+        // The first layers' optimizer on the device (forced, or a few counts on a GPU; the
+        // planner's prediction weighs their memory against homes and the CPU's work).
+        std::vector<int> counts;
+        if (device_adamw_layers >= 0) counts = {device_adamw_layers};
+        else if (cd == DType::f32) counts = {0};
+        else
+          for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
+            if (d <= cfg.num_hidden_layers) counts.push_back(d);
+        for (int d : counts) {
+          Plan q = p;
+          q.engine.device_adamw_layers = d;
+          q.lines = sliding_memory(cfg, q.engine, cd);
+          total(q);
+          if (d > 0 && !device_fits(q)) break;  // more will not fit either
+          consider(q);
         }
         if (chunk == 1) break;
       }
@@ -505,11 +533,12 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
        << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
   } else {
     os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
-       << p.engine.resident_layers +
-              (p.engine.first_layer_device_adamw && p.engine.resident_layers < cfg.num_hidden_layers ? 1 : 0)
-       << " of " << cfg.num_hidden_layers
+       << resident_layer_count(cfg.num_hidden_layers, p.engine) << " of " << cfg.num_hidden_layers
        << " layers resident, " << (p.engine.speculative() ? "speculative" : "deferred")
-       << " update" << (p.engine.first_layer_device_adamw ? " (layer 0's on the device)" : "")
+       << " update"
+       << (p.engine.device_adamw_layers == 1 ? " (layer 0's on the device)"
+           : p.engine.device_adamw_layers > 1 ? cat(" (layers 0-", p.engine.device_adamw_layers - 1, " on the device)")
+                                              : std::string())
        << ", chunks of "
        << p.engine.max_chunk_tokens << " tokens (" << p.engine.max_chunks
        << " per step), activation store on the "

@@ -76,14 +76,12 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_toke
 // otherwise (and for the fp32 host reference) 256.
 int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd);
 
-// Where a sliding window updates layer 0 (EngineConfig::first_layer_device_adamw): the
-// planner's choice, or forced (benchmarks compare both; "device" needs a reduced compute dtype).
-enum class Layer0Optimizer { automatic, host, device };
-
 // allow_resident = false forces a sliding window even when everything would fit.
+// device_adamw_layers: for a sliding window, how many of the first layers keep their optimizer
+// on the device (EngineConfig::device_adamw_layers); -1: the planner's choice (only with a
+// reduced compute dtype, i.e. a GPU); a forced count must fit.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
-               const HardwareModel& hw, bool allow_resident = true,
-               Layer0Optimizer layer0 = Layer0Optimizer::automatic);
+               const HardwareModel& hw, bool allow_resident = true, int device_adamw_layers = -1);
 
 // "24GiB", "24G", "1.5TB", "512MiB", "1000000" (bytes). Throws Error(input) naming `flag`.
 size_t parse_bytes(const std::string& text, const std::string& flag);

@@ -46,9 +46,15 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   for (int k = layout_.n_layers - ec.resident_layers; k < layout_.n_layers; ++k)
     home_on_device_[size_t(k + 1)] = 1;
   home_on_device_[size_t(head_unit)] = ec.head_resident;
-  if (ec.first_layer_device_adamw) {
-    home_on_device_[1] = 1;
-    dev_state_ = be.alloc(size_t(layout_.layer(0).numel) * 12, "layer 0 master, AdamW m and v");
+  SF_REQUIRE(ec.device_adamw_layers >= 0 && ec.device_adamw_layers <= layout_.n_layers,
+             "device_adamw_layers must be in [0, n_layers]");
+  dev_state_.resize(size_t(layout_.n_layers));
+  dev_grad_.resize(size_t(layout_.n_layers));
+  for (int k = 0; k < ec.device_adamw_layers; ++k) {
+    home_on_device_[size_t(k + 1)] = 1;
+    const size_t n = size_t(layout_.layer(k).numel);
+    dev_state_[size_t(k)] = be.alloc(n * 12, cat("layer ", k, " master, AdamW m and v"));
+    if (k >= 2) dev_grad_[size_t(k)] = be.alloc(n * 4, cat("layer ", k, " gradient accumulator"));
   }
   bool any_resident = false;
   for (int u = 0; u < n_units; ++u) {
@@ -142,17 +148,26 @@ SlidingWindowExecutor::~SlidingWindowExecutor() {
 
 ParamStore& SlidingWindowExecutor::params() {
   updates_.wait_all();
-  if (host_state_stale_) {  // the device-optimizer unit's state comes home
+  if (host_state_stale_) {  // the device-AdamW layers' state comes home
     upd_h2d_->synchronize();
-    const size_t n = size_t(store_.numel(1)) * 4;
-    const char* d = static_cast<const char*>(dev_state_->data());
-    be_.copy_to_host(*h2d_, store_.master(1), d, n);
-    be_.copy_to_host(*h2d_, store_.m(1), d + n, n);
-    be_.copy_to_host(*h2d_, store_.v(1), d + 2 * n, n);
-    h2d_->synchronize();
+    device_state_copy(true);
     host_state_stale_ = false;
   }
   return store_;
+}
+
+void SlidingWindowExecutor::device_state_copy(bool to_host) {
+  for (int k = 0; k < ec_.device_adamw_layers; ++k) {
+    const int u = k + 1;
+    const size_t n = size_t(store_.numel(u)) * 4;
+    char* d = static_cast<char*>(dev_state_[size_t(k)]->data());
+    float* host[3] = {store_.master(u), store_.m(u), store_.v(u)};
+    for (int i = 0; i < 3; ++i) {
+      if (to_host) be_.copy_to_host(*h2d_, host[i], d + size_t(i) * n, n);
+      else be_.copy_to_device(*h2d_, d + size_t(i) * n, host[i], n);
+    }
+  }
+  h2d_->synchronize();
 }
 
 const void* SlidingWindowExecutor::host_weights(int unit) const {
@@ -162,7 +177,7 @@ const void* SlidingWindowExecutor::host_weights(int unit) const {
 }
 
 void* SlidingWindowExecutor::weights_on_device(const Op& op) const {
-  if (device_adamw(op.unit) && cd_ == DType::f32) return dev_state_->data();  // the master
+  if (device_adamw(op.unit) && cd_ == DType::f32) return dev_state_[size_t(op.unit - 1)]->data();  // the master
   if (op.unit > 0 && resident(op.unit) && cd_ != DType::f32) return homes_[size_t(op.unit)]->data();
   return slots_[size_t(op.slot)]->data();
 }
@@ -340,7 +355,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const bool is_head = op.unit == head_unit;
       const int g = is_head ? 0 : op.layer % 2;
       const size_t n = size_t(layout_.units[size_t(op.unit)].numel);
-      Buffer& acc = is_head ? *head_g_ : *grad_[g];
+      Buffer& acc = is_head ? *head_g_ : grad_acc(op.layer);
       Mat src(acc.data(), DType::f32, 1, int64_t(n));
       if (is_head && layout_.tied) {
         ev.head_done->wait(*d2h_);
@@ -401,13 +416,16 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       ev.slot_ready[size_t(op.slot)]->wait(*compute_);
       ev.buf_ready[op.buf]->wait(*compute_);
       const Unit& unit = layout_.layer(k);
-      if (c == 0) {  // the gradient buffer was last copied out two layers ago
-        ev.grads_copied[g]->wait(*compute_);
-        be_.fill_zero(*compute_, grad_[g]->data(), size_t(unit.numel) * 4);
+      Buffer& acc = grad_acc(k);
+      if (c == 0) {
+        // A shared accumulator was last copied out two layers ago; a device-AdamW layer's own
+        // was last read by its AdamW, which its weights' load in this step's forward followed.
+        if (&acc == grad_[g].get()) ev.grads_copied[g]->wait(*compute_);
+        be_.fill_zero(*compute_, acc.data(), size_t(unit.numel) * 4);
       }
       int64_t T = batches_[size_t(c)]->inputs().n_tokens;
       LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
-      LayerGrads gr = bind_layer(unit, grad_[g]->data(), DType::f32);
+      LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
       Mat xin(xin_[op.buf]->data(), cd_, T, C);
       if (busy_first_bwd_ < 0) busy_first_bwd_ = busy_used_;
       const int t = busy_begin();

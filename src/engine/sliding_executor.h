@@ -88,11 +88,16 @@ struct EngineConfig {
   // runs through the others.)
   enum class Speculation { off, always } speculation = Speculation::off;
   int next_units = -1;
-  // Layer 0's fp32 master, m and v live on the device and its AdamW runs there (its home is
-  // resident too). Layer 0's gradient is the backward's last: with its update on the host
-  // (~80 ms at 8B) the next forward could not start before that update ended. The host
-  // ParamStore gets layer 0's state back when params() is asked for.
-  bool first_layer_device_adamw = false;
+  // The first `device_adamw_layers` layers keep their fp32 master, m and v on the device and
+  // run AdamW there (their homes are resident too). Layer 0's gradient is the backward's last
+  // and the next forward needs it first: on the host its update (~80 ms at 8B) was a gap
+  // between steps; every further layer also takes its share of the CPU optimizer's work
+  // (which bounds small batches and clipped steps), for 12 B/param of device memory (16 from
+  // layer 2 on: its own f32 gradient accumulator; layers 0 and 1 keep theirs until the
+  // update, the next backward reuses them last). The host ParamStore gets their state back
+  // when params() is asked for.
+  int device_adamw_layers = 0;
+  bool device_adamw(int u) const { return u >= 1 && u <= device_adamw_layers; }
   // Tests only: the device scatter of an untied embedding gradient uses both of its row
   // blocks (half the step's rows each) even when one would hold them all.
   bool split_embedding_scatter = false;
@@ -101,8 +106,7 @@ struct EngineConfig {
   bool speculate_everything = false;
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
-    return speculative() && u >= 1 && !(first_layer_device_adamw && u == 1) &&
-           (next_units < 0 || u <= next_units);
+    return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);
   }
   bool speculative() const { return speculation != Speculation::off; }
 };
@@ -145,8 +149,13 @@ class SlidingWindowExecutor final : public StepExecutor {
   bool device_norm(int unit) const {
     return unit == 0 ? device_scatter() : resident(unit) || cd_ != DType::f32;
   }
-  // Unit u's optimizer state and AdamW are on the device (EngineConfig::first_layer_device_adamw).
-  bool device_adamw(int u) const { return ec_.first_layer_device_adamw && u == 1; }
+  // Unit u's optimizer state and AdamW are on the device (EngineConfig::device_adamw_layers).
+  bool device_adamw(int u) const { return ec_.device_adamw(u); }
+  // Layer k's f32 gradient accumulator: the two alternating ones, or its own (device AdamW
+  // layers from 2 on, whose gradient must outlive the backward).
+  Buffer& grad_acc(int k) const {
+    return k >= 2 && ec_.device_adamw(k + 1) ? *dev_grad_[size_t(k)] : *grad_[k % 2];
+  }
   // Its AdamW on the update thread's stream, after its gradient and before its next load.
   void device_unit_adamw(int u, const AdamWStep& s);
   // Every home gets the compute-dtype weights of the master again (a skipped step: homes
@@ -205,10 +214,12 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::unique_ptr<Buffer> norms_;                    // device f32 [units]: resident grad norms
   std::unique_ptr<Stream> upd_d2h_, upd_h2d_;        // the update thread's own streams
   float emb_sumsq_ = 0;  // norms_[0] after embedding_grad_on_device (device_norm(0))
-  // Device-optimizer unit (layer 0): fp32 [master | m | v], and whether the host's copy in
-  // store_ is behind it (a step updated it since the last params()).
-  std::unique_ptr<Buffer> dev_state_;
+  // Device-AdamW layers (index k): fp32 [master | m | v] and, from k = 2, the gradient
+  // accumulator; whether the host's copy in store_ is behind (a step updated them since the
+  // last params()).
+  std::vector<std::unique_ptr<Buffer>> dev_state_, dev_grad_;
   bool host_state_stale_ = false;
+  void device_state_copy(bool to_host);  // all device-AdamW layers' state, synchronously
   std::unique_ptr<Buffer> emb_table_;  // the fp32 master table, mapped for embedding_forward
   std::unique_ptr<Buffer> emb_stage_;  // [T_step, C] dX (host; tied tables: host scatter)
   // Untied tables: the step's dX is scattered into the sparse rows on the device (backend

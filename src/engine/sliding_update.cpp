@@ -25,15 +25,8 @@ void SlidingWindowExecutor::home_from_next(int u) {
 
 void SlidingWindowExecutor::params_changed() {
   updates_.wait_all();
-  if (dev_state_) {  // the master is the truth now: the device-optimizer unit's state too
-    const size_t n = size_t(store_.numel(1)) * 4;
-    char* d = static_cast<char*>(dev_state_->data());
-    be_.copy_to_device(*h2d_, d, store_.master(1), n);
-    be_.copy_to_device(*h2d_, d + n, store_.m(1), n);
-    be_.copy_to_device(*h2d_, d + 2 * n, store_.v(1), n);
-    h2d_->synchronize();
-    host_state_stale_ = false;
-  }
+  device_state_copy(false);  // the master is the truth now: device-AdamW layers' too
+  host_state_stale_ = false;
   refresh_homes(true);
 }
 
@@ -62,15 +55,16 @@ void SlidingWindowExecutor::refresh_homes(bool with_device_units) {
   }
 }
 
-// AdamW of a device-optimizer unit from its f32 accumulator (left there by grads_out), new
+// AdamW of a device-AdamW layer from its f32 accumulator (left there by grads_out), new
 // compute-dtype weights straight into its resident home (f32 compute: the master is what
 // the layer reads). Per decay range, as adamw_update_ranges does on the host.
 void SlidingWindowExecutor::device_unit_adamw(int u, const AdamWStep& s) {
   Stream& st = *upd_h2d_;
+  const int k = u - 1;
   const int64_t n = store_.numel(u);
-  float* p = static_cast<float*>(dev_state_->data());
+  float* p = static_cast<float*>(dev_state_[size_t(k)]->data());
   float *m = p + n, *v = p + 2 * n;
-  const float* g = static_cast<const float*>(grad_[0]->data());  // layer 0: buffer 0 % 2
+  const float* g = static_cast<const float*>(grad_acc(k).data());
   char* out = cd_ == DType::f32 ? nullptr : static_cast<char*>(homes_[size_t(u)]->data());
   ev_->grads_home[size_t(u)]->wait(st);
   for (const ParamRange& r : store_.ranges(u)) {
@@ -80,7 +74,8 @@ void SlidingWindowExecutor::device_unit_adamw(int u, const AdamWStep& s) {
               out ? out + size_t(r.offset) * dtype_size(cd_) : nullptr, r.numel, sr);
   }
   ev_->home_ready[size_t(u)]->record(st);
-  ev_->grads_copied[0]->record(st);  // the accumulator is free for the next backward
+  // A shared accumulator is free for the next backward's layer k + 2 (layers 0 and 1).
+  if (k < 2) ev_->grads_copied[k % 2]->record(st);
   host_state_stale_ = true;
 }
 

@@ -45,7 +45,7 @@ struct EngineCase {
   bool speculative = false;
   int next_units = -1;  // units with a "next" buffer (-1 all): the rest update after the backward
   bool spec_all = false;   // phase A speculates every unit it can (deterministic redo coverage)
-  bool dev_adamw = false;  // layer 0's master, m, v and AdamW on the device
+  int dev_adamw = 0;  // the first layers' master, m, v and AdamW on the device
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
@@ -68,7 +68,7 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
   ec.speculate_everything = tc.spec_all;
-  ec.first_layer_device_adamw = tc.dev_adamw;
+  ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ModelLayout layout = ModelLayout::build(cfg);
@@ -121,16 +121,17 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                                            EngineCase{Arch::qwen3, true, 0, true, true},
                                            EngineCase{Arch::llama, false, 2, false, true, 2, true},
                                            EngineCase{Arch::qwen2, false, 0, true, true, -1, true},
-                                           EngineCase{Arch::llama, false, 0, false, false, -1, false, true},
-                                           EngineCase{Arch::qwen3, true, 2, false, true, -1, false, true},
-                                           EngineCase{Arch::mistral, false, 1, true, true, -1, true, true}),
+                                           EngineCase{Arch::llama, false, 0, false, false, -1, false, 1},
+                                           EngineCase{Arch::qwen3, true, 2, false, true, -1, false, 1},
+                                           EngineCase{Arch::mistral, false, 1, true, true, -1, true, 1},
+                                           EngineCase{Arch::llama, false, 0, false, true, -1, false, 3}),
                          [](const auto& info) {
                            const EngineCase& c = info.param;
                            return cat(arch_name(c.arch), c.tied ? "_tied" : "", "_resident",
                                       c.resident_layers, c.acts_on_device ? "_devacts" : "",
                                       c.speculative ? "_speculative" : "",
                                       c.next_units >= 0 ? cat("_next", c.next_units) : "",
-                                      c.spec_all ? "_specall" : "", c.dev_adamw ? "_devadamw" : "");
+                                      c.spec_all ? "_specall" : "", c.dev_adamw ? cat("_devadamw", c.dev_adamw) : "");
                          });
 
 }  // namespace

@@ -54,13 +54,13 @@ struct Case {
   bool speculative = false;
   int next_units = -1;  // speculative: units with a "next" buffer (-1 all)
   bool spec_all = false;   // speculative: phase A speculates every unit it can (deterministic redo coverage)
-  bool dev_adamw = false;  // layer 0's optimizer on the "device" (first_layer_device_adamw)
+  int dev_adamw = 0;  // the first layers' optimizer on the "device" (device_adamw_layers)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
                resident_layers ? cat("_resident", resident_layers) : "",
                speculative ? "_speculative" : "", next_units >= 0 ? cat("_next", next_units) : "",
-               spec_all ? "_specall" : "", dev_adamw ? "_devadamw" : "");
+               spec_all ? "_specall" : "", dev_adamw ? cat("_devadamw", dev_adamw) : "");
   }
 };
 
@@ -70,6 +70,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   const Case& tc = GetParam();
   SCOPED_TRACE(tc.name());
   ModelConfig cfg = tiny_config(tc.arch, tc.tied);
+  if (tc.dev_adamw > 2) cfg.num_hidden_layers = 4;  // layer 2 on the device: its own accumulator
   const int rows = 2, seq = 12;
   InitOptions init;
   init.norm_jitter = 0.1f;
@@ -91,7 +92,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
   ec.speculate_everything = tc.spec_all;
-  ec.first_layer_device_adamw = tc.dev_adamw;
+  ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   SlidingWindowExecutor eng(be_eng, cfg, ec);
 
@@ -174,11 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::mistral, false, 50.f, 1, 64, false, 1, true, -1, true},
                       // Layer 0's AdamW on the device: deferred and speculative, clipped,
                       // tied, split chunks, with and without other resident homes.
-                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, true},
-                      Case{Arch::qwen2, false, 0.05f, 1, 64, false, 2, false, -1, false, true},
-                      Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, false, true},
-                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, true, true},
-                      Case{Arch::mistral, false, 0.f, 3, 16, false, 0, true, -1, false, true}),
+                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 1},
+                      Case{Arch::qwen2, false, 0.05f, 1, 64, false, 2, false, -1, false, 1},
+                      Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, false, 1},
+                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, true, 1},
+                      Case{Arch::mistral, false, 0.f, 3, 16, false, 0, true, -1, false, 1},
+                      // Layers 0-2 of 4 (layer 2 accumulates into its own buffer), and all of 2.
+                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 3},
+                      Case{Arch::qwen2, false, 0.05f, 2, 16, false, 1, true, -1, false, 3},
+                      Case{Arch::qwen3, false, 0.f, 1, 64, false, 0, true, -1, false, 2}),
     [](const auto& info) { return info.param.name(); });
 
 // A 2-slot window with the last layer's and the head's homes resident (their update trips in
@@ -258,12 +263,14 @@ TEST(SlidingWindow, EmbeddingScatterInTwoBlocksIsExact) {
 // updated during the backward), so the weights come back within fp32 rounding of the undo.
 TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
   for (int mode = 0; mode < 4; ++mode) {
-    const bool speculative = mode % 2 == 1, dev_adamw = mode >= 2;
-    SCOPED_TRACE(cat(speculative ? "speculative" : "deferred", dev_adamw ? ", layer 0 AdamW on the device" : ""));
+    const bool speculative = mode % 2 == 1;
+    const int dev_adamw = mode >= 2 ? 3 : 0;
+    SCOPED_TRACE(cat(speculative ? "speculative" : "deferred", dev_adamw ? ", AdamW on the device" : ""));
     ModelConfig cfg = tiny_config(Arch::llama, false);
+    cfg.num_hidden_layers = 4;
     HostBackend be;
     EngineConfig ec = small_window(64, 2, speculative, speculative);
-    ec.first_layer_device_adamw = dev_adamw;
+    ec.device_adamw_layers = dev_adamw;
     SlidingWindowExecutor eng(be, cfg, ec);
     ModelLayout layout = ModelLayout::build(cfg);
     for (int u = 0; u < eng.params().n_units(); ++u) init_unit(layout.units[size_t(u)], eng.params().master(u), 7);

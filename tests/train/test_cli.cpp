@@ -137,6 +137,15 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
   }
   bad = run_cli({"train", "--progress", "fancy", "--print-config"});
   EXPECT_TRUE(contains(bad.output, "--progress \"fancy\"")) << bad.output;
+  // Planner overrides are checked when the plan is made (plan: no training, no download).
+  for (const char* v : {"some", "-1", "2x"}) {
+    bad = run_cli({"plan", "--size", "llama3-8b", "--backend", "host", "--device-adamw-layers", v});
+    EXPECT_NE(bad.exit_code, 0) << v;
+    EXPECT_TRUE(contains(bad.output, std::string("--device-adamw-layers \"") + v + "\" is not valid"))
+        << bad.output;
+  }
+  bad = run_cli({"plan", "--size", "llama3-8b", "--backend", "host", "--device-adamw-layers", "2"});
+  EXPECT_TRUE(contains(bad.output, "needs a GPU backend")) << bad.output;
 }
 
 // A tiny model run through the CLI (fast), killed or interrupted in various ways.
