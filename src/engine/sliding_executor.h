@@ -158,6 +158,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   }
   // Its AdamW on the update thread's stream, after its gradient and before its next load.
   void device_unit_adamw(int u, const AdamWStep& s);
+  std::vector<int> update_order() const;  // phase B / the deferred update's unit order
   // Every home gets the compute-dtype weights of the master again (a skipped step: homes
   // hold gradients); with_device_units: also device-optimizer units, whose state the host
   // master then defines (params_changed), else those keep theirs.

@@ -185,9 +185,7 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   AdamWStep s = s1;
   s.grad_scale = float(st.clip_coef);
   store_.step = s.step;
-  std::vector<int> order(static_cast<size_t>(n_units));
-  for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;
-  updates_.start(order, [this, s, s1, speculated, n_units, untouched = emb_untouched_done_](int u) {
+  updates_.start(update_order(), [this, s, s1, speculated, n_units, untouched = emb_untouched_done_](int u) {
     finish_unit(u, s, s1, speculated[size_t(u)] != 0, untouched);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });

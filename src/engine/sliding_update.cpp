@@ -115,12 +115,22 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
   const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
-  std::vector<int> order(static_cast<size_t>(n_units));
-  for (int u = 0; u < n_units; ++u) order[size_t(u)] = u;  // forward order: E, layers, head
-  updates_.start(order, [this, s, n_units](int u) {
+  updates_.start(update_order(), [this, s, n_units](int u) {
     update_unit(u, s);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
+}
+
+// Phase B's order: device-AdamW layers first (each is only an enqueue: the GPU updates them
+// while the CPU takes the embedding), then forward order: embedding, layers, head (last: the
+// round's end is keyed on it).
+std::vector<int> SlidingWindowExecutor::update_order() const {
+  std::vector<int> order;
+  for (int u = 0; u < store_.n_units(); ++u)
+    if (device_adamw(u)) order.push_back(u);
+  for (int u = 0; u < store_.n_units(); ++u)
+    if (!device_adamw(u)) order.push_back(u);
+  return order;
 }
 
 // One unit's AdamW. The gradient is read in the compute dtype from the unit's home and the
