@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -256,6 +257,58 @@ TEST(SlidingWindow, EmbeddingScatterInTwoBlocksIsExact) {
   const float* ea = a->params().master(0);
   const float* eb = b->params().master(0);
   for (int64_t i = 0; i < a->params().numel(0); ++i) ASSERT_EQ(ea[i], eb[i]) << "element " << i;
+}
+
+// A checkpoint mid-run (params(): the device-AdamW layers' state comes home) loaded into an
+// executor that places the optimizer differently (params_changed(): it goes to the device
+// again) continues exactly as the reference, which never stopped: the state round-trips
+// bitwise, whichever layers keep theirs on the device before and after.
+TEST(SlidingWindow, CheckpointMovesDeviceAdamWStateExactly) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  cfg.num_hidden_layers = 4;
+  const int rows = 2, seq = 12;
+  for (auto [before, after] : {std::pair{3, 1}, std::pair{0, 4}, std::pair{2, 0}}) {
+    SCOPED_TRACE(cat("device AdamW layers ", before, " then ", after));
+    HostBackend be_ref, be_a, be_b;
+    ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
+    EngineConfig ec = small_window(64, 2, false, false);
+    ec.device_adamw_layers = before;
+    SlidingWindowExecutor a(be_a, cfg, ec);
+    same_start(cfg, ref, a, 11);
+    OptimHyper h;
+    h.lr = 3e-3;
+    h.weight_decay = 0.1f;
+    h.max_grad_norm = 0;  // unclipped: same operations in the same order, bitwise
+    auto step = [&](StepExecutor& e, int i) {
+      std::vector<Batch> micro = {random_batch(cfg, rows, seq, uint64_t(500 + i))};
+      return e.train_step(micro, h);
+    };
+    for (int i = 0; i < 2; ++i) {
+      step(ref, i);
+      step(a, i);
+    }
+    ec.device_adamw_layers = after;
+    SlidingWindowExecutor b(be_b, cfg, ec);
+    ParamStore& from = a.params();  // the checkpoint
+    for (int u = 0; u < from.n_units(); ++u) {
+      const size_t n = size_t(from.numel(u)) * sizeof(float);
+      std::memcpy(b.params().master(u), from.master(u), n);
+      std::memcpy(b.params().m(u), from.m(u), n);
+      std::memcpy(b.params().v(u), from.v(u), n);
+    }
+    b.params().step = from.step;
+    b.params_changed();
+    for (int i = 2; i < 4; ++i) {
+      StepStats r = step(ref, i), x = step(b, i);
+      EXPECT_EQ(r.loss(), x.loss()) << "step " << i;
+    }
+    for (int u = 0; u < ref.params().n_units(); ++u)
+      for (int64_t i = 0; i < ref.params().numel(u); ++i) {
+        ASSERT_EQ(ref.params().master(u)[i], b.params().master(u)[i]) << "unit " << u << " at " << i;
+        ASSERT_EQ(ref.params().m(u)[i], b.params().m(u)[i]) << "unit " << u << " at " << i;
+        ASSERT_EQ(ref.params().v(u)[i], b.params().v(u)[i]) << "unit " << u << " at " << i;
+      }
+  }
 }
 
 // A step whose gradients are not finite is skipped, as the reference skips it: the speculative
