@@ -1,7 +1,7 @@
 // The sliding-window executor: the GPU (any Backend) holds only a few layers' weights at a
 // time ("slots"); fp32 master weights and AdamW state stay on the host (ParamStore).
 //
-// One step, as build_step_schedule() lists it: the embedding is gathered on the host; every
+// One step, as build_step_schedule() lists it: the embedding rows are gathered; every
 // layer runs over ALL chunks of the step (micro-batches of gradient accumulation included)
 // before the next, while the next layer's weights load on the h2d stream and each chunk's
 // layer input is saved to the activation store on the d2h stream; the head computes the loss
@@ -15,12 +15,16 @@
 // turns it back into weights in place. So weights and gradients of the whole model cost one
 // 2-byte copy, split between the tiers by the planner; resident homes are never transferred
 // for compute. (With an fp32 compute dtype, as on the host backend, weights load straight
-// from the master and homes hold only gradients.) The embedding is gathered and scattered on
-// the host in fp32 and never leaves it (except as the LM head when tied).
+// from the master and homes hold only gradients.) The embedding's state stays on the host:
+// the forward's rows are read by the device from the mapped fp32 master table, an untied
+// table's gradient is scattered on the device into its sparse rows, a tied one's on the host.
+// The first `device_adamw_layers` layers are the exception to "state on the host": their
+// master and moments live on the device, and so does their AdamW.
 //
 // Exactness: the global gradient norm needs every gradient before any update. Deferred mode
-// runs the updates after the backward on a CPU thread in forward order (UpdatePipeline); the
-// next step's forward waits only for the unit it is about to use, so the CPU optimizer
+// runs the updates after the backward on a CPU thread in forward order (UpdatePipeline; the
+// device-AdamW layers are only enqueued, first); the next step's forward waits only for the
+// unit it is about to use, so the CPU optimizer
 // overlaps the next forward instead of stalling it. Speculative mode (the planner's choice;
 // sliding_speculation.cpp) also overlaps the backward: units are updated with coefficient 1
 // as their gradients land and redone in one pass if the final norm clips. The result equals
