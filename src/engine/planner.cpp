@@ -450,7 +450,10 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
           q.engine.device_adamw_layers = d;
           q.lines = sliding_memory(cfg, q.engine, cd);
           total(q);
-          if (d > 0 && !device_fits(q)) break;  // more will not fit either
+          if (d > 0 && !device_fits(q)) {  // more will not fit either
+            if (device_adamw_layers >= 0) consider(q);  // forced: kept for the advice
+            break;
+          }
           consider(q);
         }
         if (chunk == 1) break;
@@ -469,7 +472,11 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   if (best.device_bytes > budget.device_bytes)
     a << "device memory: even the smallest window needs " << format_bytes(best.device_bytes)
       << " but the budget is " << format_bytes(budget.device_bytes)
-      << "; lower --batch-size or --seq-len, or raise --gpu-memory.";
+      << "; lower --batch-size or --seq-len, or raise --gpu-memory"
+      << (device_adamw_layers > 0 ? cat(", or lower --device-adamw-layers (", device_adamw_layers,
+                                        " layers' optimizer state on the device)")
+                                  : std::string())
+      << ".";
   best.fits = false;
   best.advice = a.str();
   return best;

@@ -219,4 +219,8 @@ TEST(Planner, PutsTheFirstLayersOptimizerOnTheDevice) {
   EXPECT_EQ(h.engine.device_adamw_layers, 0);
   EXPECT_THROW(make_plan(tiny, {64, 1, 32}, hb, DType::f32, HardwareModel{}, false, 1), Error);
   EXPECT_THROW(make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{}, false, 33), Error);
+  // Forced beyond the device budget (32 layers' state is ~75 GiB): refused, naming the flag.
+  Plan too_many = make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{}, false, 32);
+  EXPECT_FALSE(too_many.fits);
+  EXPECT_NE(too_many.advice.find("--device-adamw-layers"), std::string::npos) << too_many.advice;
 }
