@@ -277,6 +277,8 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     const bool host_adam = hw.device_flops <= 100e12;
     p.optimizer_seconds = host_adam ? adam_s : 0.0;
     p.step_seconds = p.compute_seconds + p.optimizer_seconds;
+    p.bound = p.optimizer_seconds > 0.05 * p.step_seconds ? Plan::Bound::cpu_optimizer
+                                                          : Plan::Bound::gpu_compute;
   } else {
     const double es = double(dtype_size(DType::bf16));
     double layer_bytes = double(max_layer_numel(l)) * es;
@@ -302,6 +304,13 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
     const double boundary = p.engine.device_adamw_layers > 0
                                 ? 0.0 : double(l.layer(0).numel) / hw.adamw_params_per_s;
     p.step_seconds = fwd_phase + head_s + bwd_phase + boundary;
+    // Time beyond the compute, by cause; the larger one names the bound when it is >= 5%.
+    const double over_opt = std::max(0.0, adam_s - in_bwd - std::max(fwd_s, w_fwd + acts)) + boundary;
+    const double over_xfer = std::max(0.0, w_fwd + acts - std::max(fwd_s, adam_s - in_bwd)) +
+                             std::max(0.0, std::max(w_bwd + acts, grads) - bwd_s);
+    p.bound = std::max(over_opt, over_xfer) < 0.05 * p.step_seconds ? Plan::Bound::gpu_compute
+              : over_opt >= over_xfer                                ? Plan::Bound::cpu_optimizer
+                                                                     : Plan::Bound::transfers;
   }
   p.tokens_per_second = T / p.step_seconds;
 }
@@ -571,6 +580,23 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
      << p.optimizer_seconds << " s), " << std::setprecision(0) << p.tokens_per_second
      << " tokens/s, " << std::setprecision(1) << p.model_flops_per_step / p.step_seconds / 1e12
      << " model TFLOP/s\n";
+  switch (p.bound) {
+    case Plan::Bound::gpu_compute: os << "bound      compute: the step is as fast as its kernels\n"; break;
+    case Plan::Bound::cpu_optimizer:
+      os << "bound      the CPU optimizer (" << std::setprecision(2) << p.optimizer_seconds
+         << " s of host AdamW per step): more tokens per step (--batch-size, --grad-accum) "
+         << "amortise it"
+         << (p.mode == Plan::Mode::sliding && p.engine.head_resident
+                 ? "; more GPU memory moves more layers' AdamW there (--device-adamw-layers)"
+                 : "")
+         << "\n";
+      break;
+    case Plan::Bound::transfers:
+      os << "bound      PCIe transfers (" << std::setprecision(2) << p.transfer_seconds
+         << " s per step): more tokens per step hide them; more GPU memory keeps more layers' "
+         << "weights resident\n";
+      break;
+  }
   os << (p.fits ? "fits       yes\n" : "fits       NO: ") << (p.fits ? "" : p.advice + "\n");
   return os.str();
 }

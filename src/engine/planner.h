@@ -59,6 +59,9 @@ struct Plan {
   std::string advice;   // when it does not fit: what to change
   double step_seconds = 0, tokens_per_second = 0;
   double compute_seconds = 0, transfer_seconds = 0, optimizer_seconds = 0;
+  // What the predicted step waits for beyond the GPU's compute, if anything (describe_plan
+  // says what would help): the host optimizer, or transfers over PCIe.
+  enum class Bound { gpu_compute, cpu_optimizer, transfers } bound = Bound::gpu_compute;
   double model_flops_per_step = 0;  // 6 N T + causal attention (no recompute)
 };
 

@@ -224,3 +224,26 @@ TEST(Planner, PutsTheFirstLayersOptimizerOnTheDevice) {
   EXPECT_FALSE(too_many.fits);
   EXPECT_NE(too_many.advice.find("--device-adamw-layers"), std::string::npos) << too_many.advice;
 }
+
+// The plan says what bounds the step and what would help: on the H200 model, 8B batch 8 at
+// 24 GiB waits for the CPU optimizer, batch 32 for its kernels; with a free optimizer and
+// little GPU memory, a small batch waits for PCIe.
+TEST(Planner, SaysWhatBoundsTheStep) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(112) << 30, false};
+  Plan b8 = make_plan(cfg, {8 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  EXPECT_EQ(b8.bound, Plan::Bound::cpu_optimizer);
+  std::string d = describe_plan(cfg, {8 * 1024, 1, 1024}, b, b8);
+  EXPECT_NE(d.find("bound      the CPU optimizer"), std::string::npos) << d;
+  EXPECT_NE(d.find("--grad-accum"), std::string::npos) << d;
+  Plan b32 = make_plan(cfg, {32 * 1024, 1, 1024}, b, DType::bf16, HardwareModel{});
+  EXPECT_EQ(b32.bound, Plan::Bound::gpu_compute);
+  HardwareModel fast_cpu;
+  fast_cpu.adamw_params_per_s = 1e12;
+  Budget small{size_t(8) << 30, size_t(112) << 30, false};
+  Plan b1 = make_plan(cfg, {1 * 1024, 1, 1024}, small, DType::bf16, fast_cpu);
+  ASSERT_TRUE(b1.fits) << b1.advice;
+  EXPECT_EQ(b1.bound, Plan::Bound::transfers);
+  d = describe_plan(cfg, {1 * 1024, 1, 1024}, small, b1);
+  EXPECT_NE(d.find("bound      PCIe transfers"), std::string::npos) << d;
+}
