@@ -272,6 +272,8 @@ void add_train_command(CLI::App& app) {
   f.add("progress", st->progress, "auto (a status bar on a terminal, else lines), bar, lines, none");
   f.add("backend", o.backend, "auto, host or cuda");
   f.add("engine", o.engine, "auto, resident or sliding");
+  f.add("device-adamw-layers", o.device_adamw_layers,
+        "sliding window: the first layers whose AdamW runs on the GPU (auto or a count)");
   f.add("gpu-memory", o.gpu_memory, "device memory budget, e.g. 24GiB");
   f.add("host-memory", o.host_memory, "host memory budget, e.g. 100GiB");
   f.add("dtype", st->dtype, "dtype of the saved weights: auto (the model's torch_dtype), bf16, f16, f32");

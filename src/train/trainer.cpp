@@ -404,12 +404,14 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   ExecutorRequest er;
   er.backend = opt.backend;
   er.engine = opt.engine;
+  er.device_adamw_layers = opt.device_adamw_layers;
   er.gpu_memory = opt.gpu_memory;
   er.host_memory = opt.host_memory;
   er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;
-  auto exec = make_executor(cfg, er);
+  const PlannedRun planned = plan_run(cfg, er);
+  auto exec = make_executor(cfg, er, planned);
   {
     ParamStore& store = exec->params();
     if (!saved.is_null()) {
@@ -454,6 +456,10 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
           double(cfg.num_parameters()) / 1e6, "M parameters, ", cfg.num_hidden_layers,
           " layers; ", exec->name(), "; ", data.description, "; ", opt.steps, " steps of ",
           opt.grad_accum, " x ", opt.batch_size, " x ", opt.seq_len, " tokens"));
+  {  // the plan, without its memory table (`slideformer plan` prints the table)
+    std::istringstream lines(plan_summary(cfg, planned));
+    for (std::string l; std::getline(lines, l);) say(l);
+  }
   if (!saved.is_null())
     say(cat("resuming from ", resume_dir.string(), " at step ", start_step, " (epoch ",
             data.train->epoch(), ")"));

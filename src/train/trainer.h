@@ -68,6 +68,7 @@ struct TrainOptions {
   int64_t log_every = 10;       // plain-log lines (not on a terminal)
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
+  std::string device_adamw_layers = "auto";  // sliding window: the first layers' AdamW on the GPU
   std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
   std::string host_memory;       // budget; empty: available RAM minus a margin
   std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype

@@ -34,6 +34,9 @@ TEST(Cli, BundledExampleTrainsSavesAndReloads) {
                     "--eval-every", "2", "--save-every", "2", "--backend", "host", "--out",
                     out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The plan comes first: how the step runs, the memory totals, the prediction, the bound.
+  for (const char* line : {"mode       resident", "  total host", "predicted  step", "bound      "})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
   EXPECT_TRUE(contains(r.output, "eval  step 2")) << r.output;
   EXPECT_TRUE(contains(r.output, "saved " + (out / "checkpoint-3").string())) << r.output;
   EXPECT_EQ(read_file(out / "latest"), "checkpoint-3\n");
