@@ -151,6 +151,26 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
   EXPECT_TRUE(contains(bad.output, "needs a GPU backend")) << bad.output;
 }
 
+// The engine benchmark on the host backend: the plan, one line per step, and a RESULT line
+// whose steady rate counts only the timed steps (2..N) that follow an unclipped step. Clipping
+// off: steps 2..4; clipping at 0.1 (the tiny model's norms are 3-5): none.
+TEST(Cli, BenchReportsMeanAndSteadyRates) {
+  auto bench = [](const char* max_norm) {
+    return run_cli({"bench", "--size", "tiny", "--batch-size", "2", "--seq-len", "32", "--steps",
+                    "4", "--max-grad-norm", max_norm, "--backend", "host", "--engine", "sliding"});
+  };
+  auto r = bench("0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "bound      ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 4  loss")) << r.output;
+  EXPECT_TRUE(contains(r.output, "RESULT size=tiny")) << r.output;
+  EXPECT_TRUE(contains(r.output, "(3 steps)")) << r.output;
+  EXPECT_FALSE(contains(r.output, "steady_tokens/s=0 ")) << r.output;
+  r = bench("0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "steady_tokens/s=0 (0 steps)")) << r.output;
+}
+
 // A tiny model run through the CLI (fast), killed or interrupted in various ways.
 struct CliRun {
   TempDir tmp{"sf-cli-signals"};
