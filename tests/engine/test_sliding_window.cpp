@@ -44,6 +44,19 @@ void same_start(const ModelConfig& cfg, StepExecutor& a, StepExecutor& b, uint64
   b.params_changed();
 }
 
+// Every unit's fp32 master (and, with moments, AdamW m and v) bitwise equal in both.
+void expect_same_state(StepExecutor& a, StepExecutor& b, bool moments) {
+  ParamStore &pa = a.params(), &pb = b.params();
+  for (int u = 0; u < pa.n_units(); ++u)
+    for (int which = 0; which < (moments ? 3 : 1); ++which) {
+      const float* x = which == 0 ? pa.master(u) : which == 1 ? pa.m(u) : pa.v(u);
+      const float* y = which == 0 ? pb.master(u) : which == 1 ? pb.m(u) : pb.v(u);
+      for (int64_t i = 0; i < pa.numel(u); ++i)
+        ASSERT_EQ(x[i], y[i]) << (which == 0 ? "master" : which == 1 ? "m" : "v") << " of unit "
+                              << u << " at " << i;
+    }
+}
+
 struct Case {
   Arch arch;
   bool tied;
@@ -139,13 +152,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
       max_diff = std::max(max_diff, double(std::fabs(ref.params().master(u)[i] -
                                                      eng.params().master(u)[i])));
   EXPECT_LE(max_diff, tol);
-  if (tol == 0.0) {  // the optimizer state too (checkpoints carry it)
-    for (int u = 0; u < ref.params().n_units(); ++u)
-      for (int64_t i = 0; i < ref.params().numel(u); ++i) {
-        ASSERT_EQ(ref.params().m(u)[i], eng.params().m(u)[i]) << "m of unit " << u << " at " << i;
-        ASSERT_EQ(ref.params().v(u)[i], eng.params().v(u)[i]) << "v of unit " << u << " at " << i;
-      }
-  }
+  if (tol == 0.0) expect_same_state(ref, eng, true);  // the optimizer state too (checkpoints carry it)
   // Evaluation through the engine's forward-only schedule.
   Batch e = random_batch(cfg, rows, seq, 999);
   double la = ref.eval_loss_sum(e), lb = eng.eval_loss_sum(e);
@@ -226,9 +233,7 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
         ASSERT_LT(sa.clip_coef, 1.0);
         EXPECT_EQ(sa.loss_sum, sb.loss_sum) << "step " << step;
       }
-      for (int u = 0; u < a->params().n_units(); ++u)
-        for (int64_t i = 0; i < a->params().numel(u); ++i)
-          ASSERT_EQ(a->params().master(u)[i], b->params().master(u)[i]) << "unit " << u << " element " << i;
+      expect_same_state(*a, *b, false);
     }
   }
 }
@@ -302,12 +307,7 @@ TEST(SlidingWindow, CheckpointMovesDeviceAdamWStateExactly) {
       StepStats r = step(ref, i), x = step(b, i);
       EXPECT_EQ(r.loss(), x.loss()) << "step " << i;
     }
-    for (int u = 0; u < ref.params().n_units(); ++u)
-      for (int64_t i = 0; i < ref.params().numel(u); ++i) {
-        ASSERT_EQ(ref.params().master(u)[i], b.params().master(u)[i]) << "unit " << u << " at " << i;
-        ASSERT_EQ(ref.params().m(u)[i], b.params().m(u)[i]) << "unit " << u << " at " << i;
-        ASSERT_EQ(ref.params().v(u)[i], b.params().v(u)[i]) << "unit " << u << " at " << i;
-      }
+    expect_same_state(ref, b, true);
   }
 }
 
