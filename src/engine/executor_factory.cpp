@@ -1,7 +1,5 @@
 #include "engine/executor_factory.h"
 
-#include <sstream>
-
 #include "backend/host/host_backend.h"
 #include "core/error.h"
 #include "engine/device_resident_executor.h"
@@ -114,18 +112,6 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
 
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req) {
   return make_executor(cfg, req, plan_run(cfg, req));
-}
-
-std::string plan_summary(const ModelConfig& cfg, const PlannedRun& planned) {
-  std::istringstream all(describe_plan(cfg, planned.plan_request, planned.budget, planned.plan));
-  std::string line, out;
-  for (const char* key : {"mode  ", "  total device", "  total host", "predicted", "bound"}) {
-    all.clear();
-    all.seekg(0);
-    while (std::getline(all, line))
-      if (line.rfind(key, 0) == 0) out += line + "\n";
-  }
-  return out;
 }
 
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req,

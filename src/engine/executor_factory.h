@@ -36,7 +36,5 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
 // The same with a plan already made by plan_run(cfg, req) (e.g. after printing it).
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req,
                                             const PlannedRun& planned);
-// The plan's mode, totals, prediction and bound: describe_plan without the memory table.
-std::string plan_summary(const ModelConfig& cfg, const PlannedRun& planned);
 
 }  // namespace sf

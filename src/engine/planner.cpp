@@ -536,14 +536,17 @@ size_t host_available_bytes() {
 }
 
 std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget,
-                          const Plan& p) {
+                          const Plan& p, bool summary) {
   std::ostringstream os;
+  os << std::fixed;
   const double T = double(req.micro_tokens) * req.grad_accum;
-  os << "model      " << arch_name(cfg.arch) << ", " << std::fixed << std::setprecision(2)
-     << double(cfg.num_parameters()) / 1e9 << " B parameters, " << cfg.num_hidden_layers
-     << " layers\n";
-  os << "step       " << req.grad_accum << " x " << req.micro_tokens << " tokens = "
-     << int64_t(T) << " tokens per optimizer step\n";
+  if (!summary) {
+    os << "model      " << arch_name(cfg.arch) << ", " << std::setprecision(2)
+       << double(cfg.num_parameters()) / 1e9 << " B parameters, " << cfg.num_hidden_layers
+       << " layers\n";
+    os << "step       " << req.grad_accum << " x " << req.micro_tokens << " tokens = "
+       << int64_t(T) << " tokens per optimizer step\n";
+  }
   if (p.mode == Plan::Mode::resident) {
     os << "mode       resident: the whole model stays on the device"
        << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
@@ -566,15 +569,18 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
                            " layers, host for the rest"))
        << "\n";
   }
-  os << "\n  " << std::left << std::setw(42) << "memory" << std::setw(8) << "tier"
-     << "bytes\n";
-  for (auto& l : p.lines)
-    os << "  " << std::setw(42) << l.what << std::setw(8) << (l.device ? "device" : "host")
-       << format_bytes(l.bytes) << "\n";
+  os << std::left;
+  if (!summary) {
+    os << "\n  " << std::setw(42) << "memory" << std::setw(8) << "tier" << "bytes\n";
+    for (auto& l : p.lines)
+      os << "  " << std::setw(42) << l.what << std::setw(8) << (l.device ? "device" : "host")
+         << format_bytes(l.bytes) << "\n";
+  }
   os << "  " << std::setw(42) << "total device" << std::setw(8) << "" << format_bytes(p.device_bytes)
      << "  (budget " << format_bytes(budget.device_bytes) << ")\n";
   os << "  " << std::setw(42) << "total host" << std::setw(8) << "" << format_bytes(p.host_bytes)
-     << "  (budget " << format_bytes(budget.host_bytes) << ")\n\n" << std::right;
+     << "  (budget " << format_bytes(budget.host_bytes) << ")\n" << (summary ? "" : "\n")
+     << std::right;
   os << std::setprecision(3) << "predicted  step " << p.step_seconds << " s (compute "
      << p.compute_seconds << " s, transfers " << p.transfer_seconds << " s, optimizer "
      << p.optimizer_seconds << " s), " << std::setprecision(0) << p.tokens_per_second
@@ -586,6 +592,7 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
       os << "bound      the CPU optimizer (" << std::setprecision(2) << p.optimizer_seconds
          << " s of host AdamW per step): more tokens per step (--batch-size, --grad-accum) "
          << "amortise it"
+         // head_resident: the planner's sliding plans on a GPU (a reduced compute dtype)
          << (p.mode == Plan::Mode::sliding && p.engine.head_resident
                  ? "; more GPU memory moves more layers' AdamW there (--device-adamw-layers)"
                  : "")
@@ -597,7 +604,8 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
          << "weights resident\n";
       break;
   }
-  os << (p.fits ? "fits       yes\n" : "fits       NO: ") << (p.fits ? "" : p.advice + "\n");
+  if (!summary)
+    os << (p.fits ? "fits       yes\n" : "fits       NO: ") << (p.fits ? "" : p.advice + "\n");
   return os.str();
 }
 

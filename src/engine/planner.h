@@ -92,7 +92,9 @@ std::string format_bytes(size_t bytes);
 // MemAvailable of /proc/meminfo (0 if unknown).
 size_t host_available_bytes();
 
+// The plan in words. summary: only the mode, the memory totals, the prediction and the bound
+// (what `train` prints before it starts; `slideformer plan` prints the whole table).
 std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget,
-                          const Plan& p);
+                          const Plan& p, bool summary = false);
 
 }  // namespace sf

@@ -457,7 +457,8 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
           " layers; ", exec->name(), "; ", data.description, "; ", opt.steps, " steps of ",
           opt.grad_accum, " x ", opt.batch_size, " x ", opt.seq_len, " tokens"));
   {  // the plan, without its memory table (`slideformer plan` prints the table)
-    std::istringstream lines(plan_summary(cfg, planned));
+    std::istringstream lines(
+        describe_plan(cfg, planned.plan_request, planned.budget, planned.plan, true));
     for (std::string l; std::getline(lines, l);) say(l);
   }
   if (!saved.is_null())
