@@ -88,6 +88,13 @@ struct State {
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
+// p, m and v bitwise equal (the gradients are inputs only); names the first that differs.
+::testing::AssertionResult same_state(const State& got, const State& want) {
+  if (!same_bits(got.p, want.p)) return ::testing::AssertionFailure() << "p differs";
+  if (!same_bits(got.m, want.m)) return ::testing::AssertionFailure() << "m differs";
+  if (!same_bits(got.v, want.v)) return ::testing::AssertionFailure() << "v differs";
+  return ::testing::AssertionSuccess();
+}
 
 // Values at the edges of the undo's arithmetic, written into the first slots (each with at
 // most one NaN source, so no variant has to choose between two NaN payloads).
@@ -197,9 +204,7 @@ TEST_P(AdamWUndoIsa, UndoBitwiseEqualToRollbackFormula) {
           adamw_undo_ranges(got.p.data(), got.m.data(), got.v.data(), got.g.data(), n, ranges, s,
                             pool, GetParam());
         // The reference leaves the padding as it was, so equality covers it too.
-        ASSERT_TRUE(same_bits(got.p, want.p));
-        ASSERT_TRUE(same_bits(got.m, want.m));
-        ASSERT_TRUE(same_bits(got.v, want.v));
+        ASSERT_TRUE(same_state(got, want));
       }
     }
   }
@@ -264,9 +269,7 @@ TEST_P(AdamWUndoIsa, RedoBitwiseEqualToUndoThenUpdate) {
             else
               adamw_redo_ranges(got.p.data(), got.m.data(), got.v.data(), got.g.data(),
                                 got_out.ptr, n, ranges, done, again, pool, GetParam());
-            ASSERT_TRUE(same_bits(got.p, want.p));
-            ASSERT_TRUE(same_bits(got.m, want.m));
-            ASSERT_TRUE(same_bits(got.v, want.v));
+            ASSERT_TRUE(same_state(got, want));
             // The copy of the ranges, sentinels in the padding and around.
             ASSERT_EQ(got_out.window(n), want_out.window(n));
           }
@@ -316,9 +319,7 @@ TEST_P(AdamWUndoIsa, UpdateRedoBitwiseEqualToUpdateThenRedo) {
             else
               adamw_update_redo_ranges(got.p.data(), got.m.data(), got.v.data(), got.g.data(),
                                        got_out.ptr, n, ranges, done, again, pool, GetParam());
-            ASSERT_TRUE(same_bits(got.p, want.p));
-            ASSERT_TRUE(same_bits(got.m, want.m));
-            ASSERT_TRUE(same_bits(got.v, want.v));
+            ASSERT_TRUE(same_state(got, want));
             ASSERT_EQ(got_out.window(n), want_out.window(n));
           }
         }
