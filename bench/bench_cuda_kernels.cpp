@@ -2,7 +2,8 @@
 // 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
 //
 // Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP]
-// Groups: copy norm rope swiglu elementwise adamw embedding gemm attention lm_head.
+// Groups: copy norm rope swiglu elementwise adamw embedding gemm attention lm_head, and
+// gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed.
 // Memory-bound ops report GB/s (bytes each op must read + write once) and the fraction of a
 // device-to-device copy measured in the same run; GEMM, attention and the LM head report
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm_lt.h"
 #include "core/dtype.h"
 
 namespace sf {
@@ -108,6 +110,44 @@ void add_bw(const std::string& op, const std::string& shape, double bytes, doubl
 }
 void add_flops(const std::string& op, const std::string& shape, double flops, double ms) {
   g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
+}
+
+// Times every cuBLASLt candidate (up to 16) of each layer GEMM at 32K tokens, forward (y = x
+// W^T), dX (dy W) and dW (dW += dy^T x, f32), and prints them: does the heuristic's first
+// choice (what GemmLt::run uses) leave time on the table?
+void gemm_algos(Bench& b, int64_t C, int64_t qkv, int64_t attn, int64_t F) {
+  const int64_t T = 32768;
+  cuda::GemmLt lt;
+  const size_t ws_bytes = size_t(32) << 20;
+  void* ws = b.rand_buf(DType::i32, ws_bytes / 4);  // i32: left unfilled
+  struct Shape { const char* name; int64_t n, k; };
+  for (Shape sh : {Shape{"qkv", qkv, C}, Shape{"o", C, attn}, Shape{"gate_up", 2 * F, C},
+                   Shape{"down", C, F}}) {
+    Mat x = b.mat(DType::bf16, T, sh.k), w = b.mat(DType::bf16, sh.n, sh.k);
+    Mat y = b.mat(DType::bf16, T, sh.n), dw = b.mat(DType::f32, sh.n, sh.k);
+    const double flops = 2.0 * double(T) * double(sh.n) * double(sh.k);
+    auto report = [&](const char* pass, const std::vector<cuda::GemmLt::AlgoTime>& r) {
+      if (r.empty()) return;
+      float best = r.front().ms;
+      for (auto& t : r) best = std::min(best, t.ms);
+      std::printf("gemm_algos %-8s %-3s %6lldx%lldx%lld first %.3f ms (%.0f TFLOP/s) best %.3f ms"
+                  " (%.0f TFLOP/s, %+.1f%%) of %zu\n", sh.name, pass, (long long)T,
+                  (long long)sh.n, (long long)sh.k, r.front().ms, flops / r.front().ms / 1e9,
+                  best, flops / best / 1e9, 100.0 * (r.front().ms - best) / r.front().ms,
+                  r.size());
+      for (auto& t : r)
+        std::printf("  #%d %.3f ms algo %d tile %d stages %d splitk %d\n", t.index, t.ms,
+                    t.algo_id, t.tile, t.stages, t.splitk);
+    };
+    const int n = 16, reps = g_quick ? 3 : 7;
+    report("fwd", lt.time_candidates(b.raw, ws, ws_bytes, y, x, Trans::no, w, Trans::yes, 1.f,
+                                     0.f, n, reps));
+    report("dX", lt.time_candidates(b.raw, ws, ws_bytes, x, y, Trans::no, w, Trans::no, 1.f, 0.f,
+                                    n, reps));
+    report("dW", lt.time_candidates(b.raw, ws, ws_bytes, dw, y, Trans::yes, x, Trans::no, 1.f,
+                                    1.f, n, reps));
+    b.free_all();
+  }
 }
 
 void run(Bench& b) {
@@ -231,6 +271,8 @@ void run(Bench& b) {
               ms2);
     b.free_all();
   }
+  // ---- the heuristic's GEMM candidates at the engine's layer shapes (only when asked) ----
+  if (g_only == "gemm_algos") gemm_algos(b, C, (H + 2 * KV) * D, H * D, F);
   // ---- attention at seq 1K, 4K, 8K (16K tokens per call) ----
   for (int64_t L : {int64_t(1024), int64_t(4096), int64_t(8192)}) {
     if (!want("attention")) break;

@@ -65,10 +65,7 @@ int pointer_alignment(const void* p) {
 
 }  // namespace
 
-const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
-
+std::unique_ptr<GemmLt::Plan> GemmLt::make_plan(const Key& key) {
   auto plan = std::make_unique<Plan>();
   const cudaDataType_t ct = key.c_dtype == int(DType::f32) ? CUDA_R_32F : CUDA_R_16BF;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -87,7 +84,12 @@ const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb, CUDA_R_16BF, b_rows, b_cols, key.lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lc, ct, uint64_t(key.n), uint64_t(key.m),
                                           key.ldc));
+  return plan;
+}
 
+std::vector<cublasLtMatmulHeuristicResult_t> GemmLt::candidates(const Key& key, const Plan& plan,
+                                                                size_t workspace_bytes,
+                                                                int max_count) {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint32_t al_a = uint32_t(key.align_b), al_b = uint32_t(key.align_a),
@@ -106,11 +108,11 @@ const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                               &al_c, sizeof(al_c));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(size_t(std::max(max_count, 1)));
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->la, plan->lb, plan->lc,
-                                        plan->lc, pref, 1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc,
+                                        pref, int(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
   if (found == 0)
@@ -118,18 +120,75 @@ const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
             " (ta ", key.ta, ", tb ", key.tb, ", lda ", key.lda, ", ldb ", key.ldb, ", ldc ",
             key.ldc, ", c ", key.c_dtype == int(DType::f32) ? "f32" : "bf16",
             "); make row strides multiples of 8 elements");
-  plan->algo = result.algo;
+  results.resize(size_t(found));
+  return results;
+}
+
+const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  auto plan = make_plan(key);
+  plan->algo = candidates(key, *plan, workspace_bytes, 1).front().algo;
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void GemmLt::run(cudaStream_t s, void* workspace, size_t workspace_bytes, Mat c, Mat a, Trans ta,
-                 Mat b, Trans tb, float alpha, float beta) {
+GemmLt::Key GemmLt::key_of(Mat c, Mat a, Trans ta, Mat b, Trans tb) {
   const int64_t M = c.rows, N = c.cols;
   const int64_t K = ta == Trans::no ? a.cols : a.rows;
   // A single row may carry ld < cols; cuBLASLt wants ld >= the stored row length.
   auto ld = [](const Mat& m) { return std::max<int64_t>(std::max(m.ld, m.cols), 1); };
-  Key key{M, N, K, ld(a), ld(b), ld(c), ta == Trans::yes, tb == Trans::yes, int(c.dtype),
-          pointer_alignment(a.data), pointer_alignment(b.data), pointer_alignment(c.data)};
+  return Key{M, N, K, ld(a), ld(b), ld(c), ta == Trans::yes, tb == Trans::yes, int(c.dtype),
+             pointer_alignment(a.data), pointer_alignment(b.data), pointer_alignment(c.data)};
+}
+
+std::vector<GemmLt::AlgoTime> GemmLt::time_candidates(cudaStream_t s, void* workspace,
+                                                      size_t workspace_bytes, Mat c, Mat a,
+                                                      Trans ta, Mat b, Trans tb, float alpha,
+                                                      float beta, int max_count, int reps) {
+  const Key key = key_of(c, a, ta, b, tb);
+  const auto plan = make_plan(key);
+  const auto cands = candidates(key, *plan, workspace_bytes, max_count);
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<AlgoTime> out;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb,
+                            &beta, c.data, plan->lc, c.data, plan->lc, &cands[i].algo, workspace,
+                            workspace_bytes, s);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate may refuse
+    std::vector<float> ms;
+    for (int r = 0; r < reps; ++r) {
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      CUBLAS_CHECK(launch());
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    int tile = 0, stages = 0, splitk = 0, algo_id = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id,
+                                         sizeof(algo_id), nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                         sizeof(tile), nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                         sizeof(stages), nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                         &splitk, sizeof(splitk), nullptr);
+    out.push_back({int(i), ms[ms.size() / 2], algo_id, tile, stages, splitk});
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return out;
+}
+
+void GemmLt::run(cudaStream_t s, void* workspace, size_t workspace_bytes, Mat c, Mat a, Trans ta,
+                 Mat b, Trans tb, float alpha, float beta) {
+  const Key key = key_of(c, a, ta, b, tb);
   const Plan* plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
