@@ -121,8 +121,11 @@ void gemm_algos(Bench& b, int64_t C, int64_t qkv, int64_t attn, int64_t F) {
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = b.rand_buf(DType::i32, ws_bytes / 4);  // i32: left unfilled
   struct Shape { const char* name; int64_t n, k; };
+  // "--only gemm_algos:NAME" times one shape.
+  const std::string pick = g_only.size() > 11 ? g_only.substr(11) : "";
   for (Shape sh : {Shape{"qkv", qkv, C}, Shape{"o", C, attn}, Shape{"gate_up", 2 * F, C},
                    Shape{"down", C, F}}) {
+    if (!pick.empty() && pick != sh.name) continue;
     Mat x = b.mat(DType::bf16, T, sh.k), w = b.mat(DType::bf16, sh.n, sh.k);
     Mat y = b.mat(DType::bf16, T, sh.n), dw = b.mat(DType::f32, sh.n, sh.k);
     const double flops = 2.0 * double(T) * double(sh.n) * double(sh.k);
@@ -272,7 +275,7 @@ void run(Bench& b) {
     b.free_all();
   }
   // ---- the heuristic's GEMM candidates at the engine's layer shapes (only when asked) ----
-  if (g_only == "gemm_algos") gemm_algos(b, C, (H + 2 * KV) * D, H * D, F);
+  if (g_only.rfind("gemm_algos", 0) == 0) gemm_algos(b, C, (H + 2 * KV) * D, H * D, F);
   // ---- attention at seq 1K, 4K, 8K (16K tokens per call) ----
   for (int64_t L : {int64_t(1024), int64_t(4096), int64_t(8192)}) {
     if (!want("attention")) break;
