@@ -1,4 +1,5 @@
 // CudaBackend::gemm (cuBLASLt) against the host sgemm on the same bf16-rounded inputs.
+#include "backend/cuda/gemm_lt.h"
 #include "cuda_test_util.h"
 
 namespace sf::test {
@@ -82,6 +83,43 @@ TEST(CudaGemm, LlamaShapes) {
   run_case({256, 6144, 4096, Trans::no, Trans::yes, DType::bf16, 1.f, 0.f, 0}, 11, false);
   run_case({256, 4096, 6144, Trans::no, Trans::no, DType::bf16, 1.f, 0.f, 0}, 12, false);
   run_case({1024, 4096, 256, Trans::yes, Trans::no, DType::f32, 1.f, 1.f, 0}, 13, false);
+}
+
+// The first call of a problem times the heuristic's candidates on the call's own buffers
+// (GemmLt's tuning): its result, and every later call's, must be what the heuristic's first
+// choice computes (up to summation order: a bf16 rounding apart at most), and a problem that
+// accumulates into c (beta 1) must accumulate exactly once.
+TEST(CudaGemm, TuningKeepsResults) {
+  SF_REQUIRE_GPU();
+  const size_t ws_bytes = size_t(32) << 20;
+  auto ws = gpu().alloc(ws_bytes, "test gemm workspace");
+  cudaStream_t s = CudaBackend::cuda_stream(gs());
+  cuda::GemmLt tuned(true), plain(false);
+  const int64_t T = 2048, N = 6144, K = 4096;
+  DevMat x(DType::bf16, T, K), w(DType::bf16, N, K), y1(DType::bf16, T, N), y2(DType::bf16, T, N),
+      y3(DType::bf16, T, N);
+  x.upload(rand_bf16(size_t(T * K), 71));
+  w.upload(rand_bf16(size_t(N * K), 72));
+  y1.poison();
+  y2.poison();
+  y3.poison();
+  tuned.run(s, ws->data(), ws_bytes, y1.m, x.m, Trans::no, w.m, Trans::yes, 1.f, 0.f);
+  tuned.run(s, ws->data(), ws_bytes, y2.m, x.m, Trans::no, w.m, Trans::yes, 1.f, 0.f);
+  plain.run(s, ws->data(), ws_bytes, y3.m, x.m, Trans::no, w.m, Trans::yes, 1.f, 0.f);
+  const auto a = y1.download(), b = y2.download(), c = y3.download();
+  expect_bitwise("tuned gemm, first and second call", a, b);
+  expect_close("tuned vs heuristic gemm", a, c, 2e-3);
+
+  // dW += dy^T x on f32 (beta 1) through the tuning GemmLt: exactly one accumulation.
+  DevMat dw(DType::f32, N, K), dw_ref(DType::f32, N, K);
+  const auto init = random_vec(size_t(N * K), 73);
+  dw.upload(init);
+  dw_ref.upload(init);
+  tuned.run(s, ws->data(), ws_bytes, dw.m, y1.m, Trans::yes, x.m, Trans::no, 1.f, 1.f);
+  plain.run(s, ws->data(), ws_bytes, dw_ref.m, y1.m, Trans::yes, x.m, Trans::no, 1.f, 1.f);
+  expect_bitwise("tuned vs heuristic dW accumulation (same algorithm)", dw.download(),
+                 dw_ref.download());
+  EXPECT_EQ(tuned.cached_plans(), 2u);
 }
 
 TEST(CudaGemm, EmptyKScalesC) {

@@ -15,6 +15,8 @@
 #include "backend/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -40,7 +42,7 @@ size_t GemmLt::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-GemmLt::GemmLt() { CUBLAS_CHECK(cublasLtCreate(&handle_)); }
+GemmLt::GemmLt(bool tune) : tune_(tune) { CUBLAS_CHECK(cublasLtCreate(&handle_)); }
 
 GemmLt::~GemmLt() {
   plans_.clear();
@@ -124,11 +126,76 @@ std::vector<cublasLtMatmulHeuristicResult_t> GemmLt::candidates(const Key& key, 
   return results;
 }
 
-const GemmLt::Plan& GemmLt::plan_for(const Key& key, size_t workspace_bytes) {
+float GemmLt::time_algo(cudaStream_t s, void* workspace, size_t workspace_bytes, const Plan& plan,
+                        const cublasLtMatmulAlgo_t& algo, Mat c, Mat a, Mat b, float alpha,
+                        float beta, int reps, float give_up_ms) {
+  auto launch = [&] {
+    return cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.la, a.data, plan.lb, &beta,
+                          c.data, plan.lc, c.data, plan.lc, &algo, workspace, workspace_bytes, s);
+  };
+  if (launch() != CUBLAS_STATUS_SUCCESS) return INFINITY;  // warm-up; a candidate may refuse
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  // A candidate far slower than the best so far is dropped after one timed run.
+  for (int r = 0; r < reps && (r == 0 || ms[0] < give_up_ms); ++r) {
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    CUBLAS_CHECK(launch());
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+namespace {
+
+// Byte range [first, last) a matrix's elements span.
+std::pair<uintptr_t, uintptr_t> span(const Mat& m) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(m.data);
+  const int64_t rows = std::max<int64_t>(m.rows, 1);
+  return {p, p + uintptr_t(((rows - 1) * std::max(m.ld, m.cols) + m.cols) *
+                           int64_t(dtype_size(m.dtype)))};
+}
+bool overlap(const Mat& x, const Mat& y) {
+  const auto [x0, x1] = span(x);
+  const auto [y0, y1] = span(y);
+  return x0 < y1 && y0 < x1;
+}
+
+}  // namespace
+
+const GemmLt::Plan& GemmLt::plan_for(const Key& key, cudaStream_t s, void* workspace,
+                                     size_t workspace_bytes, Mat c, Mat a, Mat b, float alpha,
+                                     float beta) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto plan = make_plan(key);
-  plan->algo = candidates(key, *plan, workspace_bytes, 1).front().algo;
+  // Tuning runs the problem on the caller's buffers, so only where that is harmless: c is
+  // overwritten (beta 0) and is not an input.
+  const bool tune = tune_ && beta == 0.f && !overlap(c, a) && !overlap(c, b);
+  const auto cands = candidates(key, *plan, workspace_bytes, tune ? kTuneCandidates : 1);
+  plan->algo = cands.front().algo;
+  if (tune && cands.size() > 1) {
+    const float first = time_algo(s, workspace, workspace_bytes, *plan, cands[0].algo, c, a, b,
+                                  alpha, beta, kTuneReps, INFINITY);
+    float best = first;
+    for (size_t i = 1; i < cands.size(); ++i) {
+      const float t = time_algo(s, workspace, workspace_bytes, *plan, cands[i].algo, c, a, b,
+                                alpha, beta, kTuneReps, 1.5f * best);
+      // Another kernel only for a clear win: timing noise must not flip the choice run to run.
+      if (t < best && t < (1.f - kTuneMinGain) * first) {
+        best = t;
+        plan->algo = cands[i].algo;
+      }
+    }
+  }
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -148,29 +215,11 @@ std::vector<GemmLt::AlgoTime> GemmLt::time_candidates(cudaStream_t s, void* work
   const Key key = key_of(c, a, ta, b, tb);
   const auto plan = make_plan(key);
   const auto cands = candidates(key, *plan, workspace_bytes, max_count);
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<AlgoTime> out;
   for (size_t i = 0; i < cands.size(); ++i) {
-    auto launch = [&] {
-      return cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb,
-                            &beta, c.data, plan->lc, c.data, plan->lc, &cands[i].algo, workspace,
-                            workspace_bytes, s);
-    };
-    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a candidate may refuse
-    std::vector<float> ms;
-    // Some candidates are 10-100x slower than the first: one timed run says so, skip the rest.
-    for (int r = 0; r < reps && (r == 0 || out.empty() || ms[0] < 2 * out.front().ms); ++r) {
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      CUBLAS_CHECK(launch());
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    const float ms = time_algo(s, workspace, workspace_bytes, *plan, cands[i].algo, c, a, b,
+                               alpha, beta, reps, out.empty() ? INFINITY : 2 * out.front().ms);
+    if (!std::isfinite(ms)) continue;
     int tile = 0, stages = 0, splitk = 0, algo_id = 0;
     cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_ID, &algo_id,
                                          sizeof(algo_id), nullptr);
@@ -180,10 +229,8 @@ std::vector<GemmLt::AlgoTime> GemmLt::time_candidates(cudaStream_t s, void* work
                                          sizeof(stages), nullptr);
     cublasLtMatmulAlgoConfigGetAttribute(&cands[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
                                          &splitk, sizeof(splitk), nullptr);
-    out.push_back({int(i), ms[ms.size() / 2], algo_id, tile, stages, splitk});
+    out.push_back({int(i), ms, algo_id, tile, stages, splitk});
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return out;
 }
 
@@ -193,7 +240,7 @@ void GemmLt::run(cudaStream_t s, void* workspace, size_t workspace_bytes, Mat c,
   const Plan* plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    plan = &plan_for(key, workspace_bytes);
+    plan = &plan_for(key, s, workspace, workspace_bytes, c, a, b, alpha, beta);
   }
   CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb,
                               &beta, c.data, plan->lc, c.data, plan->lc, &plan->algo, workspace,
