@@ -50,7 +50,7 @@ void add_bench_command(CLI::App& app) {
     PlannedRun pr = plan_run(cfg, o->req);
     std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
     auto t0 = std::chrono::steady_clock::now();
-    auto exec = make_executor(cfg, o->req);
+    auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
     ParamStore& store = exec->params();
     for (int u = 0; u < store.n_units(); ++u) init_unit(layout.units[size_t(u)], store.master(u), 1);
     exec->params_changed();

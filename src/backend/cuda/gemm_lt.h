@@ -5,11 +5,12 @@
 // is the caller's (one per stream, allocated once).
 //
 // The algorithm: cuBLASLt's heuristic ranks candidates, and its first choice is 2-7% slower
-// than another of its first eight for several of the layer GEMMs on the H200 (bench_cuda_kernels
-// --only gemm_algos). So the first call of a problem that overwrites c (beta 0, c not an input)
-// times those eight on the call's own buffers and keeps the fastest, if it is >= 3% faster than
-// the first choice (the once-per-problem cost: ~30 runs, synchronising the stream). Problems
-// that accumulate into c keep the heuristic's choice: timing would add into c.
+// than another of its first eight for several of the layer GEMMs on the H200, timed alone
+// (bench_cuda_kernels --only gemm_algos). With tuning on (CudaBackend: SF_GEMM_TUNE=1) the
+// first call of a problem that overwrites c (beta 0, c not an input) times those eight on the
+// call's own buffers and keeps the fastest, if it is >= 3% faster than the first choice (the
+// once-per-problem cost: ~30 runs, synchronising the stream). Problems that accumulate into c
+// keep the heuristic's choice: timing would add into c.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -25,7 +26,7 @@ namespace sf::cuda {
 
 class GemmLt {
  public:
-  explicit GemmLt(bool tune = true);
+  explicit GemmLt(bool tune = false);
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
