@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "core/dtype.h"
@@ -166,6 +167,14 @@ TEST(Cli, BenchReportsMeanAndSteadyRates) {
   EXPECT_TRUE(contains(r.output, "RESULT size=tiny")) << r.output;
   EXPECT_TRUE(contains(r.output, "(3 steps)")) << r.output;
   EXPECT_FALSE(contains(r.output, "steady_tokens/s=0 ")) << r.output;
+  // The executor is built from the plan printed (it once planned a second time: free memory
+  // read again could give another window than the one shown).
+  std::smatch plan_slots;
+  ASSERT_TRUE(std::regex_search(r.output, plan_slots,
+                                std::regex("sliding window: ([0-9]+) weight slots")))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "sliding window (" + plan_slots[1].str() + " slots)"))
+      << r.output;
   r = bench("0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "steady_tokens/s=0 (0 steps)")) << r.output;
