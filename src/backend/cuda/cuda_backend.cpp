@@ -3,12 +3,11 @@
 // GEMMs and the LM head's GEMMs go through cuda::GemmLt (cuBLASLt).
 #include "backend/cuda/cuda_backend.h"
 
-#include <cstdlib>
-#include <string>
-
 #include <nvtx3/nvToolsExtCudaRt.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_check.h"
