@@ -4,6 +4,8 @@
 # `scripts/gpu_unpack.sh` puts them where gpu_check.sh / gpu_engine.sh look.
 #
 # Usage: scripts/gpu_pack.sh [commit]     (default HEAD)
+#   SF_PACK_NAME=name packs into .carry/<name>.tar.xz instead of gpu.tar.xz, so that two
+#   commits can travel together for an A/B in one call (scripts/gpu_ab.sh).
 #   The build runs in a git worktree of the commit (../wt-gpu, build dir kept between runs),
 #   so uncommitted edits in this checkout (yours or a helper's) never leak into the binaries.
 #   SF_CUDA_ARCHS (default 90a) picks the architectures; Release, stripped.
@@ -21,9 +23,10 @@ cmake -S "$WT" -B "$WT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSF_CUDA_ARCHS="${SF_CUDA_ARCHS:-90a}" > /dev/null
 cmake --build "$WT/build-gpu" --target slideformer test_cuda bench_cuda_layer bench_cuda_kernels \
   -j"$(nproc)"
-rm -rf .carry/gpu && mkdir -p .carry/gpu
-cp "$WT"/build-gpu/bin/{slideformer,bench_cuda_layer,bench_cuda_kernels} "$WT"/build-gpu/tests/test_cuda .carry/gpu/
-strip .carry/gpu/*
-echo "$COMMIT" > .carry/gpu/COMMIT
-tar cJf .carry/gpu.tar.xz -C .carry gpu
-echo "packed $COMMIT: $(du -h .carry/gpu.tar.xz | cut -f1) in .carry/gpu.tar.xz (carry it)"
+NAME=${SF_PACK_NAME:-gpu}
+rm -rf ".carry/$NAME" && mkdir -p ".carry/$NAME"
+cp "$WT"/build-gpu/bin/{slideformer,bench_cuda_layer,bench_cuda_kernels} "$WT"/build-gpu/tests/test_cuda ".carry/$NAME/"
+strip ".carry/$NAME"/*
+echo "$COMMIT" > ".carry/$NAME/COMMIT"
+tar cJf ".carry/$NAME.tar.xz" -C .carry "$NAME"
+echo "packed $COMMIT: $(du -h ".carry/$NAME.tar.xz" | cut -f1) in .carry/$NAME.tar.xz (carry it)"

@@ -2,12 +2,14 @@
 # On the device machine: unpacks .carry/gpu.tar.xz (scripts/gpu_pack.sh) into a build layout
 # (<dir>/bin, <dir>/tests) and prints the commit, for gpu_check.sh / gpu_engine.sh:
 #   B=$(scripts/gpu_unpack.sh) && SF_COMMIT=$(cat $B/COMMIT) scripts/gpu_engine.sh $B
+# A second pack (SF_PACK_NAME=name scripts/gpu_pack.sh): scripts/gpu_unpack.sh /tmp/sf-name name
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-/tmp/sf-gpu}
+NAME=${2:-gpu}
 rm -rf "$B" /tmp/sf-gpu-unpack && mkdir -p "$B/bin" "$B/tests" /tmp/sf-gpu-unpack
-tar xJf .carry/gpu.tar.xz -C /tmp/sf-gpu-unpack
-P=/tmp/sf-gpu-unpack/gpu
+tar xJf ".carry/$NAME.tar.xz" -C /tmp/sf-gpu-unpack
+P=/tmp/sf-gpu-unpack/$NAME
 cp "$P"/slideformer "$P"/bench_cuda_layer "$P"/bench_cuda_kernels "$B/bin/"
 cp "$P"/test_cuda "$B/tests/"
 cp "$P"/COMMIT "$B/COMMIT"
