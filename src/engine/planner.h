@@ -59,6 +59,10 @@ struct Plan {
   std::string advice;   // when it does not fit: what to change
   double step_seconds = 0, tokens_per_second = 0;
   double compute_seconds = 0, transfer_seconds = 0, optimizer_seconds = 0;
+  // A step whose gradient norm gets clipped: no update can start before the norm is known,
+  // so all of the host AdamW follows the backward (a sliding window that speculates hides
+  // it in the backward otherwise). Equal to step_seconds where nothing differs.
+  double clipped_step_seconds = 0;
   // What the predicted step waits for beyond the GPU's compute, if anything (describe_plan
   // says what would help): the host optimizer, or transfers over PCIe.
   enum class Bound { gpu_compute, cpu_optimizer, transfers } bound = Bound::gpu_compute;
