@@ -1,9 +1,10 @@
 // Internal to src/optim: the per-ISA kernels behind adamw.h, adamw_undo.h and grad_norm.h.
 //
 // kernels_avx2.cpp and kernels_avx512.cpp are compiled with ISA flags. They include only
-// this header and <immintrin.h>, and this header must stay free of inline functions and
-// templates: a weak copy of one, emitted from an AVX-512 translation unit, could be the one
-// the linker keeps for every caller and crash CPUs without AVX-512. Tails (n not a multiple
+// this header, <immintrin.h> and kernels_simd.inl (their shared loops, all in an anonymous
+// namespace), and this header must stay free of inline functions and templates: a weak copy
+// of one, emitted from an AVX-512 translation unit, could be the one the linker keeps for
+// every caller and crash CPUs without AVX-512. Tails (n not a multiple
 // of the vector width) go through the exported scalar kernels, which do the same arithmetic.
 #pragma once
 #include <cstdint>

@@ -1,7 +1,8 @@
 // AVX2 AdamW (update, undo, redo) and sum-of-squares kernels, 8 floats per step; bitwise
 // equal to kernels_scalar.cpp (same IEEE operations in the same order, no FMA). Compiled with
-// -mavx2 (FMA is neither needed nor required) and called only on CPUs that have it; keep the
-// includes to <immintrin.h> and kernels.h (see kernels.h for why).
+// -mavx2 (FMA is neither needed nor required) and called only on CPUs that have it. This file
+// holds the AVX2 primitives and the sum of squares; the AdamW loops are kernels_simd.inl's.
+// Keep the includes to <immintrin.h>, kernels.h and that file (see kernels.h for why).
 #include <immintrin.h>
 
 #include "optim/kernels.h"
@@ -30,115 +31,25 @@ __m256 load_grad(const uint16_t* g) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// The step's constants, broadcast.
-struct Vc {
-  __m256 gs, b1, omb1, b2, omb2, decay, step_size, bc2_sqrt, eps;
-};
-Vc broadcast(const Consts& c) {
-  return {_mm256_set1_ps(c.grad_scale), _mm256_set1_ps(c.beta1), _mm256_set1_ps(c.one_minus_beta1),
-          _mm256_set1_ps(c.beta2), _mm256_set1_ps(c.one_minus_beta2), _mm256_set1_ps(c.decay),
-          _mm256_set1_ps(c.step_size), _mm256_set1_ps(c.bc2_sqrt), _mm256_set1_ps(c.eps)};
+// The vector primitives kernels_simd.inl is written over: 8 floats.
+using V = __m256;
+constexpr int kLanes = 8;
+constexpr uintptr_t kOutAlign = 16;
+inline V vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, V x) { _mm256_storeu_ps(p, x); }
+inline V vset1(float x) { return _mm256_set1_ps(x); }
+inline V vzero() { return _mm256_setzero_ps(); }
+inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
+inline V vsqrt(V a) { return _mm256_sqrt_ps(a); }
+inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+inline void store_bf16(uint16_t* out, V x) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), to_bf16(x));
 }
-
-// One AdamW step on 8 lanes, p, m, v in place; graw is the unscaled gradient.
-inline void update_v(const __m256 graw, __m256& p, __m256& m, __m256& v, const Vc& k) {
-  const __m256 gi = _mm256_mul_ps(graw, k.gs);
-  const __m256 mi = _mm256_add_ps(_mm256_mul_ps(k.b1, m), _mm256_mul_ps(k.omb1, gi));
-  const __m256 vi =
-      _mm256_add_ps(_mm256_mul_ps(k.b2, v), _mm256_mul_ps(_mm256_mul_ps(k.omb2, gi), gi));
-  __m256 pi = _mm256_mul_ps(p, k.decay);
-  const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), k.bc2_sqrt), k.eps);
-  pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(k.step_size, mi), denom));
-  m = mi;
-  v = vi;
-  p = pi;
-}
-
-// Its inverse, the scalar undo1's operations in its order. max_ps(x, 0) returns its second
-// operand unless x > 0, so NaN and -0 give +0 exactly like std::max(0.0f, x).
-inline void undo_v(const __m256 graw, __m256& p, __m256& m, __m256& v, const Vc& k) {
-  const __m256 gi = _mm256_mul_ps(graw, k.gs);
-  const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), k.bc2_sqrt), k.eps);
-  const __m256 p_decayed =
-      _mm256_add_ps(p, _mm256_div_ps(_mm256_mul_ps(k.step_size, m), denom));
-  p = _mm256_div_ps(p_decayed, k.decay);
-  m = _mm256_div_ps(_mm256_sub_ps(m, _mm256_mul_ps(k.omb1, gi)), k.b1);
-  const __m256 v_raw =
-      _mm256_div_ps(_mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(k.omb2, gi), gi)), k.b2);
-  v = _mm256_max_ps(v_raw, _mm256_setzero_ps());
-}
-
-// kOut: 0 no bf16 copy, 1 unaligned stores, 2 non-temporal stores (out + i 16-byte aligned):
-// the copy is write-only here, so streaming it skips reading its lines in first.
-template <class G, int kOut>
-int64_t adamw_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                   const Consts& c) {
-  const Vc k = broadcast(c);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
-    update_v(load_grad(g + i), pi, mi, vi, k);
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    _mm256_storeu_ps(p + i, pi);
-    if constexpr (kOut == 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
-    if constexpr (kOut == 2) _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
-  }
-  if constexpr (kOut == 2) _mm_sfence();  // order the streamed stores before any later ones
-  return i;
-}
-
-template <class G>
-int64_t undo_body(float* p, float* m, float* v, const G* g, int64_t n, const Consts& c) {
-  const Vc k = broadcast(c);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
-    undo_v(load_grad(g + i), pi, mi, vi, k);
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    _mm256_storeu_ps(p + i, pi);
-  }
-  return i;
-}
-
-// Undo with `done`, update with `redo`, in registers; kOut as for adamw_body.
-template <class G, int kOut>
-int64_t redo_body(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                  const Consts& done, const Consts& redo, bool fresh) {
-  const Vc kd = broadcast(done), kr = broadcast(redo);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 graw = load_grad(g + i);
-    __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
-    if (fresh) update_v(graw, pi, mi, vi, kd);
-    undo_v(graw, pi, mi, vi, kd);
-    update_v(graw, pi, mi, vi, kr);
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    _mm256_storeu_ps(p + i, pi);
-    if constexpr (kOut == 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
-    if constexpr (kOut == 2) _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), to_bf16(pi));
-  }
-  if constexpr (kOut == 2) _mm_sfence();
-  return i;
-}
-
-template <class G>
-int64_t adamw_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                  const Consts& c) {
-  if (!out) return adamw_body<G, 0>(p, m, v, g, out, n, c);
-  if (reinterpret_cast<uintptr_t>(out) % 16 == 0) return adamw_body<G, 2>(p, m, v, g, out, n, c);
-  return adamw_body<G, 1>(p, m, v, g, out, n, c);
-}
-
-template <class G>
-int64_t redo_any(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
-                 const Consts& done, const Consts& redo, bool fresh) {
-  if (!out) return redo_body<G, 0>(p, m, v, g, out, n, done, redo, fresh);
-  if (reinterpret_cast<uintptr_t>(out) % 16 == 0)
-    return redo_body<G, 2>(p, m, v, g, out, n, done, redo, fresh);
-  return redo_body<G, 1>(p, m, v, g, out, n, done, redo, fresh);
+inline void stream_bf16(uint16_t* out, V x) {
+  _mm_stream_si128(reinterpret_cast<__m128i*>(out), to_bf16(x));
 }
 
 __m256 load8(const float* g) { return _mm256_loadu_ps(g); }
@@ -164,40 +75,10 @@ int64_t sum_squares_body(const G* g, int64_t n, double* acc) {
 
 }  // namespace
 
-void adamw_f32_avx2(float* p, float* m, float* v, const float* g, uint16_t* out, int64_t n,
-                    const Consts& c) {
-  const int64_t i = adamw_any(p, m, v, g, out, n, c);
-  if (i < n) adamw_f32_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, c);
-}
-void adamw_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                     int64_t n, const Consts& c) {
-  const int64_t i = adamw_any(p, m, v, g, out, n, c);
-  if (i < n) adamw_bf16_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, c);
-}
-void adamw_undo_f32_avx2(float* p, float* m, float* v, const float* g, int64_t n,
-                         const Consts& c) {
-  const int64_t i = undo_body(p, m, v, g, n, c);
-  if (i < n) adamw_undo_f32_scalar(p + i, m + i, v + i, g + i, n - i, c);
-}
-void adamw_undo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, int64_t n,
-                          const Consts& c) {
-  const int64_t i = undo_body(p, m, v, g, n, c);
-  if (i < n) adamw_undo_bf16_scalar(p + i, m + i, v + i, g + i, n - i, c);
-}
-void adamw_redo_f32_avx2(float* p, float* m, float* v, const float* g, uint16_t* out,
-                         int64_t n, const Consts& done, const Consts& redo, bool fresh) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
-  if (i < n)
-    adamw_redo_f32_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                          redo, fresh);
-}
-void adamw_redo_bf16_avx2(float* p, float* m, float* v, const uint16_t* g, uint16_t* out,
-                          int64_t n, const Consts& done, const Consts& redo, bool fresh) {
-  const int64_t i = redo_any(p, m, v, g, out, n, done, redo, fresh);
-  if (i < n)
-    adamw_redo_bf16_scalar(p + i, m + i, v + i, g + i, out ? out + i : nullptr, n - i, done,
-                           redo, fresh);
-}
+#define SF_SIMD_NAME(name) name##_avx2
+#include "optim/kernels_simd.inl"
+#undef SF_SIMD_NAME
+
 double sum_squares_f32_avx2(const float* g, int64_t n) {
   double acc[8];
   const int64_t i = sum_squares_body(g, n, acc);
