@@ -3,6 +3,7 @@
 #include "backend/host/host_backend.h"
 #include "core/error.h"
 #include "engine/device_resident_executor.h"
+#include "engine/hardware_probe.h"
 #include "engine/resident_executor.h"
 #include "engine/sliding_executor.h"
 #if SF_WITH_CUDA
@@ -89,6 +90,13 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   }
   HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default()
                                                     : HardwareModel::device_default();
+#if SF_WITH_CUDA
+  // The GPU figures are the H200's; with the GPU at hand, measure it and rescale them.
+  if (r.backend == BackendKind::cuda && cuda_available()) {
+    CudaBackend probe_be(0);
+    hw = scale_to_device(hw, probe_device(probe_be));
+  }
+#endif
   SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
              "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
   int dev_adamw = -1;

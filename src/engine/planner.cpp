@@ -82,6 +82,7 @@ HardwareModel HardwareModel::host_default() {
   hw.attention_flops = hw.device_flops;
   hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 10e9;  // memcpy on the host
   hw.adamw_params_per_s = 0.4e9 * double(host_pool().size());
+  hw.source = cat("measured on this host: fp32 GEMM ", int(hw.device_flops / 1e9), " GFLOP/s");
   return hw;
 }
 
@@ -251,6 +252,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
 namespace {
 
 void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw, Plan& p) {
+  p.hw = hw;
   ModelLayout l = ModelLayout::build(cfg);
   const double T = double(req.micro_tokens) * req.grad_accum;
   const double ctx = (double(req.max_seq_len) + 1) / 2;  // causal: average keys per query
@@ -595,6 +597,9 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   os << "  " << std::setw(42) << "total host" << std::setw(8) << "" << format_bytes(p.host_bytes)
      << "  (budget " << format_bytes(budget.host_bytes) << ")\n" << (summary ? "" : "\n")
      << std::right;
+  if (p.step_seconds > 0)
+    os << std::setprecision(1) << "hardware   " << p.hw.source << "; CPU AdamW "
+       << p.hw.adamw_params_per_s / 1e9 << " G params/s\n";
   os << std::setprecision(3) << "predicted  step " << p.step_seconds << " s (compute "
      << p.compute_seconds << " s, transfers " << p.transfer_seconds << " s, optimizer "
      << p.optimizer_seconds << " s), " << std::setprecision(0) << p.tokens_per_second

@@ -25,6 +25,8 @@ struct HardwareModel {
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
   // machine's 16 cores, ~1.9 s per 8.03 B parameters (docs/BENCHMARKS.md).
   double adamw_params_per_s = 4.2e9;
+  // Where the figures come from, for the plan's `hardware` line.
+  std::string source = "the H200 test machine's GPU figures (no GPU measured)";
   static HardwareModel host_default();  // measures the host's fp32 GEMM rate briefly
   // The GPU figures above with this machine's CPU AdamW rate, measured briefly (~0.1-0.5 s,
   // 512 MiB): the optimizer's speed is the CPU's and its memory's, whatever the GPU.
@@ -67,6 +69,7 @@ struct Plan {
   // says what would help): the host optimizer, or transfers over PCIe.
   enum class Bound { gpu_compute, cpu_optimizer, transfers } bound = Bound::gpu_compute;
   double model_flops_per_step = 0;  // 6 N T + causal attention (no recompute)
+  HardwareModel hw;                 // what the prediction assumed
 };
 
 // Exact byte counts of the two executors (they allocate exactly these).
