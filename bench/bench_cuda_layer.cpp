@@ -3,8 +3,10 @@
 // (model/recipes.h), timed, and optionally dumped for bench/torch_layer_ref.py, which runs
 // transformers' own LlamaDecoderLayer on the same weights and inputs.
 //
-// Usage: bench_cuda_layer [--seq L] [--tokens T] [--reps N] [--dump DIR] [--profile]
+// Usage: bench_cuda_layer [--seq L] [--tokens T] [--reps N] [--dump DIR] [--profile] [--gemm-ab]
 //   --profile prints the device time of every op of one forward and backward (ProfilingBackend).
+//   --gemm-ab times the layer with cuBLASLt's first choices and with GEMM tuning
+//     (SF_GEMM_TUNE's) alternately, three rounds in one process: an A/B no lease can skew.
 //   T tokens per call packed as T / L sequences of L (default 16384 = 4 x 4096).
 //   --dump DIR writes, from the first (untimed) run with zeroed gradients:
 //     meta.txt      T L C and "slot offset rows cols" per parameter of the layer unit;
@@ -64,13 +66,14 @@ int run(int argc, char** argv) {
   int64_t L = 4096, T = 16384;
   int reps = 10;
   std::string dump;
-  bool profile = false;
+  bool profile = false, gemm_ab = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) L = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) T = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--gemm-ab")) gemm_ab = true;
   }
   if (CudaBackend::device_count() == 0) {
     std::printf("bench_cuda_layer: no CUDA device, nothing to measure\n");
@@ -202,6 +205,23 @@ int run(int argc, char** argv) {
   std::printf("layer_ms forward %.3f backward %.3f total %.3f\n", ms_f, ms_b, ms_f + ms_b);
   std::printf("layer_ms_kept forward %.3f backward %.3f total %.3f (no recompute)\n", ms_f, ms_bk,
               ms_f + ms_bk);
+  if (gemm_ab) {
+    // Each switch starts a fresh algorithm cache; median_ms's warm-up calls pick (and, tuned,
+    // time) the algorithms before the timed runs.
+    std::vector<double> tot[2];
+    for (int round = 0; round < 3; ++round)
+      for (int tune = 0; tune < 2; ++tune) {
+        be.set_gemm_tuning(tune == 1);
+        const double f = median_ms([] {}, fwd), bk = median_ms(bwd_prep, bwd);
+        tot[tune].push_back(f + bk);
+        std::printf("gemm_ab round %d tuning %s: forward %.3f backward %.3f total %.3f ms\n",
+                    round, tune ? "on " : "off", f, bk, f + bk);
+      }
+    for (auto& v : tot) std::sort(v.begin(), v.end());
+    std::printf("gemm_ab median total: off %.3f ms, on %.3f ms (%+.2f%%)\n", tot[0][1], tot[1][1],
+                100.0 * (tot[1][1] / tot[0][1] - 1));
+    be.set_gemm_tuning(false);
+  }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   if (profile) {

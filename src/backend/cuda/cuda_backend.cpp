@@ -125,6 +125,11 @@ CudaBackend::CudaBackend(int device, size_t memory_budget)
   gemm_ = std::make_unique<cuda::GemmLt>(tune != nullptr && std::string(tune) == "1");
 }
 
+void CudaBackend::set_gemm_tuning(bool on) {
+  CUDA_CHECK(cudaDeviceSynchronize());  // no GEMM may still use the old cache's descriptors
+  gemm_ = std::make_unique<cuda::GemmLt>(on);
+}
+
 CudaBackend::~CudaBackend() {
   default_stream_.reset();
   gemm_.reset();

@@ -62,6 +62,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Event> create_timing_event() override;
   Stream& default_stream() override;
 
+  // GEMM algorithm tuning on or off (cuda::GemmLt; the constructor reads SF_GEMM_TUNE=1).
+  // Starts a fresh algorithm cache; call with no GEMM in flight (bench_cuda_layer --gemm-ab).
+  void set_gemm_tuning(bool on);
   void gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha,
             float beta) override;
   void bias_add(Stream& s, Mat x, Mat bias) override;
