@@ -38,10 +38,11 @@ void upload_random(Backend& be, Stream& s, void* dst, DType t, size_t n) {
   }
 }
 
-// Best-of-reps seconds of fn, each timed to completion on stream s, after one warm-up.
+// Best-of-reps seconds of fn, each timed to completion on stream s, after three warm-ups (a
+// GPU just woken up needs a few milliseconds to reach its clocks).
 template <class Fn>
 double best_seconds(Stream& s, int reps, Fn&& fn) {
-  fn();
+  for (int i = 0; i < 3; ++i) fn();
   s.synchronize();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
