@@ -93,8 +93,13 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
 #if SF_WITH_CUDA
   // The GPU figures are the H200's; with the GPU at hand, measure it and rescale them.
   if (r.backend == BackendKind::cuda && cuda_available()) {
-    CudaBackend probe_be(0);
-    hw = scale_to_device(hw, probe_device(probe_be));
+    try {
+      CudaBackend probe_be(0);
+      hw = scale_to_device(hw, probe_device(probe_be));
+    } catch (const Error& e) {
+      // E.g. a GPU too full for the probe's ~0.8 GB: plan with the H200's figures, say so.
+      hw.source = cat("the H200 test machine's GPU figures (the GPU probe failed: ", e.what(), ")");
+    }
   }
 #endif
   SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
