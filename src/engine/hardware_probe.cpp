@@ -9,14 +9,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/stopwatch.h"
 
 namespace sf {
 
 namespace {
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Copies n values in [-1, 1) of dtype t to dst on the device (zeros would make the GEMM run
 // faster than real data): a 4M-value block from a fixed LCG, repeated.
@@ -49,7 +46,7 @@ double best_seconds(Stream& s, int reps, Fn&& fn) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     s.synchronize();
-    best = std::min(best, seconds(t0));
+    best = std::min(best, seconds_since(t0));
   }
   return std::max(best, 1e-9);
 }
