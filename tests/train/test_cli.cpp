@@ -35,8 +35,11 @@ TEST(Cli, BundledExampleTrainsSavesAndReloads) {
                     "--eval-every", "2", "--save-every", "2", "--backend", "host", "--out",
                     out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // The plan comes first: how the step runs, the memory totals, the prediction, the bound.
-  for (const char* line : {"mode       resident", "  total host", "predicted  step", "bound      "})
+  // The plan comes first: how the step runs, the memory totals, what the prediction assumed,
+  // the prediction, the bound.
+  for (const char* line : {"mode       resident", "  total host",
+                           "hardware   measured on this host: fp32 GEMM ", "predicted  step",
+                           "bound      "})
     EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
   EXPECT_TRUE(contains(r.output, "eval  step 2")) << r.output;
   EXPECT_TRUE(contains(r.output, "saved " + (out / "checkpoint-3").string())) << r.output;
