@@ -122,7 +122,8 @@ void gemm_algos(Bench& b, int64_t C, int64_t qkv, int64_t attn, int64_t F) {
   void* ws = b.rand_buf(DType::i32, ws_bytes / 4);  // i32: left unfilled
   struct Shape { const char* name; int64_t n, k; };
   // "--only gemm_algos:NAME" times one shape.
-  const std::string pick = g_only.size() > 11 ? g_only.substr(11) : "";
+  const std::string prefix = "gemm_algos:";
+  const std::string pick = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
   for (Shape sh : {Shape{"qkv", qkv, C}, Shape{"o", C, attn}, Shape{"gate_up", 2 * F, C},
                    Shape{"down", C, F}}) {
     if (!pick.empty() && pick != sh.name) continue;

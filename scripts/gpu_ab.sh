@@ -23,7 +23,7 @@ for r in $(seq "${SF_AB_ROUNDS:-3}"); do
 done
 echo "A = $(cat "$A/COMMIT" 2>/dev/null || echo "$A"), B = $(cat "$B/COMMIT" 2>/dev/null || echo "$B")"
 # csv: op,shape,ms,value,unit,frac_of_copy
-awk -F, 'FNR == 1 { side = substr(FILENAME, length(FILENAME) - 5, 1); next }
+awk -F, 'FNR == 1 { n_parts = split(FILENAME, parts, "/"); side = substr(parts[n_parts], 1, 1); next }
   { key = $1 " | " $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, side] = t[key, side] " " $3; c[key, side]++; v[key, side, c[key, side]] = $3 }
   END {
