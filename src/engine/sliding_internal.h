@@ -90,6 +90,17 @@ struct SlidingWindowExecutor::Spec {
   bool active = false;
   bool stop = false;             // abandon the loop (a step that threw, or destruction)
   std::atomic<bool> closing{false};  // the backward is over: take no new unit
+  // The backward is over: phase A takes no new unit. The flag is set under the mutex: set
+  // without it, the loop could test its wait predicate (closing still false), miss this
+  // notify, and sleep forever (run() then hangs in finish_speculative's join; seen once in
+  // CI as a test that never ended).
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      closing = true;
+    }
+    cv.notify_all();
+  }
   // Stops and joins a loop that is still running because its step threw. Units it already
   // updated keep that update: a step that throws ends training (the trainer stops on the
   // error), and a resume starts from the last checkpoint.

@@ -151,8 +151,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
 
 void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& st) {
   if (!ec_.speculate_everything) {
-    spec_->closing = true;  // the backward is over (run() returned)
-    spec_->cv.notify_all();
+    spec_->close();  // the backward is over (run() returned)
   }
   spec_->thread.join();
   trace_mark("finish: phase A joined");
