@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/host/host_backend.h"
+#include "backend/threaded_streams_backend.h"
 #include "engine/device_resident_executor.h"
 #include "engine/resident_executor.h"
 #include "engine/schedule.h"
@@ -57,6 +58,19 @@ void expect_same_state(StepExecutor& a, StepExecutor& b, bool moments) {
     }
 }
 
+// A host backend whose streams are threads that run an op only once something waits for
+// it: an ordering the engine forgot (an event wait, a synchronize before the host reads)
+// lets a consumer run before its producer, as it could on a GPU, and changes the bits.
+struct LazyStreams {
+  static ThreadedStreamsBackend::Options lazy() {
+    ThreadedStreamsBackend::Options o;
+    o.lazy = true;
+    return o;
+  }
+  HostBackend host;
+  ThreadedStreamsBackend be{host, lazy()};
+};
+
 struct Case {
   Arch arch;
   bool tied;
@@ -69,6 +83,7 @@ struct Case {
   int next_units = -1;  // speculative: units with a "next" buffer (-1 all)
   bool spec_all = false;   // speculative: phase A speculates every unit it can (deterministic redo coverage)
   int dev_adamw = 0;  // the first layers' optimizer on the "device" (device_adamw_layers)
+  bool threaded = false;  // the engine's backend runs its streams on threads (with jitter)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -90,8 +105,10 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   init.norm_jitter = 0.1f;
   init.bias_std = 0.05f;
 
-  HostBackend be_ref, be_eng;
+  HostBackend be_ref, be_host;
   ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
+  LazyStreams lazy;
+  Backend& be_eng = tc.threaded ? static_cast<Backend&>(lazy.be) : be_host;
   EngineConfig ec;
   ec.n_slots = 2;
   ec.max_chunk_tokens = tc.chunk_tokens;
@@ -159,40 +176,51 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   EXPECT_NEAR(lb, la, 1e-5 * la);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Engine, SlidingVsResident,
-    ::testing::Values(Case{Arch::llama, false, 0.f, 1, 64, false},
-                      Case{Arch::mistral, false, 0.f, 1, 64, false},
-                      Case{Arch::qwen2, false, 0.f, 1, 64, false},
-                      Case{Arch::qwen3, false, 0.f, 1, 64, false},
-                      Case{Arch::llama, false, 0.05f, 1, 64, false},
-                      Case{Arch::qwen3, false, 0.05f, 2, 64, false},
-                      Case{Arch::qwen2, true, 0.f, 1, 64, false},
-                      Case{Arch::qwen3, true, 0.05f, 2, 64, true},
-                      Case{Arch::llama, false, 0.f, 3, 16, false},
-                      Case{Arch::mistral, true, 0.5f, 2, 16, true},
-                      Case{Arch::llama, false, 0.05f, 1, 64, false, 1},
-                      Case{Arch::qwen3, true, 0.f, 2, 16, true, 2},
-                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, true},
-                      Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true},
-                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true},
-                      Case{Arch::mistral, false, 50.f, 1, 64, false, 0, true},
-                      // Phase A takes every unit: clipped steps redo each speculated unit.
-                      Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, true},
-                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true, -1, true},
-                      Case{Arch::mistral, false, 50.f, 1, 64, false, 1, true, -1, true},
-                      // Layer 0's AdamW on the device: deferred and speculative, clipped,
-                      // tied, split chunks, with and without other resident homes.
-                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 1},
-                      Case{Arch::qwen2, false, 0.05f, 1, 64, false, 2, false, -1, false, 1},
-                      Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, false, 1},
-                      Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, true, 1},
-                      Case{Arch::mistral, false, 0.f, 3, 16, false, 0, true, -1, false, 1},
-                      // Layers 0-2 of 4 (layer 2 accumulates into its own buffer), and all of 2.
-                      Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 3},
-                      Case{Arch::qwen2, false, 0.05f, 2, 16, false, 1, true, -1, false, 3},
-                      Case{Arch::qwen3, false, 0.f, 1, 64, false, 0, true, -1, false, 2}),
-    [](const auto& info) { return info.param.name(); });
+std::vector<Case> engine_cases() {
+  return {Case{Arch::llama, false, 0.f, 1, 64, false},
+          Case{Arch::mistral, false, 0.f, 1, 64, false},
+          Case{Arch::qwen2, false, 0.f, 1, 64, false},
+          Case{Arch::qwen3, false, 0.f, 1, 64, false},
+          Case{Arch::llama, false, 0.05f, 1, 64, false},
+          Case{Arch::qwen3, false, 0.05f, 2, 64, false},
+          Case{Arch::qwen2, true, 0.f, 1, 64, false},
+          Case{Arch::qwen3, true, 0.05f, 2, 64, true},
+          Case{Arch::llama, false, 0.f, 3, 16, false},
+          Case{Arch::mistral, true, 0.5f, 2, 16, true},
+          Case{Arch::llama, false, 0.05f, 1, 64, false, 1},
+          Case{Arch::qwen3, true, 0.f, 2, 16, true, 2},
+          Case{Arch::llama, false, 0.f, 1, 64, false, 0, true},
+          Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true},
+          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true},
+          Case{Arch::mistral, false, 50.f, 1, 64, false, 0, true},
+          // Phase A takes every unit: clipped steps redo each speculated unit.
+          Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, true},
+          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 2, true, -1, true},
+          Case{Arch::mistral, false, 50.f, 1, 64, false, 1, true, -1, true},
+          // Layer 0's AdamW on the device: deferred and speculative, clipped,
+          // tied, split chunks, with and without other resident homes.
+          Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 1},
+          Case{Arch::qwen2, false, 0.05f, 1, 64, false, 2, false, -1, false, 1},
+          Case{Arch::llama, false, 0.05f, 1, 64, false, 0, true, -1, false, 1},
+          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, true, 1},
+          Case{Arch::mistral, false, 0.f, 3, 16, false, 0, true, -1, false, 1},
+          // Layers 0-2 of 4 (layer 2 accumulates into its own buffer), and all of 2.
+          Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 3},
+          Case{Arch::qwen2, false, 0.05f, 2, 16, false, 1, true, -1, false, 3},
+          Case{Arch::qwen3, false, 0.f, 1, 64, false, 0, true, -1, false, 2}};
+}
+
+// The same cases with the engine's streams on threads (its host-side ordering checked).
+std::vector<Case> threaded(std::vector<Case> v) {
+  for (Case& c : v) c.threaded = true;
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, SlidingVsResident, ::testing::ValuesIn(engine_cases()),
+                         [](const auto& info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(ThreadedStreams, SlidingVsResident,
+                         ::testing::ValuesIn(threaded(engine_cases())),
+                         [](const auto& info) { return info.param.name(); });
 
 // A 2-slot window with the last layer's and the head's homes resident (their update trips in
 // 777-element ring pieces), speculative or deferred.
@@ -274,7 +302,9 @@ TEST(SlidingWindow, CheckpointMovesDeviceAdamWStateExactly) {
   const int rows = 2, seq = 12;
   for (auto [before, after] : {std::pair{3, 1}, std::pair{0, 4}, std::pair{2, 0}}) {
     SCOPED_TRACE(cat("device AdamW layers ", before, " then ", after));
-    HostBackend be_ref, be_a, be_b;
+    HostBackend be_ref;
+    LazyStreams lazy_a, lazy_b;  // params() and params_changed() order their copies
+    Backend &be_a = lazy_a.be, &be_b = lazy_b.be;
     ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
     EngineConfig ec = small_window(64, 2, false, false);
     ec.device_adamw_layers = before;
@@ -321,7 +351,8 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
     SCOPED_TRACE(cat(speculative ? "speculative" : "deferred", dev_adamw ? ", AdamW on the device" : ""));
     ModelConfig cfg = tiny_config(Arch::llama, false);
     cfg.num_hidden_layers = 4;
-    HostBackend be;
+    LazyStreams lazy;  // the undo reads what the device-AdamW layers and phase A wrote
+    Backend& be = lazy.be;
     EngineConfig ec = small_window(64, 2, speculative, speculative);
     ec.device_adamw_layers = dev_adamw;
     SlidingWindowExecutor eng(be, cfg, ec);
@@ -427,9 +458,10 @@ namespace {
 TEST(DeviceResident, MatchesHostAdamWStep) {
   for (bool tied : {false, true}) {
     ModelConfig cfg = tiny_config(Arch::qwen3, tied);
-    HostBackend be_a, be_b;
+    HostBackend be_a;
+    LazyStreams lazy_b;
     ResidentExecutor a(be_a, cfg, 64);
-    DeviceResidentExecutor b(be_b, cfg, 64);
+    DeviceResidentExecutor b(lazy_b.be, cfg, 64);
     same_start(cfg, a, b, 9);
     OptimHyper h;
     h.lr = 3e-3;

@@ -1,0 +1,359 @@
+#include "backend/threaded_streams_backend.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace sf {
+
+// A stream's queue and counters, shared with the events recorded on it (an event may
+// outlive its stream, and may have to force it to run).
+struct ThreadedStreamsBackend::Queue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> ops;
+  uint64_t posted = 0, done = 0;
+  uint64_t forced = 0;  // lazy: ops [done, forced) must run now; later ones may wait
+  bool stop = false;
+  std::exception_ptr error;
+
+  uint64_t push(std::function<void()> fn) {
+    uint64_t n;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ops.push_back(std::move(fn));
+      n = ++posted;
+    }
+    cv.notify_all();
+    return n;
+  }
+  // Something waits for the first `upto` ops of this stream.
+  void force(uint64_t upto) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      forced = std::max(forced, upto);
+    }
+    cv.notify_all();
+  }
+  // Waits until everything enqueued so far has run (and made it run).
+  std::unique_lock<std::mutex> drain() {
+    std::unique_lock<std::mutex> lk(mu);
+    const uint64_t target = posted;
+    forced = std::max(forced, target);
+    cv.notify_all();
+    cv.wait(lk, [&] { return done >= target; });
+    return lk;
+  }
+};
+
+// A stream: a thread that runs its queue in order. Destruction drains the queue.
+class ThreadedStreamsBackend::Worker final : public Stream {
+ public:
+  Worker(std::shared_ptr<Queue> q, uint64_t seed, const Options& o) : q_(std::move(q)) {
+    thread_ = std::thread([this, seed, o] { run(seed, o); });
+  }
+  ~Worker() override {
+    {
+      std::lock_guard<std::mutex> lk(q_->mu);
+      q_->stop = true;
+      q_->forced = q_->posted;
+    }
+    q_->cv.notify_all();
+    thread_.join();
+  }
+  const std::shared_ptr<Queue>& queue() const { return q_; }
+
+  // Waits until everything enqueued so far has run; rethrows the first error an op threw.
+  void synchronize() override {
+    auto lk = q_->drain();
+    if (q_->error) {
+      auto e = q_->error;
+      q_->error = nullptr;
+      std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  void run(uint64_t seed, Options o) {
+    std::mt19937_64 rng(seed);
+    Queue& q = *q_;
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lk(q.mu);
+        auto runnable = [&] { return !q.ops.empty() && (!o.lazy || q.done < q.forced); };
+        if (o.lazy) {
+          // Nothing waits for the next op: leave it until something does, or until the
+          // timeout (the engine may poll query(); a GPU makes progress on its own too).
+          if (!q.cv.wait_for(lk, std::chrono::milliseconds(o.lazy_timeout_ms),
+                             [&] { return q.stop || runnable(); }))
+            if (q.ops.empty()) continue;
+        }
+        q.cv.wait(lk, [&] { return q.stop || !q.ops.empty(); });
+        if (q.ops.empty()) return;  // stopping, and drained
+        fn = std::move(q.ops.front());
+        q.ops.pop_front();
+      }
+      if (o.max_jitter_us > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % uint64_t(o.max_jitter_us + 1)));
+      try {
+        fn();
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(q.mu);
+        if (!q.error) q.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(q.mu);
+        ++q.done;
+      }
+      q.cv.notify_all();
+    }
+  }
+
+  std::shared_ptr<Queue> q_;
+  std::thread thread_;
+};
+
+namespace {
+
+using Worker = ThreadedStreamsBackend::Worker;
+
+Worker& worker_of(Stream& s) {
+  auto* w = dynamic_cast<Worker*>(&s);
+  SF_CHECK(w, "threaded streams backend: a stream from another backend was passed");
+  return *w;
+}
+
+// Record k of an event is reached when its marker has run on the recording stream. A wait
+// or synchronize refers to the latest record at the time of the call (CUDA's semantics: a
+// later record does not move an earlier wait's target); before any record, it is a no-op.
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> reached{1};  // reached[k] for record k; [0]: "never recorded", done
+  // Record k's stream and its marker's place in that stream (lazy streams are forced so far).
+  std::vector<std::pair<std::shared_ptr<ThreadedStreamsBackend::Queue>, uint64_t>> where{{}};
+};
+
+// Makes the stream of record k run up to its marker (a no-op when not lazy).
+void force_record(EventState& st, uint64_t k) {
+  std::shared_ptr<ThreadedStreamsBackend::Queue> q;
+  uint64_t upto;
+  {
+    std::lock_guard<std::mutex> lk(st.mu);
+    q = st.where[k].first;
+    upto = st.where[k].second;
+  }
+  if (q) q->force(upto);
+}
+
+class ThreadedEvent final : public Event {
+ public:
+  void record(Stream& s) override {
+    auto& q = worker_of(s).queue();
+    std::lock_guard<std::mutex> lk(st_->mu);  // the marker's place is known before it can run
+    const uint64_t k = st_->reached.size();
+    st_->reached.push_back(0);
+    st_->where.emplace_back(q, 0);
+    st_->where[k].second = q->push([st = st_, k] {
+      {
+        std::lock_guard<std::mutex> lk2(st->mu);
+        st->reached[k] = 1;
+      }
+      st->cv.notify_all();
+    });
+  }
+  void wait(Stream& s) override {
+    const uint64_t k = latest();
+    if (k == 0) return;
+    worker_of(s).queue()->push([st = st_, k] {
+      force_record(*st, k);
+      std::unique_lock<std::mutex> lk(st->mu);
+      st->cv.wait(lk, [&] { return st->reached[k] != 0; });
+    });
+  }
+  void synchronize() override {
+    const uint64_t k = latest();
+    force_record(*st_, k);
+    std::unique_lock<std::mutex> lk(st_->mu);
+    st_->cv.wait(lk, [&] { return st_->reached[k] != 0; });
+  }
+  bool query() override {
+    std::lock_guard<std::mutex> lk(st_->mu);
+    return st_->reached.back() != 0;
+  }
+
+ private:
+  uint64_t latest() {
+    std::lock_guard<std::mutex> lk(st_->mu);
+    return st_->reached.size() - 1;
+  }
+  std::shared_ptr<EventState> st_ = std::make_shared<EventState>();
+};
+
+// Memory whose release first waits for every stream (an op may still use it).
+class DrainedBuffer final : public Buffer {
+ public:
+  DrainedBuffer(std::function<void()> drain, std::unique_ptr<Buffer> in)
+      : drain_(std::move(drain)), in_(std::move(in)) {}
+  ~DrainedBuffer() override { drain_(); }
+  void* data() const override { return in_->data(); }
+  size_t bytes() const override { return in_->bytes(); }
+
+ private:
+  std::function<void()> drain_;
+  std::unique_ptr<Buffer> in_;
+};
+
+}  // namespace
+
+ThreadedStreamsBackend::ThreadedStreamsBackend(Backend& inner, Options o) : in_(inner), opt_(o) {
+  in_.default_stream();  // created here, not by two workers at once
+  default_ = create_stream("default");
+}
+
+ThreadedStreamsBackend::~ThreadedStreamsBackend() { default_.reset(); }
+
+std::unique_ptr<Stream> ThreadedStreamsBackend::create_stream(const std::string&) {
+  auto q = std::make_shared<Queue>();
+  std::lock_guard<std::mutex> lk(mu_);
+  live_.push_back(q);
+  return std::make_unique<Worker>(std::move(q), opt_.seed + n_streams_++, opt_);
+}
+
+std::unique_ptr<Event> ThreadedStreamsBackend::create_event() {
+  return std::make_unique<ThreadedEvent>();
+}
+
+Stream& ThreadedStreamsBackend::default_stream() { return *default_; }
+
+void ThreadedStreamsBackend::enqueue(Stream& s, std::function<void()> fn) {
+  worker_of(s).queue()->push(std::move(fn));
+}
+
+void ThreadedStreamsBackend::post(Stream& s, std::function<void(Backend&, Stream&)> fn) {
+  worker_of(s).queue()->push([this, fn = std::move(fn)] { fn(in_, in_.default_stream()); });
+}
+
+// Drains every stream (queues of destroyed streams are dropped here; they drained then).
+void ThreadedStreamsBackend::synchronize_all() {
+  std::vector<std::shared_ptr<Queue>> qs;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::erase_if(live_, [](const std::shared_ptr<Queue>& q) { return q.use_count() == 1; });
+    qs = live_;
+  }
+  for (auto& q : qs) q->drain();
+}
+
+std::unique_ptr<Buffer> ThreadedStreamsBackend::drained_on_free(std::unique_ptr<Buffer> b) {
+  return std::make_unique<DrainedBuffer>([this] { synchronize_all(); }, std::move(b));
+}
+
+std::unique_ptr<Buffer> ThreadedStreamsBackend::alloc(size_t bytes, const std::string& what) {
+  return drained_on_free(in_.alloc(bytes, what));
+}
+std::unique_ptr<Buffer> ThreadedStreamsBackend::alloc_host(size_t bytes, const std::string& what) {
+  return drained_on_free(in_.alloc_host(bytes, what));
+}
+std::unique_ptr<Buffer> ThreadedStreamsBackend::map_host(void* p, size_t bytes,
+                                                         const std::string& what) {
+  return drained_on_free(in_.map_host(p, bytes, what));
+}
+
+// ---- every op: enqueued with its arguments by value ---------------------------------------
+
+void ThreadedStreamsBackend::copy_to_device(Stream& s, void* d, const void* src, size_t n) {
+  post(s, [=](Backend& b, Stream& is) { b.copy_to_device(is, d, src, n); });
+}
+void ThreadedStreamsBackend::copy_to_host(Stream& s, void* d, const void* src, size_t n) {
+  post(s, [=](Backend& b, Stream& is) { b.copy_to_host(is, d, src, n); });
+}
+void ThreadedStreamsBackend::copy_on_device(Stream& s, void* d, const void* src, size_t n) {
+  post(s, [=](Backend& b, Stream& is) { b.copy_on_device(is, d, src, n); });
+}
+void ThreadedStreamsBackend::fill_zero(Stream& s, void* d, size_t n) {
+  post(s, [=](Backend& b, Stream& is) { b.fill_zero(is, d, n); });
+}
+void ThreadedStreamsBackend::gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b_, Trans tb, float alpha,
+                                  float beta) {
+  post(s, [=](Backend& b, Stream& is) { b.gemm(is, c, a, ta, b_, tb, alpha, beta); });
+}
+void ThreadedStreamsBackend::bias_add(Stream& s, Mat x, Mat bias) {
+  post(s, [=](Backend& b, Stream& is) { b.bias_add(is, x, bias); });
+}
+void ThreadedStreamsBackend::bias_backward(Stream& s, Mat dbias, Mat dy) {
+  post(s, [=](Backend& b, Stream& is) { b.bias_backward(is, dbias, dy); });
+}
+void ThreadedStreamsBackend::embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) {
+  post(s, [=](Backend& b, Stream& is) { b.embedding_forward(is, out, ids, table); });
+}
+void ThreadedStreamsBackend::embedding_backward(Stream& s, Mat dtable, const int32_t* ids,
+                                                Mat dout) {
+  post(s, [=](Backend& b, Stream& is) { b.embedding_backward(is, dtable, ids, dout); });
+}
+void ThreadedStreamsBackend::rmsnorm_forward(Stream& s, Mat out, float* rstd, Mat x, Mat w,
+                                             float eps) {
+  post(s, [=](Backend& b, Stream& is) { b.rmsnorm_forward(is, out, rstd, x, w, eps); });
+}
+void ThreadedStreamsBackend::add_rmsnorm_forward(Stream& s, Mat sum, Mat out, float* rstd, Mat a,
+                                                 Mat b_, Mat w, float eps) {
+  post(s, [=](Backend& b, Stream& is) { b.add_rmsnorm_forward(is, sum, out, rstd, a, b_, w, eps); });
+}
+void ThreadedStreamsBackend::rmsnorm_backward(Stream& s, Mat dx, Mat dw, Mat dout, Mat x, Mat w,
+                                              const float* rstd, Mat dres) {
+  post(s, [=](Backend& b, Stream& is) { b.rmsnorm_backward(is, dx, dw, dout, x, w, rstd, dres); });
+}
+void ThreadedStreamsBackend::rope_forward(Stream& s, Mat x, int h, int d, const int32_t* pos,
+                                          const float* f) {
+  post(s, [=](Backend& b, Stream& is) { b.rope_forward(is, x, h, d, pos, f); });
+}
+void ThreadedStreamsBackend::rope_backward(Stream& s, Mat dx, int h, int d, const int32_t* pos,
+                                           const float* f) {
+  post(s, [=](Backend& b, Stream& is) { b.rope_backward(is, dx, h, d, pos, f); });
+}
+void ThreadedStreamsBackend::attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v,
+                                               const AttentionShape& sh, const int32_t* cu) {
+  post(s, [=](Backend& b, Stream& is) { b.attention_forward(is, out, lse, q, k, v, sh, cu); });
+}
+void ThreadedStreamsBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout,
+                                                Mat out, const float* lse, Mat q, Mat k, Mat v,
+                                                const AttentionShape& sh, const int32_t* cu) {
+  post(s, [=](Backend& b, Stream& is) {
+    b.attention_backward(is, dq, dk, dv, dout, out, lse, q, k, v, sh, cu);
+  });
+}
+void ThreadedStreamsBackend::swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) {
+  post(s, [=](Backend& b, Stream& is) { b.swiglu_forward(is, out, gate, up); });
+}
+void ThreadedStreamsBackend::swiglu_backward(Stream& s, Mat dgate, Mat dup, Mat dout, Mat gate,
+                                             Mat up) {
+  post(s, [=](Backend& b, Stream& is) { b.swiglu_backward(is, dgate, dup, dout, gate, up); });
+}
+void ThreadedStreamsBackend::lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h, Mat w,
+                                          const int32_t* labels, float grad_scale, Mat scratch) {
+  post(s, [=](Backend& b, Stream& is) {
+    b.lm_head_loss(is, loss_sum, dh, dw, h, w, labels, grad_scale, scratch);
+  });
+}
+void ThreadedStreamsBackend::cast(Stream& s, Mat dst, Mat src) {
+  post(s, [=](Backend& b, Stream& is) { b.cast(is, dst, src); });
+}
+void ThreadedStreamsBackend::axpy(Stream& s, Mat dst, Mat src, float alpha) {
+  post(s, [=](Backend& b, Stream& is) { b.axpy(is, dst, src, alpha); });
+}
+void ThreadedStreamsBackend::sum_squares(Stream& s, float* out, Mat x) {
+  post(s, [=](Backend& b, Stream& is) { b.sum_squares(is, out, x); });
+}
+void ThreadedStreamsBackend::adamw(Stream& s, float* param, float* m, float* v, const float* grad,
+                                   void* w_out, int64_t n, const AdamWStep& step) {
+  post(s, [=](Backend& b, Stream& is) { b.adamw(is, param, m, v, grad, w_out, n, step); });
+}
+
+}  // namespace sf
