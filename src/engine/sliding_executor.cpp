@@ -30,6 +30,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   compute_ = be.create_stream("compute");
   h2d_ = be.create_stream("h2d");
   d2h_ = be.create_stream("d2h");
+  grads_ = be.create_stream("grads");
   upd_d2h_ = be.create_stream("update d2h");
   upd_h2d_ = be.create_stream("update h2d");
   ev_ = std::make_unique<Events>(be, ec.n_slots, ec.max_chunks, n_units);
@@ -349,14 +350,20 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       return;
     }
     case OpKind::grads_out: {
-      // The unit's fp32 gradient goes home in the compute dtype. Resident homes: a cast on
-      // the compute stream plus the sum of squares for the global norm. Host homes: cast
-      // into a staging buffer, then d2h.
+      // The unit's fp32 gradient goes home in the compute dtype, on the grads stream once the
+      // unit's last backward (or head) op is done, while the compute stream goes on with the
+      // next layer. Resident homes: a cast plus the sum of squares for the global norm. Host
+      // homes: cast into a staging buffer, then d2h. (The accumulator's next user, two layers
+      // on, waits for grads_copied; finish_update reads the norms after run() synchronised
+      // every stream.)
       const bool is_head = op.unit == head_unit;
       const int g = is_head ? 0 : op.layer % 2;
       const size_t n = size_t(layout_.units[size_t(op.unit)].numel);
       Buffer& acc = is_head ? *head_g_ : grad_acc(op.layer);
       Mat src(acc.data(), DType::f32, 1, int64_t(n));
+      Stream& gs = *grads_;
+      Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
+      done.wait(gs);
       if (is_head && layout_.tied) {
         ev.head_done->wait(*d2h_);
         be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
@@ -364,34 +371,33 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       if (device_adamw(op.unit)) {
         // Stays in its accumulator for the device AdamW after the norm (device_unit_adamw,
         // which also marks the accumulator free again: grads_copied).
-        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
-        ev.grads_home[size_t(op.unit)]->record(*compute_);
+        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
+        ev.grads_home[size_t(op.unit)]->record(gs);
         mark_grad_ready(op.unit);
         return;
       }
       if (resident(op.unit)) {
-        // Compute stream order: after the unit's last backward (or head) op.
         Mat dst(homes_[size_t(op.unit)]->data(), cd_, 1, int64_t(n));
-        be_.cast(*compute_, dst, src);
-        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
-        if (!is_head) ev.grads_copied[g]->record(*compute_);
-        else ev.head_grads_home->record(*compute_);
-        ev.grads_home[size_t(op.unit)]->record(*compute_);
+        be_.cast(gs, dst, src);
+        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
+        if (!is_head) ev.grads_copied[g]->record(gs);
+        else ev.head_grads_home->record(gs);
+        ev.grads_home[size_t(op.unit)]->record(gs);
         mark_grad_ready(op.unit);
         return;
       }
-      Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
       void* from = acc.data();
       if (cd_ != DType::f32) {
         // Its sum of squares for the global norm, on the device like the resident homes'
         // (f32 homes are summed on the host in double, as the reference step does).
-        be_.sum_squares(*compute_, static_cast<float*>(norms_->data()) + op.unit, src);
-        ev.stage_free[g]->wait(*compute_);
-        be_.cast(*compute_, Mat(gstage_[g]->data(), cd_, 1, int64_t(n)), src);
+        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
+        ev.stage_free[g]->wait(gs);
+        be_.cast(gs, Mat(gstage_[g]->data(), cd_, 1, int64_t(n)), src);
         from = gstage_[g]->data();
       }
-      done.record(*compute_);
-      done.wait(*d2h_);
+      Event& cast = is_head ? *ev.head_cast : *ev.grads_cast[g];
+      cast.record(gs);
+      cast.wait(*d2h_);
       be_.copy_to_host(*d2h_, homes_[size_t(op.unit)]->data(), from, n * dtype_size(cd_));
       if (!is_head) ev.grads_copied[g]->record(*d2h_);
       ev.stage_free[g]->record(*d2h_);
@@ -569,6 +575,7 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
     exec(op, chunks, grad_scale);
   }
   compute_->synchronize();
+  grads_->synchronize();
   h2d_->synchronize();
   d2h_->synchronize();
   double rest = seconds_since(t0);

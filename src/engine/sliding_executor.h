@@ -238,6 +238,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   void embedding_grad_on_device(int64_t n_tokens);
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
+  // grads_out's casts and sums of squares: next to the following layer's backward on
+  // compute_, instead of between two layers (~0.75 ms per layer at 32K tokens).
+  std::unique_ptr<Stream> grads_;
   std::unique_ptr<Events> ev_;
   std::vector<std::unique_ptr<Buffer>> slots_;
   std::vector<int> slot_unit_;

@@ -22,6 +22,7 @@ struct SlidingWindowExecutor::Events {
   std::vector<std::unique_ptr<Event>> off_done;
   std::unique_ptr<Event> buf_ready[2], buf_free[2];           // per backward input buffer
   std::unique_ptr<Event> grads_done[2], grads_copied[2];      // per layer-gradient buffer
+  std::unique_ptr<Event> grads_cast[2], head_cast;  // grads_out's casts done (grads stream)
   std::unique_ptr<Event> head_ready, head_done, offloads_done, layer0_done, emb_rows_done,
       batch_ready, head_grads_home;
   std::vector<std::unique_ptr<Event>> home_ready;  // per unit: new weights are home
@@ -50,7 +51,9 @@ struct SlidingWindowExecutor::Events {
       buf_free[i] = be.create_event();
       grads_done[i] = be.create_event();
       grads_copied[i] = be.create_event();
+      grads_cast[i] = be.create_event();
     }
+    head_cast = be.create_event();
     head_ready = be.create_event();
     head_done = be.create_event();
     offloads_done = be.create_event();

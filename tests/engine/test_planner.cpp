@@ -39,7 +39,7 @@ TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
         // the CUDA backend's per-stream workspaces: the plan is an upper bound, and a tight one.
         size_t planned = sum_device(sliding_memory(cfg, ec, DType::f32));
         EXPECT_LE(be.peak_bytes_in_use(), planned);
-        EXPECT_GE(be.peak_bytes_in_use() + (size_t(81) << 20), planned);
+        EXPECT_GE(be.peak_bytes_in_use() + (size_t(121) << 20), planned);
       }
       EXPECT_EQ(be.bytes_in_use(), 0u);
     }
