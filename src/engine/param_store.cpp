@@ -1,12 +1,16 @@
 #include "engine/param_store.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/planner.h"  // format_bytes
 
 namespace sf {
 
@@ -19,6 +23,16 @@ HostArray::HostArray(size_t bytes, const char* what) : n_(bytes) {
             " (", std::strerror(errno), "); lower --host-memory use or add RAM");
   }
   ::madvise(p_, bytes, MADV_HUGEPAGE);  // fewer TLB misses in the optimizer sweep
+}
+
+HostArray::HostArray(int fd, size_t offset, size_t bytes, const char* what) : n_(bytes) {
+  if (bytes == 0) return;
+  p_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(offset));
+  if (p_ == MAP_FAILED) {
+    p_ = nullptr;
+    SF_FAIL(io, "cannot map ", bytes >> 20, " MiB of the optimizer's file for ", what, " (",
+            std::strerror(errno), ")");
+  }
 }
 
 HostArray::~HostArray() {
@@ -36,21 +50,73 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
   return *this;
 }
 
-ParamStore::ParamStore(const ModelLayout& layout) {
+namespace {
+
+constexpr size_t kPage = 4096;
+size_t page_round(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+
+// An anonymous file of `bytes` in dir with its blocks reserved, so a full disk shows now,
+// not as SIGBUS in the middle of an optimizer sweep.
+int open_moments_file(const std::string& dir, size_t bytes) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    // No O_TMPFILE on this filesystem: a named file, unlinked at once.
+    std::string path = dir + "/slideformer-moments-XXXXXX";
+    fd = ::mkstemp(path.data());
+    if (fd >= 0) ::unlink(path.c_str());
+  }
+  SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot create the optimizer's file there (",
+             std::strerror(errno), "); give a writable directory on a fast local disk");
+  int rc = ::posix_fallocate(fd, 0, off_t(bytes));
+  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
+  if (rc != 0) {
+    ::close(fd);
+    SF_REQUIRE(false, "--optimizer-dir ", dir, ": cannot reserve ", format_bytes(bytes),
+               " for the AdamW moments (", std::strerror(rc), "; ", format_bytes(disk_free_bytes(dir)),
+               " free there); free space or choose another directory");
+  }
+  return fd;
+}
+
+}  // namespace
+
+size_t moments_file_bytes(const ModelLayout& layout) {
+  size_t n = 0;
+  for (auto& unit : layout.units) n += 2 * page_round(size_t(unit.numel) * sizeof(float));
+  return n;
+}
+
+size_t disk_free_bytes(const std::string& dir) {
+  struct statvfs s {};
+  if (::statvfs(dir.c_str(), &s) != 0) return 0;
+  return size_t(s.f_bavail) * size_t(s.f_frsize);
+}
+
+ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir) {
+  if (!moments_dir.empty()) fd_ = open_moments_file(moments_dir, moments_file_bytes(layout));
+  size_t file_off = 0;
   for (auto& unit : layout.units) {
     UnitState s;
     s.numel = unit.numel;
     size_t bytes = size_t(unit.numel) * sizeof(float);
     s.master = HostArray(bytes, "fp32 master weights");
-    s.m = HostArray(bytes, "AdamW first moments");
-    s.v = HostArray(bytes, "AdamW second moments");
-    // Fault the moments in now, spread over the threads (they are zero-filled on first touch):
-    // left to the first AdamW sweep, 64 GB of faults at 8B cost that step ~9 s.
-    for (HostArray* a : {&s.m, &s.v}) {
-      char* p = a->as<char>();
-      host_pool().parallel_for(int64_t(a->bytes()), [&](int64_t b, int64_t e) {
-        std::memset(p + b, 0, size_t(e - b));
-      }, int64_t(1) << 21);
+    if (fd_ >= 0) {
+      // Zero already (a new file); read and written by the optimizer's sweeps only.
+      s.file_offset = file_off;
+      s.m = HostArray(fd_, file_off, bytes, "AdamW first moments");
+      s.v = HostArray(fd_, file_off + page_round(bytes), bytes, "AdamW second moments");
+      file_off += 2 * page_round(bytes);
+    } else {
+      s.m = HostArray(bytes, "AdamW first moments");
+      s.v = HostArray(bytes, "AdamW second moments");
+      // Fault the moments in now, spread over the threads (they are zero-filled on first
+      // touch): left to the first AdamW sweep, 64 GB of faults at 8B cost that step ~9 s.
+      for (HostArray* a : {&s.m, &s.v}) {
+        char* p = a->as<char>();
+        host_pool().parallel_for(int64_t(a->bytes()), [&](int64_t b, int64_t e) {
+          std::memset(p + b, 0, size_t(e - b));
+        }, int64_t(1) << 21);
+      }
     }
     for (auto& slot : unit.params) {
       // Merge with the previous range when contiguous and of the same decay group.
@@ -64,6 +130,26 @@ ParamStore::ParamStore(const ModelLayout& layout) {
   }
 }
 
+ParamStore::~ParamStore() {
+  units_.clear();  // unmapped before the file goes
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ParamStore::prefetch_moments(int u) const {
+  if (fd_ < 0) return;
+  const UnitState& s = units_[size_t(u)];
+  for (const HostArray* a : {&s.m, &s.v})
+    if (a->data()) ::madvise(a->data(), a->bytes(), MADV_WILLNEED);
+}
+
+void ParamStore::write_back_moments(int u) const {
+  if (fd_ < 0) return;
+  const UnitState& s = units_[size_t(u)];
+  // m and v are adjacent in the file; msync(MS_ASYNC) would not start anything on Linux.
+  ::sync_file_range(fd_, off_t(s.file_offset), off_t(2 * page_round(s.m.bytes())),
+                    SYNC_FILE_RANGE_WRITE);
+}
+
 std::vector<float*> ParamStore::master_ptrs() const {
   std::vector<float*> p;
   for (auto& u : units_) p.push_back(u.master.as<float>());
@@ -72,7 +158,7 @@ std::vector<float*> ParamStore::master_ptrs() const {
 
 size_t ParamStore::host_bytes() const {
   size_t n = 0;
-  for (auto& u : units_) n += u.master.bytes() + u.m.bytes() + u.v.bytes();
+  for (auto& u : units_) n += u.master.bytes() + (fd_ >= 0 ? 0 : u.m.bytes() + u.v.bytes());
   return n;
 }
 

@@ -3,9 +3,16 @@
 // they are pageable memory (transparent huge pages requested), not pinned: pinning ~100 GB
 // is slow and can fail, and DMA only needs the small bf16 staging buffers. (The one exception:
 // the sliding executor maps the embedding table, ~2 GB at 8B, so the GPU gathers its rows.)
+//
+// With a moments directory (an NVMe disk), m and v (8 of the 12 bytes) live in one file
+// there, mapped into memory: the page cache keeps what RAM allows and the kernel reads and
+// writes the rest as the optimizer sweeps, so an 8B model trains on a 64 GB workstation.
+// The file is anonymous (O_TMPFILE where the filesystem has it): nothing is left behind,
+// even after a crash; checkpoints copy the moments out as usual.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/param_layout.h"
@@ -18,6 +25,8 @@ class HostArray {
  public:
   HostArray() = default;
   explicit HostArray(size_t bytes, const char* what);
+  // bytes of the file fd from `offset` (page-aligned), shared: writes go to the file.
+  HostArray(int fd, size_t offset, size_t bytes, const char* what);
   ~HostArray();
   HostArray(HostArray&& o) noexcept { *this = std::move(o); }
   HostArray& operator=(HostArray&& o) noexcept;
@@ -35,7 +44,11 @@ class HostArray {
 
 class ParamStore {
  public:
-  explicit ParamStore(const ModelLayout& layout);
+  // moments_dir empty: everything in RAM; else m and v in a file in that directory.
+  explicit ParamStore(const ModelLayout& layout, const std::string& moments_dir = "");
+  ~ParamStore();
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
 
   int n_units() const { return int(units_.size()); }
   int64_t numel(int u) const { return units_[size_t(u)].numel; }
@@ -44,7 +57,13 @@ class ParamStore {
   float* v(int u) const { return units_[size_t(u)].v.as<float>(); }
   const std::vector<ParamRange>& ranges(int u) const { return units_[size_t(u)].ranges; }
   std::vector<float*> master_ptrs() const;
-  size_t host_bytes() const;
+  size_t host_bytes() const;  // in RAM for sure (the moments' file excluded)
+  bool moments_on_disk() const { return fd_ >= 0; }
+  // Hints for the optimizer's sweep over moments on disk (no-ops in RAM): start reading
+  // unit u's m and v now; start writing them back now (rather than when the kernel's dirty
+  // limits force it, in the middle of a later sweep).
+  void prefetch_moments(int u) const;
+  void write_back_moments(int u) const;
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
 
@@ -52,9 +71,16 @@ class ParamStore {
   struct UnitState {
     int64_t numel = 0;
     HostArray master, m, v;
+    size_t file_offset = 0;  // of m (v follows) in the moments' file
     std::vector<ParamRange> ranges;
   };
   std::vector<UnitState> units_;
+  int fd_ = -1;  // the moments' file, or -1
 };
+
+// Bytes free for an unprivileged user on the filesystem of `dir` (0 if it cannot be read).
+size_t disk_free_bytes(const std::string& dir);
+// The moments' file size for a layout (m and v of every unit, each page-aligned).
+size_t moments_file_bytes(const ModelLayout& layout);
 
 }  // namespace sf

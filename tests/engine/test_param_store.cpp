@@ -1,0 +1,103 @@
+// The training state's store: in RAM, or with the AdamW moments in a file on disk (mapped):
+// zero at the start, read and written like memory, nothing left in the directory, and clear
+// errors for a directory that cannot hold them.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "engine/param_store.h"
+#include "model/model_presets.h"
+
+using namespace sf;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("sf-store-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+ModelLayout tiny_layout() { return ModelLayout::build(model_preset("tiny")); }
+
+TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
+  TempDir dir;
+  const ModelLayout layout = tiny_layout();
+  {
+    ParamStore ram(layout), disk(layout, dir.path.string());
+    EXPECT_FALSE(ram.moments_on_disk());
+    EXPECT_TRUE(disk.moments_on_disk());
+    // Only the master counts as RAM when the moments are on disk.
+    EXPECT_EQ(disk.host_bytes() * 3, ram.host_bytes());
+    for (int u = 0; u < disk.n_units(); ++u) {
+      disk.prefetch_moments(u);
+      for (int64_t i = 0; i < disk.numel(u); ++i) {
+        ASSERT_EQ(disk.m(u)[i], 0.f);
+        ASSERT_EQ(disk.v(u)[i], 0.f);
+      }
+      // Distinct, non-overlapping arrays: write a pattern everywhere, read it all back.
+      for (int64_t i = 0; i < disk.numel(u); ++i) {
+        disk.m(u)[i] = float(u) + float(i) * 1e-3f;
+        disk.v(u)[i] = -float(u) - float(i) * 1e-3f;
+      }
+      disk.write_back_moments(u);
+    }
+    for (int u = 0; u < disk.n_units(); ++u)
+      for (int64_t i = 0; i < disk.numel(u); ++i) {
+        ASSERT_EQ(disk.m(u)[i], float(u) + float(i) * 1e-3f) << u << " " << i;
+        ASSERT_EQ(disk.v(u)[i], -float(u) - float(i) * 1e-3f) << u << " " << i;
+      }
+    EXPECT_GE(moments_file_bytes(layout), 2 * sizeof(float) * size_t(layout.total_numel()));
+    // The file has no name: the directory stays empty while it is in use.
+    EXPECT_TRUE(fs::is_empty(dir.path));
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+TEST(ParamStore, ClearErrorsForADirectoryThatCannotHoldTheMoments) {
+  const ModelLayout layout = tiny_layout();
+  try {
+    ParamStore s(layout, "/nonexistent/sf-moments");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input);
+    EXPECT_NE(std::string(e.what()).find("--optimizer-dir /nonexistent/sf-moments"), std::string::npos)
+        << e.what();
+  }
+  // A file size limit (as a full disk would) refuses the reservation up front, not later as
+  // SIGBUS in an optimizer sweep.
+  {
+    TempDir dir;
+    struct rlimit old {};
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = 1 << 20;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    std::string msg;
+    try {
+      ParamStore s(layout, dir.path.string());
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, old_handler);
+    EXPECT_NE(msg.find("cannot reserve"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("free space or choose another directory"), std::string::npos) << msg;
+    EXPECT_TRUE(fs::is_empty(dir.path));
+  }
+  EXPECT_GT(disk_free_bytes(fs::temp_directory_path().string()), 0u);
+  EXPECT_EQ(disk_free_bytes("/nonexistent/sf-moments"), 0u);
+}
+
+}  // namespace
