@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,6 +103,10 @@ struct EngineConfig {
   // when params() is asked for.
   int device_adamw_layers = 0;
   bool device_adamw(int u) const { return u >= 1 && u <= device_adamw_layers; }
+  // The AdamW moments in a file in this directory (a fast disk) instead of RAM (see
+  // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
+  // one. Empty: in RAM.
+  std::string moments_dir;
   // Tests only: the device scatter of an untied embedding gradient uses both of its row
   // blocks (half the step's rows each) even when one would hold them all.
   bool split_embedding_scatter = false;

@@ -127,6 +127,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       }
       if (u > 0) ev_->grads_home[size_t(u)]->synchronize();
       ScopedSeconds busy(spec_->busy_seconds);  // from here on the CPU works on unit u
+      if (u > 0) store_.prefetch_moments(u - 1);  // the backward's next (moments on disk)
       const double sq = unit_sumsq(u);
       spec_->sumsq[size_t(u)] = sq;
       spec_->have_sq[size_t(u)] = 1;
@@ -142,6 +143,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
         continue;
       }
       unit_adamw(EmbeddingGrad::Kind::update, u, spec_out(u), false, s, s);
+      store_.write_back_moments(u);
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {

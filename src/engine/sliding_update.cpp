@@ -115,8 +115,15 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
   const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
-  updates_.start(update_order(), [this, s, n_units](int u) {
+  std::vector<int> order = update_order();
+  // Moments on disk: each unit's update asks for the next unit's m and v to be read in.
+  std::vector<int> next_of(size_t(n_units), -1);
+  for (size_t i = 0; i + 1 < order.size(); ++i) next_of[size_t(order[i])] = order[i + 1];
+  if (!order.empty()) store_.prefetch_moments(order[0]);
+  updates_.start(std::move(order), [this, s, n_units, next_of = std::move(next_of)](int u) {
+    if (next_of[size_t(u)] >= 0) store_.prefetch_moments(next_of[size_t(u)]);
     update_unit(u, s);
+    store_.write_back_moments(u);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }

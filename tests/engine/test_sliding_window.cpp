@@ -83,13 +83,15 @@ struct Case {
   int next_units = -1;  // speculative: units with a "next" buffer (-1 all)
   bool spec_all = false;   // speculative: phase A speculates every unit it can (deterministic redo coverage)
   int dev_adamw = 0;  // the first layers' optimizer on the "device" (device_adamw_layers)
-  bool threaded = false;  // the engine's backend runs its streams on threads (with jitter)
+  bool threaded = false;  // the engine's backend runs its streams on threads (lazy)
+  bool moments_on_disk = false;  // AdamW m and v in a file (ParamStore's moments_dir)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
                resident_layers ? cat("_resident", resident_layers) : "",
                speculative ? "_speculative" : "", next_units >= 0 ? cat("_next", next_units) : "",
-               spec_all ? "_specall" : "", dev_adamw ? cat("_devadamw", dev_adamw) : "");
+               spec_all ? "_specall" : "", dev_adamw ? cat("_devadamw", dev_adamw) : "",
+               moments_on_disk ? "_diskmoments" : "");
   }
 };
 
@@ -125,7 +127,9 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.speculate_everything = tc.spec_all;
   ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
+  if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
   SlidingWindowExecutor eng(be_eng, cfg, ec);
+  ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
 
   same_start(cfg, ref, eng, 42, init);
 
@@ -207,7 +211,12 @@ std::vector<Case> engine_cases() {
           // Layers 0-2 of 4 (layer 2 accumulates into its own buffer), and all of 2.
           Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 3},
           Case{Arch::qwen2, false, 0.05f, 2, 16, false, 1, true, -1, false, 3},
-          Case{Arch::qwen3, false, 0.f, 1, 64, false, 0, true, -1, false, 2}};
+          Case{Arch::qwen3, false, 0.f, 1, 64, false, 0, true, -1, false, 2},
+          // The AdamW moments in a file on disk: the same bits (deferred, speculative with
+          // clipping and redo, tied with split chunks and device AdamW).
+          Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 0, false, true},
+          Case{Arch::mistral, false, 0.05f, 1, 64, false, 0, true, -1, true, 0, false, true},
+          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, false, 1, false, true}};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
