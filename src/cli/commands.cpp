@@ -86,6 +86,8 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
                   "sliding window: the first layers whose AdamW runs on the GPU (auto or a count)");
   cmd->add_option("--gpu-memory", req.gpu_memory, "device memory budget, e.g. 24GiB");
   cmd->add_option("--host-memory", req.host_memory, "host memory budget, e.g. 100GiB");
+  cmd->add_option("--optimizer-dir", req.optimizer_dir,
+                  "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
 }
 
 void add_plan_command(CLI::App& app) {

@@ -276,6 +276,8 @@ void add_train_command(CLI::App& app) {
         "sliding window: the first layers whose AdamW runs on the GPU (auto or a count)");
   f.add("gpu-memory", o.gpu_memory, "device memory budget, e.g. 24GiB");
   f.add("host-memory", o.host_memory, "host memory budget, e.g. 100GiB");
+  f.add("optimizer-dir", o.optimizer_dir,
+        "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
   f.add("dtype", st->dtype, "dtype of the saved weights: auto (the model's torch_dtype), bf16, f16, f32");
   cmd->add_flag("--quiet", st->quiet, "no progress output (same as --progress none)");
 

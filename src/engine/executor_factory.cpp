@@ -1,7 +1,10 @@
 #include "engine/executor_factory.h"
 
+#include <filesystem>
+
 #include "backend/host/host_backend.h"
 #include "core/error.h"
+#include "engine/param_store.h"
 #include "engine/device_resident_executor.h"
 #include "engine/hardware_probe.h"
 #include "engine/resident_executor.h"
@@ -74,6 +77,13 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   size_t host_default = avail > 0 ? avail - std::max(avail / 10, std::min(avail / 2, 2 * kGiB)) : 0;
   r.budget.host_bytes = req.host_memory.empty() ? host_default
                                                 : parse_bytes(req.host_memory, "--host-memory");
+  if (!req.optimizer_dir.empty()) {
+    std::error_code ec;
+    SF_REQUIRE(std::filesystem::is_directory(req.optimizer_dir, ec), "--optimizer-dir ",
+               req.optimizer_dir, " is not a directory; create it on a fast local disk (an NVMe SSD)");
+    r.budget.moments_dir = req.optimizer_dir;
+    r.budget.moments_dir_free = disk_free_bytes(req.optimizer_dir);
+  }
   if (r.backend == BackendKind::host) {
     r.budget.unified = true;
     r.budget.device_bytes = r.budget.host_bytes;
@@ -118,6 +128,12 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   }
   r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
                      dev_adamw);
+  if (!r.plan.engine.moments_dir.empty()) {
+    // The moments go to disk: its speed is the optimizer's now. Measure it, plan again.
+    hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
+    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
+                       dev_adamw);
+  }
   if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;

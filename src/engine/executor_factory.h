@@ -19,6 +19,8 @@ struct ExecutorRequest {
   StepRequest step;
   std::string gpu_memory;   // empty: the device's memory minus a margin
   std::string host_memory;  // empty: available RAM minus a margin
+  // A directory on a fast disk for the AdamW moments when RAM is short (empty: none).
+  std::string optimizer_dir;
   bool plan_only = false;   // planning for a CUDA machine without its GPU (needs gpu_memory)
 };
 

@@ -1,5 +1,13 @@
 #include "engine/hardware_probe.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -87,6 +95,44 @@ DeviceProbe probe_device(Backend& be, const ProbeShape& sh) {
     p.d2h_bytes_per_s = double(sh.copy_bytes) / down;
   }
   return p;
+}
+
+double probe_disk(const std::string& dir, size_t bytes) {
+  constexpr size_t kBlock = size_t(8) << 20, kAlign = 4096;
+  bytes = std::max(kBlock, bytes / kBlock * kBlock);
+  bool direct = true;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) {  // tmpfs and some others: no O_DIRECT (or no O_TMPFILE)
+    direct = false;
+    fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {
+    std::string path = dir + "/slideformer-probe-XXXXXX";
+    fd = ::mkstemp(path.data());
+    if (fd >= 0) ::unlink(path.c_str());
+  }
+  SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot write a file there (",
+             std::strerror(errno), "); give a writable directory on a fast local disk");
+  std::unique_ptr<void, decltype(&std::free)> buf(std::aligned_alloc(kAlign, kBlock), &std::free);
+  std::memset(buf.get(), 0x3c, kBlock);  // not zeros: some devices shortcut them
+  auto fail = [&](const char* what) {
+    const int e = errno;
+    ::close(fd);
+    SF_FAIL(input, "--optimizer-dir ", dir, ": the disk probe could not ", what, " (",
+            std::strerror(e), "); free space or choose another directory");
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t off = 0; off < bytes; off += kBlock)
+    if (::pwrite(fd, buf.get(), kBlock, off_t(off)) != ssize_t(kBlock)) fail("write");
+  if (::fdatasync(fd) != 0) fail("sync");
+  const double write_s = seconds_since(t0);
+  if (!direct) ::posix_fadvise(fd, 0, off_t(bytes), POSIX_FADV_DONTNEED);
+  const auto t1 = std::chrono::steady_clock::now();
+  for (size_t off = 0; off < bytes; off += kBlock)
+    if (::pread(fd, buf.get(), kBlock, off_t(off)) != ssize_t(kBlock)) fail("read");
+  const double read_s = seconds_since(t1);
+  ::close(fd);
+  return 2.0 * double(bytes) / std::max(write_s + read_s, 1e-9);
 }
 
 HardwareModel scale_to_device(HardwareModel hw, const DeviceProbe& probe) {

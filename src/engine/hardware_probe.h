@@ -31,6 +31,12 @@ DeviceProbe probe_device(Backend& be, const ProbeShape& shape = {});
 inline constexpr double kH200ProbeGemmFlops = 785e12;
 inline constexpr double kH200ProbeCopyBytesPerS = 55e9;
 
+// The disk under `dir` as the AdamW moments use it: `bytes` written (synced) then read back,
+// with O_DIRECT where the filesystem has it (else through the page cache, which is then
+// dropped), in an anonymous file; bytes per second read and written together (~0.2 s for
+// 256 MiB on an NVMe disk). Throws Error(input) naming --optimizer-dir when it cannot.
+double probe_disk(const std::string& dir, size_t bytes = size_t(256) << 20);
+
 // HardwareModel's GPU figures (device and attention FLOP/s, both copy directions) scaled by
 // the probe against the H200's; the CPU figures stay; `source` says where they came from.
 HardwareModel scale_to_device(HardwareModel hw, const DeviceProbe& probe);

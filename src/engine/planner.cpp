@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/stopwatch.h"
 #include "core/thread_pool.h"
+#include "engine/param_store.h"
 #include "model/recipes.h"
 #include "optim/adamw.h"
 
@@ -43,9 +44,12 @@ int64_t max_layer_numel(const ModelLayout& l) {
 }
 
 void total(Plan& p) {
-  p.device_bytes = p.host_bytes = 0;
-  for (auto& l : p.lines) (l.device ? p.device_bytes : p.host_bytes) += l.bytes;
+  p.device_bytes = p.host_bytes = p.disk_bytes = 0;
+  for (auto& l : p.lines) (l.disk ? p.disk_bytes : l.device ? p.device_bytes : p.host_bytes) += l.bytes;
 }
+
+// AdamW reads and writes m and v: 16 bytes of the moments' file per parameter and step.
+constexpr double kMomentBytesPerParam = 16;
 
 // Forward FLOPs of one token through one layer's projections, and through its attention
 // to `ctx` keys on average.
@@ -138,7 +142,12 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
       host_homes += host_round(n * es);
     }
   }
-  m.push_back({"fp32 master + AdamW m, v", state, false});
+  if (ec.moments_dir.empty()) {
+    m.push_back({"fp32 master + AdamW m, v", state, false});
+  } else {
+    m.push_back({"fp32 master", state / 3, false});
+    m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(l), false, true});
+  }
   m.push_back({l.tied ? "embedding gradient (f32)" : "embedding gradient (f32, the step's rows)",
                host_round(size_t(EmbeddingGrad::max_rows(int64_t(V), int64_t(Tstep), l.tied)) * C * 4),
                false});
@@ -285,7 +294,17 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   double host_params = double(l.total_numel());  // what the CPU optimizer updates
   if (p.mode == Plan::Mode::sliding)
     for (int k = 0; k < p.engine.device_adamw_layers; ++k) host_params -= double(l.layer(k).numel);
-  const double adam_s = host_params / hw.adamw_params_per_s;
+  // Moments on disk: the sweep goes at the disk's pace when that is slower than the CPU's
+  // (counted as if none of them stayed in the page cache: the plan is there because RAM is
+  // short, and a cyclic sweep larger than the cache gets no hits from an LRU).
+  double adamw_rate = hw.adamw_params_per_s;
+  p.optimizer_disk_bound = false;
+  if (p.mode == Plan::Mode::sliding && !p.engine.moments_dir.empty()) {
+    const double disk_rate = hw.disk_bytes_per_s / kMomentBytesPerParam;
+    p.optimizer_disk_bound = disk_rate < adamw_rate;
+    adamw_rate = std::min(adamw_rate, disk_rate);
+  }
+  const double adam_s = host_params / adamw_rate;
   p.optimizer_seconds = adam_s;
   p.compute_seconds = fwd_s + bwd_s + head_s;
   if (p.mode == Plan::Mode::resident) {
@@ -315,12 +334,12 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
         if (u == 0 || p.engine.has_next(u, int(l.units.size())))
           spec_params += double(l.units[size_t(u)].numel);
     const double bwd_phase = std::max({bwd_s, w_bwd + acts, grads});
-    const double in_bwd = std::min(spec_params / hw.adamw_params_per_s, bwd_phase);
+    const double in_bwd = std::min(spec_params / adamw_rate, bwd_phase);
     const double fwd_phase = std::max({fwd_s, w_fwd + acts, adam_s - in_bwd});
     // Layer 0's gradient is the backward's last and the next forward needs it first: its
     // host AdamW (which can only start then) is a gap between steps; on the device ~0.
     const double boundary = p.engine.device_adamw_layers > 0
-                                ? 0.0 : double(l.layer(0).numel) / hw.adamw_params_per_s;
+                                ? 0.0 : double(l.layer(0).numel) / adamw_rate;
     p.step_seconds = fwd_phase + head_s + bwd_phase + boundary;
     // Clipped: nothing speculated, so every host unit's AdamW is pipelined into the next
     // forward (8B batch 32 on the H200: 4.07-4.14 s measured against 3.2 s unclipped).
@@ -338,6 +357,7 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
 }
 
 bool fits(const Budget& b, const Plan& p) {
+  if (p.disk_bytes > b.moments_dir_free) return false;
   if (b.unified) return p.device_bytes + p.host_bytes <= b.host_bytes;
   return p.device_bytes <= b.device_bytes && p.host_bytes <= b.host_bytes;
 }
@@ -441,53 +461,60 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
                (tie(p.compute_seconds, chosen.compute_seconds) && p.host_bytes < chosen.host_bytes);
     if (better) chosen = p;
   };
-  for (int acts : {0, 1, 2}) {  // device, host, split
-    for (int slots : {3, 2}) {
-      for (int64_t chunk = req.micro_tokens; chunk >= std::max<int64_t>(1, req.max_seq_len);
-           chunk /= 2) {
-        Plan p;
-        p.mode = Plan::Mode::sliding;
-        p.engine.n_slots = slots;
-        p.engine.max_chunk_tokens = chunk;
-        p.engine.head_chunk_rows = head_chunk_rows_for(cfg, chunk, cd);
-        p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
-        p.engine.activations_on_device = acts == 0;
-        p.engine.head_resident = head_res;
-        if (acts == 2) {
-          int lo = -1, hi = int(cfg.num_hidden_layers);  // most device layers that fit the device
-          while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            p.engine.device_act_layers = mid;
-            p.lines = sliding_memory(cfg, p.engine, cd);
-            total(p);
-            if (budget.unified || p.device_bytes <= budget.device_bytes) lo = mid;
-            else hi = mid - 1;
+  // The AdamW moments go to --optimizer-dir's disk only when nothing fits with them in RAM.
+  std::vector<std::string> moments_homes = {std::string()};
+  if (!budget.moments_dir.empty()) moments_homes.push_back(budget.moments_dir);
+  for (const std::string& moments_dir : moments_homes) {
+    if (!chosen.lines.empty()) break;
+    for (int acts : {0, 1, 2}) {  // device, host, split
+      for (int slots : {3, 2}) {
+        for (int64_t chunk = req.micro_tokens; chunk >= std::max<int64_t>(1, req.max_seq_len);
+             chunk /= 2) {
+          Plan p;
+          p.mode = Plan::Mode::sliding;
+          p.engine.moments_dir = moments_dir;
+          p.engine.n_slots = slots;
+          p.engine.max_chunk_tokens = chunk;
+          p.engine.head_chunk_rows = head_chunk_rows_for(cfg, chunk, cd);
+          p.engine.max_chunks = int((req.micro_tokens + chunk - 1) / chunk) * req.grad_accum;
+          p.engine.activations_on_device = acts == 0;
+          p.engine.head_resident = head_res;
+          if (acts == 2) {
+            int lo = -1, hi = int(cfg.num_hidden_layers);  // most device layers that fit the device
+            while (lo < hi) {
+              int mid = (lo + hi + 1) / 2;
+              p.engine.device_act_layers = mid;
+              p.lines = sliding_memory(cfg, p.engine, cd);
+              total(p);
+              if (budget.unified || p.device_bytes <= budget.device_bytes) lo = mid;
+              else hi = mid - 1;
+            }
+            if (lo <= 0 || lo >= cfg.num_hidden_layers) continue;  // not a split: covered above
+            p.engine.device_act_layers = lo;
           }
-          if (lo <= 0 || lo >= cfg.num_hidden_layers) continue;  // not a split: covered above
-          p.engine.device_act_layers = lo;
-        }
-        p.lines = sliding_memory(cfg, p.engine, cd);
-        total(p);
-        // The first layers' optimizer on the device (forced, or a few counts on a GPU; the
-        // planner's prediction weighs their memory against homes and the CPU's work).
-        std::vector<int> counts;
-        if (device_adamw_layers >= 0) counts = {device_adamw_layers};
-        else if (cd == DType::f32) counts = {0};
-        else
-          for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
-            if (d <= cfg.num_hidden_layers) counts.push_back(d);
-        for (int d : counts) {
-          Plan q = p;
-          q.engine.device_adamw_layers = d;
-          q.lines = sliding_memory(cfg, q.engine, cd);
-          total(q);
-          if (d > 0 && !device_fits(q)) {  // more will not fit either
-            if (device_adamw_layers >= 0) consider(q);  // forced: kept for the advice
-            break;
+          p.lines = sliding_memory(cfg, p.engine, cd);
+          total(p);
+          // The first layers' optimizer on the device (forced, or a few counts on a GPU; the
+          // planner's prediction weighs their memory against homes and the CPU's work).
+          std::vector<int> counts;
+          if (device_adamw_layers >= 0) counts = {device_adamw_layers};
+          else if (cd == DType::f32) counts = {0};
+          else
+            for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
+              if (d <= cfg.num_hidden_layers) counts.push_back(d);
+          for (int d : counts) {
+            Plan q = p;
+            q.engine.device_adamw_layers = d;
+            q.lines = sliding_memory(cfg, q.engine, cd);
+            total(q);
+            if (d > 0 && !device_fits(q)) {  // more will not fit either
+              if (device_adamw_layers >= 0) consider(q);  // forced: kept for the advice
+              break;
+            }
+            consider(q);
           }
-          consider(q);
+          if (chunk == 1) break;
         }
-        if (chunk == 1) break;
       }
     }
   }
@@ -495,12 +522,24 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   // 3. Nothing fits: say which tier is short and what to change.
   predict(cfg, req, hw, best);
   std::ostringstream a;
-  if (best.host_bytes > budget.host_bytes)
-    a << "host memory: needs " << format_bytes(best.host_bytes) << " but the budget is "
-      << format_bytes(budget.host_bytes) << " (fp32 master + AdamW alone is "
-      << format_bytes(best.lines[0].bytes) << "); add RAM, raise --host-memory, or choose a "
-      << "smaller model. ";
-  if (best.device_bytes > budget.device_bytes)
+  const ModelLayout layout = ModelLayout::build(cfg);
+  const size_t moments = moments_file_bytes(layout);
+  // The host backend's "device" is host memory too: one pool (Budget::unified).
+  const size_t host_need = best.host_bytes + (budget.unified ? best.device_bytes : 0);
+  if (host_need > budget.host_bytes) {
+    a << "host memory: needs " << format_bytes(host_need) << " but the budget is "
+      << format_bytes(budget.host_bytes) << " (" << best.lines[0].what << " alone is "
+      << format_bytes(best.lines[0].bytes) << "); add RAM, raise --host-memory, ";
+    if (budget.moments_dir.empty() && best.mode == Plan::Mode::sliding)
+      a << "keep the AdamW moments (" << format_bytes(moments)
+        << ") on a fast disk with --optimizer-dir DIR, ";
+    a << "or choose a smaller model. ";
+  }
+  if (best.disk_bytes > budget.moments_dir_free)
+    a << "--optimizer-dir " << budget.moments_dir << ": the AdamW moments need "
+      << format_bytes(best.disk_bytes) << " but " << format_bytes(budget.moments_dir_free)
+      << " are free there; free space or choose another directory. ";
+  if (!budget.unified && best.device_bytes > budget.device_bytes)
     a << "device memory: even the smallest window needs " << format_bytes(best.device_bytes)
       << " but the budget is " << format_bytes(budget.device_bytes)
       << "; lower --batch-size or --seq-len, or raise --gpu-memory"
@@ -595,17 +634,24 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   if (!summary) {
     os << "\n  " << std::setw(42) << "memory" << std::setw(8) << "tier" << "bytes\n";
     for (auto& l : p.lines)
-      os << "  " << std::setw(42) << l.what << std::setw(8) << (l.device ? "device" : "host")
+      os << "  " << std::setw(42) << l.what << std::setw(8) << (l.disk ? "disk" : l.device ? "device" : "host")
          << format_bytes(l.bytes) << "\n";
   }
   os << "  " << std::setw(42) << "total device" << std::setw(8) << "" << format_bytes(p.device_bytes)
      << "  (budget " << format_bytes(budget.device_bytes) << ")\n";
   os << "  " << std::setw(42) << "total host" << std::setw(8) << "" << format_bytes(p.host_bytes)
-     << "  (budget " << format_bytes(budget.host_bytes) << ")\n" << (summary ? "" : "\n")
-     << std::right;
+     << "  (budget " << format_bytes(budget.host_bytes) << ")\n";
+  if (p.disk_bytes > 0)
+    os << "  " << std::setw(42) << cat("total disk (", budget.moments_dir, ")") << std::setw(8) << ""
+       << format_bytes(p.disk_bytes) << "  (free " << format_bytes(budget.moments_dir_free) << ")\n";
+  os << (summary ? "" : "\n") << std::right;
   if (p.step_seconds > 0)
     os << std::setprecision(1) << "hardware   " << p.hw.source << "; CPU AdamW "
-       << p.hw.adamw_params_per_s / 1e9 << " G params/s\n";
+       << p.hw.adamw_params_per_s / 1e9 << " G params/s"
+       << (p.disk_bytes > 0 ? cat("; optimizer disk ", std::fixed, std::setprecision(1),
+                                  p.hw.disk_bytes_per_s / 1e9, " GB/s read + write")
+                            : std::string())
+       << "\n";
   os << std::setprecision(3) << "predicted  step " << p.step_seconds << " s (compute "
      << p.compute_seconds << " s, transfers " << p.transfer_seconds << " s, optimizer "
      << p.optimizer_seconds << " s), " << std::setprecision(0) << p.tokens_per_second
@@ -621,6 +667,13 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   switch (p.bound) {
     case Plan::Bound::gpu_compute: os << "bound      compute: the step is as fast as its kernels\n"; break;
     case Plan::Bound::cpu_optimizer:
+      if (p.optimizer_disk_bound) {
+        os << "bound      the optimizer's disk (" << std::setprecision(2) << p.optimizer_seconds
+           << " s per step to read and write the AdamW moments): more tokens per step "
+           << "(--grad-accum) amortise it; a faster disk or more RAM (then no --optimizer-dir) "
+           << "removes it\n";
+        break;
+      }
       os << "bound      the CPU optimizer (" << std::setprecision(2) << p.optimizer_seconds
          << " s of host AdamW per step): more tokens per step (--batch-size, --grad-accum) "
          << "amortise it"

@@ -25,6 +25,9 @@ struct HardwareModel {
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
   // machine's 16 cores, ~1.9 s per 8.03 B parameters (docs/BENCHMARKS.md).
   double adamw_params_per_s = 4.2e9;
+  // The disk of --optimizer-dir, when the AdamW moments live there: bytes per second read
+  // and written together (measured by plan_run when the plan puts them there).
+  double disk_bytes_per_s = 2e9;
   // Where the figures come from, for the plan's `hardware` line.
   std::string source = "the H200 test machine's GPU figures (no GPU measured)";
   static HardwareModel host_default();  // measures the host's fp32 GEMM rate briefly
@@ -43,12 +46,17 @@ struct Budget {
   size_t device_bytes = 0;  // what the backend may allocate (CUDA context excluded)
   size_t host_bytes = 0;    // process memory for state, staging and stores
   bool unified = false;     // the device IS host memory (host backend): one pool
+  // A directory on a fast disk where the AdamW moments may go when RAM is short
+  // (--optimizer-dir; empty: none), and the bytes free there.
+  std::string moments_dir;
+  size_t moments_dir_free = 0;
 };
 
 struct MemoryLine {
   std::string what;
   size_t bytes = 0;
   bool device = false;
+  bool disk = false;  // a file in Budget::moments_dir (neither device nor host memory)
 };
 
 struct Plan {
@@ -56,7 +64,7 @@ struct Plan {
   EngineConfig engine;  // for Mode::sliding; its head_chunk_rows for both modes
   bool keep_activations = false;  // for Mode::resident: every layer's activations kept
   std::vector<MemoryLine> lines;
-  size_t device_bytes = 0, host_bytes = 0;
+  size_t device_bytes = 0, host_bytes = 0, disk_bytes = 0;
   bool fits = false;
   std::string advice;   // when it does not fit: what to change
   double step_seconds = 0, tokens_per_second = 0;
@@ -68,6 +76,8 @@ struct Plan {
   // What the predicted step waits for beyond the GPU's compute, if anything (describe_plan
   // says what would help): the host optimizer, or transfers over PCIe.
   enum class Bound { gpu_compute, cpu_optimizer, transfers } bound = Bound::gpu_compute;
+  // The optimizer's rate is the moments' disk's, not the CPU's (moments on disk).
+  bool optimizer_disk_bound = false;
   double model_flops_per_step = 0;  // 6 N T + causal attention (no recompute)
   HardwareModel hw;                 // what the prediction assumed
 };

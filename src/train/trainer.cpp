@@ -407,6 +407,7 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   er.device_adamw_layers = opt.device_adamw_layers;
   er.gpu_memory = opt.gpu_memory;
   er.host_memory = opt.host_memory;
+  er.optimizer_dir = opt.optimizer_dir;
   er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;

@@ -71,6 +71,7 @@ struct TrainOptions {
   std::string device_adamw_layers = "auto";  // sliding window: the first layers' AdamW on the GPU
   std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
   std::string host_memory;       // budget; empty: available RAM minus a margin
+  std::string optimizer_dir;     // AdamW moments on this disk when RAM is short; empty: none
   std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype
   enum class Progress { bar, lines, quiet } progress = Progress::lines;
   int columns = 0;  // terminal width for the bar (0: 100)

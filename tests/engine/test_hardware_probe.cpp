@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/host/host_backend.h"
+#include "core/error.h"
 #include "engine/hardware_probe.h"
 #include "engine/planner.h"
 #include "model/model_presets.h"
@@ -28,6 +29,20 @@ TEST(HardwareProbe, MeasuresThroughTheBackend) {
     EXPECT_GT(v, 0);
   }
   EXPECT_EQ(be.bytes_in_use(), 0u);  // nothing left behind for the executor's budget
+}
+
+TEST(HardwareProbe, MeasuresTheOptimizersDisk) {
+  const std::string dir = ::testing::TempDir();
+  const double bw = probe_disk(dir, size_t(16) << 20);
+  EXPECT_TRUE(std::isfinite(bw));
+  EXPECT_GT(bw, 1e6);  // any disk moves more than 1 MB/s
+  try {
+    probe_disk("/nonexistent/sf-probe");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--optimizer-dir /nonexistent/sf-probe"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HardwareProbe, RescalesTheH200Figures) {

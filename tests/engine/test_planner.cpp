@@ -297,3 +297,78 @@ TEST(Planner, PredictsClippedSteps) {
 }
 
 }  // namespace
+
+namespace {
+
+// A 64 GB workstation with a 24 GB GPU cannot hold Llama-3.1-8B's fp32 master + AdamW
+// (96 GB) in RAM: the plan says so and points at --optimizer-dir; with a directory on a disk
+// the AdamW moments go there (a disk line, RAM below the budget), slower when the disk is
+// slower than the CPU's AdamW; a disk without room for them is named with its free space.
+TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  const StepRequest req{32 * 1024, 1, 1024};
+  HardwareModel hw;
+  hw.adamw_params_per_s = 4e9;
+  hw.disk_bytes_per_s = 6e9;  // a PCIe 4 NVMe disk, read + write
+  Budget ram{size_t(24) << 30, size_t(56) << 30, false};
+  Plan no = make_plan(cfg, req, ram, DType::bf16, hw);
+  EXPECT_FALSE(no.fits);
+  EXPECT_NE(no.advice.find("--optimizer-dir DIR"), std::string::npos) << no.advice;
+
+  Budget disk = ram;
+  disk.moments_dir = "/nvme/sf";
+  disk.moments_dir_free = size_t(200) << 30;
+  Plan p = make_plan(cfg, req, disk, DType::bf16, hw);
+  ASSERT_TRUE(p.fits) << p.advice;
+  EXPECT_EQ(p.engine.moments_dir, "/nvme/sf");
+  EXPECT_LE(p.host_bytes, disk.host_bytes);
+  const size_t moments = moments_file_bytes(ModelLayout::build(cfg));
+  EXPECT_EQ(p.disk_bytes, moments);
+  EXPECT_GT(moments, size_t(59) << 30);  // 2 x 4 B x 8.03 B parameters
+  // The optimizer at the disk's pace: 16 B per parameter and step.
+  EXPECT_TRUE(p.optimizer_disk_bound);
+  EXPECT_NEAR(p.optimizer_seconds, double(ModelLayout::build(cfg).total_numel()) * 16 / 6e9,
+              0.3 * p.optimizer_seconds);  // device-AdamW layers take their share off
+  const std::string text = describe_plan(cfg, req, disk, p);
+  for (const char* line : {"AdamW m, v (a file in --optimizer-dir)", "total disk (/nvme/sf)",
+                           "optimizer disk 6.0 GB/s", "bound      the optimizer's disk"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+
+  // With RAM for everything, the directory is not used.
+  Budget roomy = disk;
+  roomy.host_bytes = size_t(120) << 30;
+  Plan r = make_plan(cfg, req, roomy, DType::bf16, hw);
+  ASSERT_TRUE(r.fits);
+  EXPECT_TRUE(r.engine.moments_dir.empty());
+  EXPECT_EQ(r.disk_bytes, 0u);
+  EXPECT_LT(r.step_seconds, p.step_seconds);
+
+  // A disk without room for them.
+  Budget small = disk;
+  small.moments_dir_free = size_t(20) << 30;
+  Plan s = make_plan(cfg, req, small, DType::bf16, hw);
+  EXPECT_FALSE(s.fits);
+  EXPECT_NE(s.advice.find("--optimizer-dir /nvme/sf: the AdamW moments need"), std::string::npos)
+      << s.advice;
+}
+
+// The sliding executor with moments on disk allocates what the plan counts in RAM (the file
+// is not RAM) and the file is as large as the plan's disk line.
+TEST(Planner, MomentsOnDiskAreNotCountedAsRam) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  EngineConfig ec;
+  ec.max_chunk_tokens = 32;
+  ec.moments_dir = ::testing::TempDir();
+  HostBackend be;
+  SlidingWindowExecutor eng(be, cfg, ec);
+  ASSERT_TRUE(eng.params().moments_on_disk());
+  size_t disk = 0, host_state = 0;
+  for (auto& l : sliding_memory(cfg, ec, DType::f32)) {
+    if (l.disk) disk += l.bytes;
+    if (l.what == "fp32 master") host_state = l.bytes;
+  }
+  EXPECT_EQ(disk, moments_file_bytes(ModelLayout::build(cfg)));
+  EXPECT_EQ(host_state, eng.params().host_bytes());
+}
+
+}  // namespace

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "model/weights_io.h"
+#include "engine/planner.h"
 #include "train/checkpoint.h"
 #include "train/png.h"
 #include "train_test_util.h"
@@ -266,6 +267,53 @@ TEST(Cli, KilledDuringASaveResumesFromThePreviousCheckpointExactly) {
   EXPECT_TRUE(contains(f.output, "No space left on device")) << f.output;
   EXPECT_TRUE(contains(f.output, (full / "checkpoint-2").string() + " is intact")) << f.output;
   EXPECT_EQ(read_file(full / "latest"), "checkpoint-2\n");
+}
+
+// With host memory one byte short of the smallest RAM-only window, --optimizer-dir puts the
+// AdamW moments on disk: the plan says so, the run trains, saves and resumes exactly as the
+// same run with the moments in RAM (the moments are the same numbers wherever they live).
+TEST(Cli, OptimizerDirTrainsWhenRamIsShortAndResumesExactly) {
+  CliRun run;
+  const ModelConfig cfg = tiny_config(Arch::qwen3);
+  const StepRequest req{2 * 16, 2, 16};  // CliRun: batch 2 x seq 16, grad-accum 2
+  auto ram_fits = [&](size_t h) {
+    return make_plan(cfg, req, Budget{h, h, true}, DType::f32, HardwareModel{}, false).fits;
+  };
+  size_t lo = 1, hi = size_t(1) << 30;  // smallest host budget with everything in RAM
+  ASSERT_TRUE(ram_fits(hi));
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (ram_fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  const std::string short_ram = std::to_string(lo - 1);
+  const fs::path dir = run.tmp.path / "nvme";
+  fs::create_directories(dir);
+  auto with = [&](std::vector<std::string> a, std::vector<std::string> extra) {
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::vector<std::string> on_disk = {"--engine", "sliding", "--host-memory", short_ram,
+                                            "--optimizer-dir", dir.string()};
+  auto refused = run_cli(with(run.args(run.tmp.path / "refused"), {"--engine", "sliding",
+                                                                  "--host-memory", short_ram}));
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "--optimizer-dir DIR")) << refused.output;
+
+  const fs::path straight = run.tmp.path / "straight";
+  auto a = run_cli(with(run.args(straight), {"--engine", "sliding"}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const fs::path out = run.tmp.path / "disk";
+  auto b = run_cli(with(run.args(out), on_disk), {"SF_TEST_FAULT=sigint@step:3"});
+  EXPECT_EQ(b.exit_code, 130) << b.output;
+  EXPECT_TRUE(contains(b.output, "total disk (" + dir.string() + ")")) << b.output;
+  auto c = run_cli(with({"train", "--out", out.string(), "--resume", "auto", "--backend", "host"},
+                        on_disk));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
+                        "resume/adam_v.safetensors", "model.safetensors"})
+    expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
+  EXPECT_TRUE(fs::is_empty(dir));  // the moments' file has no name and is gone
 }
 
 // `plan` shows the whole memory table and the choice, cut models included, and refuses a run
