@@ -102,7 +102,6 @@ ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir
     s.master = HostArray(bytes, "fp32 master weights");
     if (fd_ >= 0) {
       // Zero already (a new file); read and written by the optimizer's sweeps only.
-      s.file_offset = file_off;
       s.m = HostArray(fd_, file_off, bytes, "AdamW first moments");
       s.v = HostArray(fd_, file_off + page_round(bytes), bytes, "AdamW second moments");
       file_off += 2 * page_round(bytes);
@@ -140,14 +139,6 @@ void ParamStore::prefetch_moments(int u) const {
   const UnitState& s = units_[size_t(u)];
   for (const HostArray* a : {&s.m, &s.v})
     if (a->data()) ::madvise(a->data(), a->bytes(), MADV_WILLNEED);
-}
-
-void ParamStore::write_back_moments(int u) const {
-  if (fd_ < 0) return;
-  const UnitState& s = units_[size_t(u)];
-  // m and v are adjacent in the file; msync(MS_ASYNC) would not start anything on Linux.
-  ::sync_file_range(fd_, off_t(s.file_offset), off_t(2 * page_round(s.m.bytes())),
-                    SYNC_FILE_RANGE_WRITE);
 }
 
 std::vector<float*> ParamStore::master_ptrs() const {

@@ -59,11 +59,11 @@ class ParamStore {
   std::vector<float*> master_ptrs() const;
   size_t host_bytes() const;  // in RAM for sure (the moments' file excluded)
   bool moments_on_disk() const { return fd_ >= 0; }
-  // Hints for the optimizer's sweep over moments on disk (no-ops in RAM): start reading
-  // unit u's m and v now; start writing them back now (rather than when the kernel's dirty
-  // limits force it, in the middle of a later sweep).
+  // For the optimizer's sweep over moments on disk (a no-op in RAM): start reading unit u's
+  // m and v now. (Write-back is left to the kernel: starting it early made the next step's
+  // writes wait for the disk even when the page cache held every moment: 206 against 339
+  // tokens/s on the dev box's `bench --size small`.)
   void prefetch_moments(int u) const;
-  void write_back_moments(int u) const;
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
 
@@ -71,7 +71,6 @@ class ParamStore {
   struct UnitState {
     int64_t numel = 0;
     HostArray master, m, v;
-    size_t file_offset = 0;  // of m (v follows) in the moments' file
     std::vector<ParamRange> ranges;
   };
   std::vector<UnitState> units_;

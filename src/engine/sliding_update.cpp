@@ -123,7 +123,6 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   updates_.start(std::move(order), [this, s, n_units, next_of = std::move(next_of)](int u) {
     if (next_of[size_t(u)] >= 0) store_.prefetch_moments(next_of[size_t(u)]);
     update_unit(u, s);
-    store_.write_back_moments(u);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }

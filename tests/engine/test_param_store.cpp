@@ -50,7 +50,6 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
         disk.m(u)[i] = float(u) + float(i) * 1e-3f;
         disk.v(u)[i] = -float(u) - float(i) * 1e-3f;
       }
-      disk.write_back_moments(u);
     }
     for (int u = 0; u < disk.n_units(); ++u)
       for (int64_t i = 0; i < disk.numel(u); ++i) {
