@@ -644,6 +644,8 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
   if (p.disk_bytes > 0)
     os << "  " << std::setw(42) << cat("total disk (", budget.moments_dir, ")") << std::setw(8) << ""
        << format_bytes(p.disk_bytes) << "  (free " << format_bytes(budget.moments_dir_free) << ")\n";
+  else if (!budget.moments_dir.empty() && p.fits)
+    os << "  (--optimizer-dir " << budget.moments_dir << " is not used: the AdamW moments fit in RAM)\n";
   os << (summary ? "" : "\n") << std::right;
   if (p.step_seconds > 0)
     os << std::setprecision(1) << "hardware   " << p.hw.source << "; CPU AdamW "

@@ -342,6 +342,8 @@ TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
   EXPECT_TRUE(r.engine.moments_dir.empty());
   EXPECT_EQ(r.disk_bytes, 0u);
   EXPECT_LT(r.step_seconds, p.step_seconds);
+  EXPECT_NE(describe_plan(cfg, req, roomy, r).find("--optimizer-dir /nvme/sf is not used"),
+            std::string::npos);
 
   // A disk without room for them.
   Budget small = disk;
