@@ -37,6 +37,11 @@ class ThreadedStreamsBackend final : public Backend {
   };
   explicit ThreadedStreamsBackend(Backend& inner) : ThreadedStreamsBackend(inner, Options{}) {}
   ThreadedStreamsBackend(Backend& inner, Options o);
+  // Owning the inner backend (e.g. one that make_executor hands out).
+  ThreadedStreamsBackend(std::unique_ptr<Backend> inner, Options o)
+      : ThreadedStreamsBackend(*inner, o) {
+    owned_ = std::move(inner);
+  }
   ~ThreadedStreamsBackend() override;
 
   // Runs fn on s's worker after everything enqueued on s before (tests gate a stream with it).
@@ -93,6 +98,7 @@ class ThreadedStreamsBackend final : public Backend {
   std::unique_ptr<Buffer> drained_on_free(std::unique_ptr<Buffer> b);
   void synchronize_all();
 
+  std::unique_ptr<Backend> owned_;  // declared first: destroyed after the streams
   Backend& in_;
   Options opt_;
   std::mutex mu_;

@@ -1,8 +1,10 @@
 #include "engine/executor_factory.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "backend/host/host_backend.h"
+#include "backend/threaded_streams_backend.h"
 #include "core/error.h"
 #include "engine/param_store.h"
 #include "engine/device_resident_executor.h"
@@ -150,6 +152,13 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
   std::unique_ptr<Backend> be;
   if (r.backend == BackendKind::host) {
     be = std::make_unique<HostBackend>();
+    // Tests only: the host backend with lazy threaded streams, so that the CLI's runs check
+    // the engine's and the trainer's stream ordering (backend/threaded_streams_backend.h).
+    if (const char* lazy = std::getenv("SF_TEST_LAZY_STREAMS"); lazy && *lazy == '1') {
+      ThreadedStreamsBackend::Options o;
+      o.lazy = true;
+      be = std::make_unique<ThreadedStreamsBackend>(std::move(be), o);
+    }
   } else {
 #if SF_WITH_CUDA
     be = std::make_unique<CudaBackend>(0, r.budget.device_bytes);

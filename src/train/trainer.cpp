@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
 #include "engine/executor_factory.h"
@@ -109,6 +110,47 @@ const std::vector<Setting>& fixed_settings() {
   return s;
 }
 
+// How the run is carried out, not what it computes: taken from the checkpoint unless given
+// again (then the new value wins), so that the printed resume command (`--out DIR --resume
+// auto`) keeps the run's evaluation and checkpoint cadence, its budgets and its backend.
+// Checkpoints of earlier versions lack them: the command line's values stay.
+std::string save_dtype_text(const TrainOptions& o) {
+  return o.save_dtype ? std::string(dtype_name(*o.save_dtype)) : std::string("auto");
+}
+void set_save_dtype(TrainOptions& o, const json& j) {
+  const std::string s = j.get<std::string>();
+  o.save_dtype.reset();
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    if (s == dtype_name(t)) o.save_dtype = t;
+}
+
+const std::vector<Setting>& run_settings() {
+  static const std::vector<Setting> s = {
+      {"eval-every", [](const TrainOptions& o) { return json(o.eval_every); },
+       [](TrainOptions& o, const json& j) { o.eval_every = j.get<int64_t>(); }},
+      {"save-every", [](const TrainOptions& o) { return json(o.save_every); },
+       [](TrainOptions& o, const json& j) { o.save_every = j.get<int64_t>(); }},
+      {"keep-checkpoints", [](const TrainOptions& o) { return json(o.keep_checkpoints); },
+       [](TrainOptions& o, const json& j) { o.keep_checkpoints = j.get<int>(); }},
+      {"log-every", [](const TrainOptions& o) { return json(o.log_every); },
+       [](TrainOptions& o, const json& j) { o.log_every = j.get<int64_t>(); }},
+      {"backend", [](const TrainOptions& o) { return json(o.backend); },
+       [](TrainOptions& o, const json& j) { o.backend = j.get<std::string>(); }},
+      {"engine", [](const TrainOptions& o) { return json(o.engine); },
+       [](TrainOptions& o, const json& j) { o.engine = j.get<std::string>(); }},
+      {"device-adamw-layers", [](const TrainOptions& o) { return json(o.device_adamw_layers); },
+       [](TrainOptions& o, const json& j) { o.device_adamw_layers = j.get<std::string>(); }},
+      {"gpu-memory", [](const TrainOptions& o) { return json(o.gpu_memory); },
+       [](TrainOptions& o, const json& j) { o.gpu_memory = j.get<std::string>(); }},
+      {"host-memory", [](const TrainOptions& o) { return json(o.host_memory); },
+       [](TrainOptions& o, const json& j) { o.host_memory = j.get<std::string>(); }},
+      {"optimizer-dir", [](const TrainOptions& o) { return json(o.optimizer_dir); },
+       [](TrainOptions& o, const json& j) { o.optimizer_dir = j.get<std::string>(); }},
+      {"dtype", [](const TrainOptions& o) { return json(save_dtype_text(o)); }, set_save_dtype},
+  };
+  return s;
+}
+
 // How the data file is read: taken from the checkpoint unless given, and compared through the
 // data identity (formats, sample counts, fingerprints), not here: "auto" and the format it
 // detects are the same data. Checkpoints of earlier versions lack them: the defaults.
@@ -145,6 +187,7 @@ json settings_json(const TrainOptions& o) {
   j["example-size"] = o.example_size;
   j["tokens"] = o.tokens_file.string();
   for (auto& d : data_settings()) j[d.flag] = d.get(o);
+  for (auto& r : run_settings()) j[r.flag] = r.get(o);
   return j;
 }
 
@@ -169,6 +212,8 @@ TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
   if (!given("tokens") && !given("data")) o.tokens_file = saved.value("tokens", std::string());
   for (auto& d : data_settings())
     if (!given(d.flag)) d.set(o, saved.contains(d.flag) ? saved.at(d.flag) : d.fallback);
+  for (auto& r : run_settings())
+    if (!given(r.flag) && saved.contains(r.flag)) r.set(o, saved.at(r.flag));
   const int64_t saved_steps = saved.value("steps", int64_t(0));
   if (!given("steps")) {
     o.steps = saved_steps;

@@ -219,6 +219,9 @@ TEST(Cli, CtrlCSavesAndResumesExactly_SecondCtrlCQuitsAtOnce) {
   auto c = run_cli({"train", "--out", out.string(), "--resume", "auto", "--backend", "host"});
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_TRUE(contains(c.output, "resuming from " + (out / "checkpoint-3").string())) << c.output;
+  // The run's cadence came from the checkpoint too: --eval-every 2, --save-every 2.
+  EXPECT_TRUE(contains(c.output, "eval  step 4")) << c.output;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-4" / "model.safetensors"));
   for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
                         "resume/adam_v.safetensors", "model.safetensors"})
     expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
@@ -236,6 +239,40 @@ TEST(Cli, CtrlCSavesAndResumesExactly_SecondCtrlCQuitsAtOnce) {
   EXPECT_TRUE(contains(e.output, "quitting without saving")) << e.output;
   EXPECT_EQ(read_file(twice / "latest"), "checkpoint-2\n");
   EXPECT_EQ(list_checkpoints(twice).size(), 1u);
+}
+
+// The trainer through the sliding engine with lazy threaded streams (every stream a thread
+// that runs an op only once something waits for it): evaluation, an interrupt, a checkpoint,
+// a resume and the final save give the bits of the same run on the synchronous host backend,
+// so no host read of the trainer or the engine (params(), the loss, the norms) misses its
+// synchronize.
+TEST(Cli, LazyStreamsGiveTheSameRunAndCheckpoints) {
+  CliRun run;
+  auto sliding = [&](const fs::path& out) {
+    auto a = run.args(out);
+    a.insert(a.end(), {"--engine", "sliding", "--max-grad-norm", "0.5"});
+    return a;
+  };
+  const fs::path straight = run.tmp.path / "straight";
+  auto a = run_cli(sliding(straight));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const fs::path out = run.tmp.path / "lazy";
+  auto b = run_cli(sliding(out), {"SF_TEST_LAZY_STREAMS=1", "SF_TEST_FAULT=sigint@step:3"});
+  EXPECT_EQ(b.exit_code, 130) << b.output;
+  auto c = run_cli({"train", "--out", out.string(), "--resume", "auto", "--backend", "host",
+                    "--engine", "sliding"},
+                   {"SF_TEST_LAZY_STREAMS=1"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
+                        "resume/adam_v.safetensors", "model.safetensors"})
+    for (const char* ck : {"checkpoint-2", "checkpoint-4", "checkpoint-6"})
+      expect_same_tensors(straight / ck / f, out / ck / f);
+  // The same losses, norms and clip coefficients (the timings differ).
+  auto x = read_jsonl(straight / "metrics.jsonl"), y = read_jsonl(out / "metrics.jsonl");
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    for (const char* k : {"step", "loss", "eval_loss", "grad_norm", "clip_coef", "lr"})
+      EXPECT_EQ(x[i].value(k, nlohmann::json()), y[i].value(k, nlohmann::json())) << k << " " << i;
 }
 
 TEST(Cli, KilledDuringASaveResumesFromThePreviousCheckpointExactly) {
