@@ -168,6 +168,10 @@ class SlidingWindowExecutor final : public StepExecutor {
   // Its AdamW on the update thread's stream, after its gradient and before its next load.
   void device_unit_adamw(int u, const AdamWStep& s);
   std::vector<int> update_order() const;  // phase B / the deferred update's unit order
+  // Starts update(u) over update_order() on the update thread (UpdatePipeline). With the
+  // moments on disk, each update first asks for the moments of the next unit that
+  // touches_moments(), so the kernel reads them while this one runs.
+  void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update);
   // Every home gets the compute-dtype weights of the master again (a skipped step: homes
   // hold gradients); with_device_units: also device-optimizer units, whose state the host
   // master then defines (params_changed), else those keep theirs.

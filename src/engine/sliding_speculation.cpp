@@ -185,10 +185,14 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   AdamWStep s = s1;
   s.grad_scale = float(st.clip_coef);
   store_.step = s.step;
-  updates_.start(update_order(), [this, s, s1, speculated, n_units, untouched = emb_untouched_done_](int u) {
-    finish_unit(u, s, s1, speculated[size_t(u)] != 0, untouched);
-    if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
-  });
+  // A speculated unit kept as it is touches no moment; one to update or redo does.
+  const bool clipped = s.grad_scale != 1.f;
+  start_updates([this, speculated, clipped](int u) {
+                  return !device_adamw(u) && (clipped || !speculated[size_t(u)]);
+                },
+                [this, s, s1, speculated, untouched = emb_untouched_done_](int u) {
+                  finish_unit(u, s, s1, speculated[size_t(u)] != 0, untouched);
+                });
 }
 
 // Phase B for one unit: its plain update, or keep / redo its speculated one and make `next`

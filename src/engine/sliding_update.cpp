@@ -115,14 +115,27 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
   const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
+  start_updates([this](int u) { return !device_adamw(u); },
+                [this, s](int u) { update_unit(u, s); });
+}
+
+void SlidingWindowExecutor::start_updates(std::function<bool(int)> touches_moments,
+                                          std::function<void(int)> update) {
   std::vector<int> order = update_order();
-  // Moments on disk: each unit's update asks for the next unit's m and v to be read in.
+  const int n_units = store_.n_units();
   std::vector<int> next_of(size_t(n_units), -1);
-  for (size_t i = 0; i + 1 < order.size(); ++i) next_of[size_t(order[i])] = order[i + 1];
-  if (!order.empty()) store_.prefetch_moments(order[0]);
-  updates_.start(std::move(order), [this, s, n_units, next_of = std::move(next_of)](int u) {
+  if (store_.moments_on_disk()) {
+    int next = -1;
+    for (size_t i = order.size(); i-- > 0;) {
+      next_of[size_t(order[i])] = next;
+      if (touches_moments(order[i])) next = order[i];
+    }
+    if (next >= 0) store_.prefetch_moments(next);
+  }
+  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of),
+                                    update = std::move(update)](int u) {
     if (next_of[size_t(u)] >= 0) store_.prefetch_moments(next_of[size_t(u)]);
-    update_unit(u, s);
+    update(u);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }
