@@ -387,8 +387,24 @@ void choose_speculation(const ModelConfig& cfg, const Budget& budget, DType cd, 
 
 }  // namespace
 
+namespace {
+Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
+               const HardwareModel& hw, bool allow_resident, int device_adamw_layers,
+               bool suggest_batch);
+}  // namespace
+
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
                const HardwareModel& hw, bool allow_resident, int device_adamw_layers) {
+  return plan_step(cfg, req, budget, cd, hw, allow_resident, device_adamw_layers, true);
+}
+
+namespace {
+
+// make_plan; suggest_batch: when nothing fits, search the largest batch that does (not in
+// the search's own plans).
+Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
+               const HardwareModel& hw, bool allow_resident, int device_adamw_layers,
+               bool suggest_batch) {
   SF_REQUIRE(req.micro_tokens > 0 && req.grad_accum > 0, "plan: empty batch");
   SF_REQUIRE(device_adamw_layers <= 0 || cd != DType::f32,
              "AdamW on the device for some layers needs a GPU backend (the host reference "
@@ -547,10 +563,34 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
                                         " layers' optimizer state on the device)")
                                   : std::string())
       << ".";
+  // What does fit: the largest batch of sequences this long (the same tokens per optimizer
+  // step come back through --grad-accum). A plan is monotone in the batch: a bisection.
+  const int64_t seq = req.max_seq_len > 0 ? std::min(req.max_seq_len, req.micro_tokens)
+                                          : req.micro_tokens;
+  const int64_t rows = req.micro_tokens / seq;
+  if (suggest_batch && rows > 1) {
+    auto fits_rows = [&](int64_t r) {
+      StepRequest q = req;
+      q.micro_tokens = r * seq;
+      return plan_step(cfg, q, budget, cd, hw, allow_resident, device_adamw_layers, false).fits;
+    };
+    int64_t lo = 0, hi = rows - 1;  // the largest batch in [1, rows) that fits; 0: none
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (fits_rows(mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    if (lo > 0)
+      a << " What fits: --batch-size " << lo << " at --seq-len " << seq
+        << " (--grad-accum " << (rows * req.grad_accum + lo - 1) / lo
+        << " keeps about the same tokens per optimizer step).";
+  }
   best.fits = false;
   best.advice = a.str();
   return best;
 }
+
+}  // namespace
 
 size_t parse_bytes(const std::string& text, const std::string& flag) {
   size_t i = 0;

@@ -374,3 +374,31 @@ TEST(Planner, MomentsOnDiskAreNotCountedAsRam) {
 }
 
 }  // namespace
+
+namespace {
+
+// A refused plan says which batch does fit: the largest one, at the same sequence length.
+TEST(Planner, RefusalNamesTheLargestBatchThatFits) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  HardwareModel hw;
+  const Budget budget{size_t(24) << 30, size_t(112) << 30, false};
+  const int64_t seq = 4096;
+  Plan p = make_plan(cfg, StepRequest{64 * seq, 1, seq}, budget, DType::bf16, hw);
+  ASSERT_FALSE(p.fits);
+  const std::string key = "What fits: --batch-size ";
+  const size_t at = p.advice.find(key);
+  ASSERT_NE(at, std::string::npos) << p.advice;
+  const int64_t b = std::stoll(p.advice.substr(at + key.size()));
+  ASSERT_GT(b, 0);
+  ASSERT_LT(b, 64);
+  EXPECT_TRUE(make_plan(cfg, StepRequest{b * seq, 1, seq}, budget, DType::bf16, hw).fits);
+  EXPECT_FALSE(make_plan(cfg, StepRequest{(b + 1) * seq, 1, seq}, budget, DType::bf16, hw).fits);
+  EXPECT_NE(p.advice.find(cat("--grad-accum ", (64 + b - 1) / b)), std::string::npos) << p.advice;
+  // Nothing fits at all: no suggestion.
+  const Budget tiny{size_t(1) << 30, size_t(112) << 30, false};
+  Plan q = make_plan(cfg, StepRequest{8 * 1024, 1, 1024}, tiny, DType::bf16, hw);
+  ASSERT_FALSE(q.fits);
+  EXPECT_EQ(q.advice.find(key), std::string::npos) << q.advice;
+}
+
+}  // namespace
