@@ -356,6 +356,16 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   p.tokens_per_second = T / p.step_seconds;
 }
 
+// Bytes beyond the budgets, summed over the tiers: the candidate that misses by least is
+// the one the refusal describes (the smallest total needed once described a device-store
+// window 8 GiB over when a host-store one was 0.2 GiB over).
+size_t overshoot(const Budget& b, const Plan& p) {
+  auto over = [](size_t need, size_t have) { return need > have ? need - have : 0; };
+  const size_t disk = over(p.disk_bytes, b.moments_dir_free);
+  if (b.unified) return over(p.device_bytes + p.host_bytes, b.host_bytes) + disk;
+  return over(p.device_bytes, b.device_bytes) + over(p.host_bytes, b.host_bytes) + disk;
+}
+
 bool fits(const Budget& b, const Plan& p) {
   if (p.disk_bytes > b.moments_dir_free) return false;
   if (b.unified) return p.device_bytes + p.host_bytes <= b.host_bytes;
@@ -462,8 +472,7 @@ Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
     }
     p.fits = fits(budget, p);
     if (!p.fits) {
-      if (best.lines.empty() || p.device_bytes + p.host_bytes < best.device_bytes + best.host_bytes)
-        best = p;
+      if (best.lines.empty() || overshoot(budget, p) < overshoot(budget, best)) best = p;
       return;
     }
     choose_speculation(cfg, budget, cd, p);
@@ -551,9 +560,10 @@ Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
         << ") on a fast disk with --optimizer-dir DIR, ";
     a << "or choose a smaller model. ";
   }
-  if (best.disk_bytes > budget.moments_dir_free)
+  // Said whichever candidate is described: the directory given cannot take the moments.
+  if (!budget.moments_dir.empty() && moments > budget.moments_dir_free)
     a << "--optimizer-dir " << budget.moments_dir << ": the AdamW moments need "
-      << format_bytes(best.disk_bytes) << " but " << format_bytes(budget.moments_dir_free)
+      << format_bytes(moments) << " but " << format_bytes(budget.moments_dir_free)
       << " are free there; free space or choose another directory. ";
   if (!budget.unified && best.device_bytes > budget.device_bytes)
     a << "device memory: even the smallest window needs " << format_bytes(best.device_bytes)
