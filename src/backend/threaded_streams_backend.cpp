@@ -17,7 +17,8 @@ namespace sf {
 struct ThreadedStreamsBackend::Queue {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> ops;
+  using Clock = std::chrono::steady_clock;
+  std::deque<std::pair<Clock::time_point, std::function<void()>>> ops;  // with enqueue times
   uint64_t posted = 0, done = 0;
   uint64_t forced = 0;  // lazy: ops [done, forced) must run now; later ones may wait
   bool stop = false;
@@ -27,7 +28,7 @@ struct ThreadedStreamsBackend::Queue {
     uint64_t n;
     {
       std::lock_guard<std::mutex> lk(mu);
-      ops.push_back(std::move(fn));
+      ops.emplace_back(Clock::now(), std::move(fn));
       n = ++posted;
     }
     cv.notify_all();
@@ -55,7 +56,9 @@ struct ThreadedStreamsBackend::Queue {
 // A stream: a thread that runs its queue in order. Destruction drains the queue.
 class ThreadedStreamsBackend::Worker final : public Stream {
  public:
-  Worker(std::shared_ptr<Queue> q, uint64_t seed, const Options& o) : q_(std::move(q)) {
+  Worker(std::shared_ptr<Queue> q, uint64_t seed, const Options& o,
+         std::atomic<uint64_t>& unforced)
+      : q_(std::move(q)), unforced_(unforced) {
     thread_ = std::thread([this, seed, o] { run(seed, o); });
   }
   ~Worker() override {
@@ -87,17 +90,24 @@ class ThreadedStreamsBackend::Worker final : public Stream {
       std::function<void()> fn;
       {
         std::unique_lock<std::mutex> lk(q.mu);
-        auto runnable = [&] { return !q.ops.empty() && (!o.lazy || q.done < q.forced); };
-        if (o.lazy) {
-          // Nothing waits for the next op: leave it until something does, or until the
-          // timeout (the engine may poll query(); a GPU makes progress on its own too).
-          if (!q.cv.wait_for(lk, std::chrono::milliseconds(o.lazy_timeout_ms),
-                             [&] { return q.stop || runnable(); }))
-            if (q.ops.empty()) continue;
+        // Lazy: an op nothing waits for stays queued until something does, or until it has
+        // waited lazy_timeout_ms (a GPU makes progress on its own too; counted).
+        const auto timeout = std::chrono::milliseconds(o.lazy_timeout_ms);
+        for (;;) {
+          if (q.stop || (!q.ops.empty() && (!o.lazy || q.done < q.forced))) break;
+          if (q.ops.empty()) {
+            q.cv.wait(lk);
+            continue;
+          }
+          const auto due = q.ops.front().first + timeout;
+          if (Queue::Clock::now() >= due) {
+            ++unforced_;
+            break;
+          }
+          q.cv.wait_until(lk, due);
         }
-        q.cv.wait(lk, [&] { return q.stop || !q.ops.empty(); });
         if (q.ops.empty()) return;  // stopping, and drained
-        fn = std::move(q.ops.front());
+        fn = std::move(q.ops.front().second);
         q.ops.pop_front();
       }
       if (o.max_jitter_us > 0)
@@ -117,6 +127,7 @@ class ThreadedStreamsBackend::Worker final : public Stream {
   }
 
   std::shared_ptr<Queue> q_;
+  std::atomic<uint64_t>& unforced_;  // the backend's count
   std::thread thread_;
 };
 
@@ -224,7 +235,7 @@ std::unique_ptr<Stream> ThreadedStreamsBackend::create_stream(const std::string&
   auto q = std::make_shared<Queue>();
   std::lock_guard<std::mutex> lk(mu_);
   live_.push_back(q);
-  return std::make_unique<Worker>(std::move(q), opt_.seed + n_streams_++, opt_);
+  return std::make_unique<Worker>(std::move(q), opt_.seed + n_streams_++, opt_, unforced_);
 }
 
 std::unique_ptr<Event> ThreadedStreamsBackend::create_event() {

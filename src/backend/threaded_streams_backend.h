@@ -13,6 +13,7 @@
 // Errors thrown by an op are kept and rethrown by the stream's next synchronize() (CUDA's
 // asynchronous errors). Copies read their host source when they run, as pinned copies do.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,6 +47,10 @@ class ThreadedStreamsBackend final : public Backend {
 
   // Runs fn on s's worker after everything enqueued on s before (tests gate a stream with it).
   void enqueue(Stream& s, std::function<void()> fn);
+  // Lazy: ops that ran because they had waited lazy_timeout_ms, not because something waited
+  // for them. The engine never relies on that (it synchronizes before the host reads): its
+  // tests expect 0.
+  uint64_t ops_run_unforced() const { return unforced_.load(); }
 
   BackendKind kind() const override { return in_.kind(); }
   std::string name() const override { return in_.name() + " (threaded streams)"; }
@@ -104,6 +109,7 @@ class ThreadedStreamsBackend final : public Backend {
   std::mutex mu_;
   std::vector<std::shared_ptr<Queue>> live_;  // every stream's queue (drained before a free)
   uint64_t n_streams_ = 0;
+  std::atomic<uint64_t> unforced_{0};
   std::unique_ptr<Stream> default_;
 };
 

@@ -3,7 +3,10 @@
 // can fail); errors come back at synchronize; freeing memory waits for the streams.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "backend/host/host_backend.h"
@@ -102,6 +105,27 @@ TEST(ThreadedStreams, LazyStreamsShowAMissingWaitDeterministically) {
     be.fill_zero(*prod, buf->data(), 64 * 4);
     prod->synchronize();
   }
+}
+
+// An op nothing waits for still runs after lazy_timeout_ms (a GPU makes progress by itself),
+// and is counted.
+TEST(ThreadedStreams, LazyStreamsRunUnaskedOpsAfterTheTimeoutAndCountThem) {
+  HostBackend host;
+  ThreadedStreamsBackend::Options o;
+  o.lazy = true;
+  o.lazy_timeout_ms = 5;
+  ThreadedStreamsBackend be(host, o);
+  auto s = be.create_stream("s");
+  std::vector<float> src(16, 7.f), dst(16, 0.f);
+  auto buf = be.alloc(64, "buf");
+  be.copy_to_device(*s, buf->data(), src.data(), 64);
+  s->synchronize();
+  EXPECT_EQ(be.ops_run_unforced(), 0u);
+  std::atomic<bool> ran{false};
+  be.enqueue(*s, [&] { ran = true; });
+  for (int i = 0; i < 200 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(be.ops_run_unforced(), 1u);
 }
 
 TEST(ThreadedStreams, ErrorsComeBackAtSynchronize) {
