@@ -4,12 +4,33 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "cli/commands.h"
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A mapped file that cannot be read or written (the disk under --optimizer-dir failed or
+// filled up, or a model file was truncated while mapped) raises SIGBUS: say what it means,
+// then die of it as before (exit status and core dump unchanged).
+extern "C" void on_sigbus(int) {
+  static const char msg[] =
+      "\nslideformer: a memory-mapped file could not be read or written (SIGBUS): the disk "
+      "under --optimizer-dir failed or is full, or a model file was changed while in use. "
+      "Resume from the last checkpoint (--resume auto) once the disk is sound.\n";
+  ssize_t r = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)r;
+  std::signal(SIGBUS, SIG_DFL);
+  std::raise(SIGBUS);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  std::signal(SIGBUS, on_sigbus);
   CLI::App app{"slideformer: full-parameter fine-tuning of LLMs larger than the GPU"};
   app.require_subcommand(1);
   app.set_config("--config", "", "read options from a TOML/INI file (flags override it)");

@@ -95,6 +95,7 @@ FaultHook fault_hook_from_env() {
       if (action == "sigint") ::raise(SIGINT);
       if (action == "sigint2") ::raise(SIGINT), ::raise(SIGINT);
       if (action == "sigterm") ::raise(SIGTERM);
+      if (action == "sigbus") ::raise(SIGBUS);  // as a failing mapped file would
       if (action == "fail")
         SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");
     }

@@ -297,6 +297,13 @@ TEST(Cli, KilledDuringASaveResumesFromThePreviousCheckpointExactly) {
                           "resume/adam_v.safetensors", "model.safetensors"})
       expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
   }
+  // A mapped file failing (SIGBUS: the optimizer's disk, a truncated model file): a message
+  // saying so, then the signal as before; the checkpoints on disk stay usable.
+  const fs::path bus = run.tmp.path / "bus";
+  auto b = run_cli(run.args(bus), {"SF_TEST_FAULT=sigbus@step:3"});
+  EXPECT_EQ(b.signal, SIGBUS) << b.output;
+  EXPECT_TRUE(contains(b.output, "a memory-mapped file could not be read or written")) << b.output;
+  EXPECT_EQ(read_file(bus / "latest"), "checkpoint-2\n");
   // A failed write (full disk) in the CLI: exit 2 with the message, previous checkpoint kept.
   const fs::path full = run.tmp.path / "full";
   auto f = run_cli(run.args(full), {"SF_TEST_FAULT=fail@checkpoint:model-written:4"});
