@@ -224,7 +224,8 @@ class DrainedBuffer final : public Buffer {
 
 }  // namespace
 
-ThreadedStreamsBackend::ThreadedStreamsBackend(Backend& inner, Options o) : in_(inner), opt_(o) {
+ThreadedStreamsBackend::ThreadedStreamsBackend(Backend& inner, Options o)
+    : ForwardingBackend(inner), opt_(o) {
   in_.default_stream();  // created here, not by two workers at once
   default_ = create_stream("default");
 }
@@ -248,8 +249,8 @@ void ThreadedStreamsBackend::enqueue(Stream& s, std::function<void()> fn) {
   worker_of(s).queue()->push(std::move(fn));
 }
 
-void ThreadedStreamsBackend::post(Stream& s, std::function<void(Backend&, Stream&)> fn) {
-  worker_of(s).queue()->push([this, fn = std::move(fn)] { fn(in_, in_.default_stream()); });
+void ThreadedStreamsBackend::run_op(Stream& s, std::string, Op op) {
+  worker_of(s).queue()->push([this, op = std::move(op)] { op(in_, in_.default_stream()); });
 }
 
 // Drains every stream (queues of destroyed streams are dropped here; they drained then).
@@ -278,93 +279,16 @@ std::unique_ptr<Buffer> ThreadedStreamsBackend::map_host(void* p, size_t bytes,
   return drained_on_free(in_.map_host(p, bytes, what));
 }
 
-// ---- every op: enqueued with its arguments by value ---------------------------------------
+// ---- copies: enqueued like every op -------------------------------------------------------
 
 void ThreadedStreamsBackend::copy_to_device(Stream& s, void* d, const void* src, size_t n) {
-  post(s, [=](Backend& b, Stream& is) { b.copy_to_device(is, d, src, n); });
+  run_op(s, "copy_to_device", [=](Backend& b, Stream& is) { b.copy_to_device(is, d, src, n); });
 }
 void ThreadedStreamsBackend::copy_to_host(Stream& s, void* d, const void* src, size_t n) {
-  post(s, [=](Backend& b, Stream& is) { b.copy_to_host(is, d, src, n); });
+  run_op(s, "copy_to_host", [=](Backend& b, Stream& is) { b.copy_to_host(is, d, src, n); });
 }
 void ThreadedStreamsBackend::copy_on_device(Stream& s, void* d, const void* src, size_t n) {
-  post(s, [=](Backend& b, Stream& is) { b.copy_on_device(is, d, src, n); });
-}
-void ThreadedStreamsBackend::fill_zero(Stream& s, void* d, size_t n) {
-  post(s, [=](Backend& b, Stream& is) { b.fill_zero(is, d, n); });
-}
-void ThreadedStreamsBackend::gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b_, Trans tb, float alpha,
-                                  float beta) {
-  post(s, [=](Backend& b, Stream& is) { b.gemm(is, c, a, ta, b_, tb, alpha, beta); });
-}
-void ThreadedStreamsBackend::bias_add(Stream& s, Mat x, Mat bias) {
-  post(s, [=](Backend& b, Stream& is) { b.bias_add(is, x, bias); });
-}
-void ThreadedStreamsBackend::bias_backward(Stream& s, Mat dbias, Mat dy) {
-  post(s, [=](Backend& b, Stream& is) { b.bias_backward(is, dbias, dy); });
-}
-void ThreadedStreamsBackend::embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) {
-  post(s, [=](Backend& b, Stream& is) { b.embedding_forward(is, out, ids, table); });
-}
-void ThreadedStreamsBackend::embedding_backward(Stream& s, Mat dtable, const int32_t* ids,
-                                                Mat dout) {
-  post(s, [=](Backend& b, Stream& is) { b.embedding_backward(is, dtable, ids, dout); });
-}
-void ThreadedStreamsBackend::rmsnorm_forward(Stream& s, Mat out, float* rstd, Mat x, Mat w,
-                                             float eps) {
-  post(s, [=](Backend& b, Stream& is) { b.rmsnorm_forward(is, out, rstd, x, w, eps); });
-}
-void ThreadedStreamsBackend::add_rmsnorm_forward(Stream& s, Mat sum, Mat out, float* rstd, Mat a,
-                                                 Mat b_, Mat w, float eps) {
-  post(s, [=](Backend& b, Stream& is) { b.add_rmsnorm_forward(is, sum, out, rstd, a, b_, w, eps); });
-}
-void ThreadedStreamsBackend::rmsnorm_backward(Stream& s, Mat dx, Mat dw, Mat dout, Mat x, Mat w,
-                                              const float* rstd, Mat dres) {
-  post(s, [=](Backend& b, Stream& is) { b.rmsnorm_backward(is, dx, dw, dout, x, w, rstd, dres); });
-}
-void ThreadedStreamsBackend::rope_forward(Stream& s, Mat x, int h, int d, const int32_t* pos,
-                                          const float* f) {
-  post(s, [=](Backend& b, Stream& is) { b.rope_forward(is, x, h, d, pos, f); });
-}
-void ThreadedStreamsBackend::rope_backward(Stream& s, Mat dx, int h, int d, const int32_t* pos,
-                                           const float* f) {
-  post(s, [=](Backend& b, Stream& is) { b.rope_backward(is, dx, h, d, pos, f); });
-}
-void ThreadedStreamsBackend::attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v,
-                                               const AttentionShape& sh, const int32_t* cu) {
-  post(s, [=](Backend& b, Stream& is) { b.attention_forward(is, out, lse, q, k, v, sh, cu); });
-}
-void ThreadedStreamsBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout,
-                                                Mat out, const float* lse, Mat q, Mat k, Mat v,
-                                                const AttentionShape& sh, const int32_t* cu) {
-  post(s, [=](Backend& b, Stream& is) {
-    b.attention_backward(is, dq, dk, dv, dout, out, lse, q, k, v, sh, cu);
-  });
-}
-void ThreadedStreamsBackend::swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) {
-  post(s, [=](Backend& b, Stream& is) { b.swiglu_forward(is, out, gate, up); });
-}
-void ThreadedStreamsBackend::swiglu_backward(Stream& s, Mat dgate, Mat dup, Mat dout, Mat gate,
-                                             Mat up) {
-  post(s, [=](Backend& b, Stream& is) { b.swiglu_backward(is, dgate, dup, dout, gate, up); });
-}
-void ThreadedStreamsBackend::lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h, Mat w,
-                                          const int32_t* labels, float grad_scale, Mat scratch) {
-  post(s, [=](Backend& b, Stream& is) {
-    b.lm_head_loss(is, loss_sum, dh, dw, h, w, labels, grad_scale, scratch);
-  });
-}
-void ThreadedStreamsBackend::cast(Stream& s, Mat dst, Mat src) {
-  post(s, [=](Backend& b, Stream& is) { b.cast(is, dst, src); });
-}
-void ThreadedStreamsBackend::axpy(Stream& s, Mat dst, Mat src, float alpha) {
-  post(s, [=](Backend& b, Stream& is) { b.axpy(is, dst, src, alpha); });
-}
-void ThreadedStreamsBackend::sum_squares(Stream& s, float* out, Mat x) {
-  post(s, [=](Backend& b, Stream& is) { b.sum_squares(is, out, x); });
-}
-void ThreadedStreamsBackend::adamw(Stream& s, float* param, float* m, float* v, const float* grad,
-                                   void* w_out, int64_t n, const AdamWStep& step) {
-  post(s, [=](Backend& b, Stream& is) { b.adamw(is, param, m, v, grad, w_out, n, step); });
+  run_op(s, "copy_on_device", [=](Backend& b, Stream& is) { b.copy_on_device(is, d, src, n); });
 }
 
 }  // namespace sf

@@ -21,11 +21,11 @@
 #include <vector>
 #include <string>
 
-#include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 
 namespace sf {
 
-class ThreadedStreamsBackend final : public Backend {
+class ThreadedStreamsBackend final : public ForwardingBackend {
  public:
   struct Options {
     uint64_t seed = 1;       // jitter of stream i uses seed + i
@@ -52,59 +52,27 @@ class ThreadedStreamsBackend final : public Backend {
   // tests expect 0.
   uint64_t ops_run_unforced() const { return unforced_.load(); }
 
-  BackendKind kind() const override { return in_.kind(); }
   std::string name() const override { return in_.name() + " (threaded streams)"; }
-  DType compute_dtype() const override { return in_.compute_dtype(); }
   std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) override;
   std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what) override;
   std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what) override;
-  size_t bytes_in_use() const override { return in_.bytes_in_use(); }
-  size_t peak_bytes_in_use() const override { return in_.peak_bytes_in_use(); }
   void copy_to_device(Stream& s, void* d, const void* src, size_t n) override;
   void copy_to_host(Stream& s, void* d, const void* src, size_t n) override;
   void copy_on_device(Stream& s, void* d, const void* src, size_t n) override;
-  void fill_zero(Stream& s, void* d, size_t n) override;
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
   std::unique_ptr<Event> create_event() override;
   Stream& default_stream() override;
-
-  void gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha, float beta) override;
-  void bias_add(Stream& s, Mat x, Mat bias) override;
-  void bias_backward(Stream& s, Mat dbias, Mat dy) override;
-  void embedding_forward(Stream& s, Mat out, const int32_t* ids, Mat table) override;
-  void embedding_backward(Stream& s, Mat dtable, const int32_t* ids, Mat dout) override;
-  void rmsnorm_forward(Stream& s, Mat out, float* rstd, Mat x, Mat w, float eps) override;
-  void add_rmsnorm_forward(Stream& s, Mat sum, Mat out, float* rstd, Mat a, Mat b, Mat w,
-                           float eps) override;
-  void rmsnorm_backward(Stream& s, Mat dx, Mat dw, Mat dout, Mat x, Mat w, const float* rstd,
-                        Mat dres) override;
-  void rope_forward(Stream& s, Mat x, int h, int d, const int32_t* pos, const float* f) override;
-  void rope_backward(Stream& s, Mat dx, int h, int d, const int32_t* pos, const float* f) override;
-  void attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v,
-                         const AttentionShape& sh, const int32_t* cu) override;
-  void attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out, const float* lse,
-                          Mat q, Mat k, Mat v, const AttentionShape& sh, const int32_t* cu) override;
-  void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) override;
-  void swiglu_backward(Stream& s, Mat dgate, Mat dup, Mat dout, Mat gate, Mat up) override;
-  void lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h, Mat w,
-                    const int32_t* labels, float grad_scale, Mat scratch) override;
-  void cast(Stream& s, Mat dst, Mat src) override;
-  void axpy(Stream& s, Mat dst, Mat src, float alpha) override;
-  void sum_squares(Stream& s, float* out, Mat x) override;
-  void adamw(Stream& s, float* param, float* m, float* v, const float* grad, void* w_out,
-             int64_t n, const AdamWStep& step) override;
 
   struct Queue;   // one stream's ops and counters (the .cpp)
   class Worker;  // one stream's thread
 
  private:
-  // Enqueues fn(inner backend, inner stream) on s.
-  void post(Stream& s, std::function<void(Backend&, Stream&)> fn);
+  // Enqueues op(inner backend, inner stream) on s (every op: its arguments by value).
+  void run_op(Stream& s, std::string key, Op op) override;
   std::unique_ptr<Buffer> drained_on_free(std::unique_ptr<Buffer> b);
   void synchronize_all();
 
-  std::unique_ptr<Backend> owned_;  // declared first: destroyed after the streams
-  Backend& in_;
+  std::unique_ptr<Backend> owned_;  // destroyed after the streams (members go in reverse)
   Options opt_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Queue>> live_;  // every stream's queue (drained before a free)
