@@ -132,7 +132,9 @@ void add_info_command(CLI::App& app) {
               << "vocab          " << c.vocab_size << (c.tie_word_embeddings ? " (tied)" : "")
               << "\n"
               << "training state " << double(n) * 12 / double(1 << 30)
-              << " GiB host (fp32 master + AdamW m, v)\n";
+              << " GiB host (fp32 master + AdamW m, v; with --optimizer-dir "
+              << double(n) * 4 / double(1 << 30) << " GiB host + " << double(n) * 8 / double(1 << 30)
+              << " GiB on disk)\n";
   });
 }
 

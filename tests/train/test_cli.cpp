@@ -360,6 +360,17 @@ TEST(Cli, OptimizerDirTrainsWhenRamIsShortAndResumesExactly) {
   EXPECT_TRUE(fs::is_empty(dir));  // the moments' file has no name and is gone
 }
 
+// `info` gives the training state's size, in RAM and with the moments on disk.
+TEST(Cli, InfoShowsTheTrainingStateInRamAndWithADisk) {
+  TempDir tmp("sf-cli-info");
+  const fs::path model = make_tiny_model(tmp.path / "model");
+  auto r = run_cli({"info", "--model", model.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "training state ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "GiB host (fp32 master + AdamW m, v; with --optimizer-dir "))
+      << r.output;
+}
+
 // `plan` shows the whole memory table and the choice, cut models included, and refuses a run
 // that does not fit with advice and a non-zero exit.
 TEST(Cli, PlanShowsTheTableAndRefusesWhatDoesNotFit) {
