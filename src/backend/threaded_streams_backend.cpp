@@ -1,5 +1,6 @@
 #include "backend/threaded_streams_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
