@@ -361,7 +361,7 @@ void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
       const size_t n = size_t(layout_.units[size_t(op.unit)].numel);
       Buffer& acc = is_head ? *head_g_ : grad_acc(op.layer);
       Mat src(acc.data(), DType::f32, 1, int64_t(n));
-      Stream& gs = *grads_;
+      Stream& gs = ec_.grads_stream ? *grads_ : *compute_;
       Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
       done.wait(gs);
       if (is_head && layout_.tied) {

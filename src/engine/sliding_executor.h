@@ -107,6 +107,10 @@ struct EngineConfig {
   // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
   // one. Empty: in RAM.
   std::string moments_dir;
+  // grads_out's casts and sums of squares on their own stream, next to the following layer's
+  // backward (false: on the compute stream between layers, as before 61088ed; `bench
+  // --grads-on-compute` A/Bs the two in one build).
+  bool grads_stream = true;
   // Tests only: the device scatter of an untied embedding gradient uses both of its row
   // blocks (half the step's rows each) even when one would hold them all.
   bool split_embedding_scatter = false;

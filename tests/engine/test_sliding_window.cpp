@@ -85,13 +85,14 @@ struct Case {
   int dev_adamw = 0;  // the first layers' optimizer on the "device" (device_adamw_layers)
   bool threaded = false;  // the engine's backend runs its streams on threads (lazy)
   bool moments_on_disk = false;  // AdamW m and v in a file (ParamStore's moments_dir)
+  bool grads_on_compute = false;  // EngineConfig::grads_stream off
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
                resident_layers ? cat("_resident", resident_layers) : "",
                speculative ? "_speculative" : "", next_units >= 0 ? cat("_next", next_units) : "",
                spec_all ? "_specall" : "", dev_adamw ? cat("_devadamw", dev_adamw) : "",
-               moments_on_disk ? "_diskmoments" : "");
+               moments_on_disk ? "_diskmoments" : "", grads_on_compute ? "_gradsoncompute" : "");
   }
 };
 
@@ -128,6 +129,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
+  ec.grads_stream = !tc.grads_on_compute;
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
 
@@ -219,7 +221,10 @@ std::vector<Case> engine_cases() {
           // clipping and redo, tied with split chunks and device AdamW).
           Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 0, false, true},
           Case{Arch::mistral, false, 0.05f, 1, 64, false, 0, true, -1, true, 0, false, true},
-          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, false, 1, false, true}};
+          Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, false, 1, false, true},
+          // The gradients' casts and norms on the compute stream (the grads stream off).
+          Case{Arch::llama, false, 0.05f, 1, 64, false, 1, true, -1, false, 0, false, false, true},
+          Case{Arch::qwen3, true, 0.f, 2, 16, true, 0, false, -1, false, 1, false, false, true}};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
