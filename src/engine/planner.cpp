@@ -636,16 +636,6 @@ std::string format_bytes(size_t b) {
   return os.str();
 }
 
-size_t host_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget,
                           const Plan& p, bool summary) {
   std::ostringstream os;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_memory.h"  // host_available_bytes
 #include "engine/sliding_executor.h"
 #include "io/model_config.h"
 
@@ -106,8 +107,6 @@ Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
 // "24GiB", "24G", "1.5TB", "512MiB", "1000000" (bytes). Throws Error(input) naming `flag`.
 size_t parse_bytes(const std::string& text, const std::string& flag);
 std::string format_bytes(size_t bytes);
-// MemAvailable of /proc/meminfo (0 if unknown).
-size_t host_available_bytes();
 
 // The plan in words. summary: only the mode, the memory totals, the prediction and the bound
 // (what `train` prints before it starts; `slideformer plan` prints the whole table).
