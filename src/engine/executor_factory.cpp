@@ -79,6 +79,7 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   size_t host_default = avail > 0 ? avail - std::max(avail / 10, std::min(avail / 2, 2 * kGiB)) : 0;
   r.budget.host_bytes = req.host_memory.empty() ? host_default
                                                 : parse_bytes(req.host_memory, "--host-memory");
+  r.budget.page_cache_bytes = avail > r.budget.host_bytes ? avail - r.budget.host_bytes : 0;
   if (!req.optimizer_dir.empty()) {
     std::error_code ec;
     SF_REQUIRE(std::filesystem::is_directory(req.optimizer_dir, ec), "--optimizer-dir ",
@@ -130,8 +131,8 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   }
   r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
                      dev_adamw);
-  if (!r.plan.engine.moments_dir.empty()) {
-    // The moments go to disk: its speed is the optimizer's now. Measure it, plan again.
+  if (r.plan.engine.moments_streamed) {
+    // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
     r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
                        dev_adamw);

@@ -92,8 +92,9 @@ size_t disk_free_bytes(const std::string& dir) {
   return size_t(s.f_bavail) * size_t(s.f_frsize);
 }
 
-ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir) {
+ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir, bool streamed) {
   if (!moments_dir.empty()) fd_ = open_moments_file(moments_dir, moments_file_bytes(layout));
+  streamed_ = fd_ >= 0 && streamed;
   size_t file_off = 0;
   for (auto& unit : layout.units) {
     UnitState s;
@@ -102,6 +103,7 @@ ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir
     s.master = HostArray(bytes, "fp32 master weights");
     if (fd_ >= 0) {
       // Zero already (a new file); read and written by the optimizer's sweeps only.
+      s.file_offset = file_off;
       s.m = HostArray(fd_, file_off, bytes, "AdamW first moments");
       s.v = HostArray(fd_, file_off + page_round(bytes), bytes, "AdamW second moments");
       file_off += 2 * page_round(bytes);
@@ -132,6 +134,28 @@ ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir
 ParamStore::~ParamStore() {
   units_.clear();  // unmapped before the file goes
   if (fd_ >= 0) ::close(fd_);
+}
+
+void ParamStore::moments_done(int u) {
+  if (!streamed_) return;
+  std::lock_guard<std::mutex> lk(done_mu_);
+  auto range = [&](int k) {
+    const UnitState& s = units_[size_t(k)];
+    return std::pair<off_t, off_t>(off_t(s.file_offset), off_t(2 * page_round(s.m.bytes())));
+  };
+  const auto [off, len] = range(u);
+  ::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WRITE);
+  if (last_done_ >= 0 && last_done_ != u) {
+    // Written by now (mostly: it started one unit ago); wait, then drop the clean pages.
+    const UnitState& p = units_[size_t(last_done_)];
+    const auto [poff, plen] = range(last_done_);
+    ::sync_file_range(fd_, poff, plen,
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    for (const HostArray* a : {&p.m, &p.v})
+      if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);  // unmap: the file has them
+    ::posix_fadvise(fd_, poff, plen, POSIX_FADV_DONTNEED);
+  }
+  last_done_ = u;
 }
 
 void ParamStore::prefetch_moments(int u) const {

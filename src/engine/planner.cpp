@@ -294,12 +294,12 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   double host_params = double(l.total_numel());  // what the CPU optimizer updates
   if (p.mode == Plan::Mode::sliding)
     for (int k = 0; k < p.engine.device_adamw_layers; ++k) host_params -= double(l.layer(k).numel);
-  // Moments on disk: the sweep goes at the disk's pace when that is slower than the CPU's
-  // (counted as if none of them stayed in the page cache: the plan is there because RAM is
-  // short, and a cyclic sweep larger than the cache gets no hits from an LRU).
+  // Moments on disk that the page cache cannot hold: the sweep goes at the disk's pace when
+  // that is slower than the CPU's (none of them counted as cached: a cyclic sweep larger
+  // than the cache gets no hits from an LRU).
   double adamw_rate = hw.adamw_params_per_s;
   p.optimizer_disk_bound = false;
-  if (p.mode == Plan::Mode::sliding && !p.engine.moments_dir.empty()) {
+  if (p.mode == Plan::Mode::sliding && p.engine.moments_streamed) {
     const double disk_rate = hw.disk_bytes_per_s / kMomentBytesPerParam;
     p.optimizer_disk_bound = disk_rate < adamw_rate;
     adamw_rate = std::min(adamw_rate, disk_rate);
@@ -476,6 +476,12 @@ Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
       return;
     }
     choose_speculation(cfg, budget, cd, p);
+    if (!p.engine.moments_dir.empty()) {
+      // Cached if the page cache beyond the budget and the budget's unused part hold them.
+      const size_t used = p.host_bytes + (budget.unified ? p.device_bytes : 0);
+      const size_t slack = budget.host_bytes > used ? budget.host_bytes - used : 0;
+      p.engine.moments_streamed = p.disk_bytes > budget.page_cache_bytes + slack;
+    }
     predict(cfg, req, hw, p);
     // Ties (within 0.5%) go to less GPU work (slack for the optimizer's contention), then
     // to less host memory.
@@ -683,14 +689,17 @@ std::string describe_plan(const ModelConfig& cfg, const StepRequest& req, const 
      << "  (budget " << format_bytes(budget.host_bytes) << ")\n";
   if (p.disk_bytes > 0)
     os << "  " << std::setw(42) << cat("total disk (", budget.moments_dir, ")") << std::setw(8) << ""
-       << format_bytes(p.disk_bytes) << "  (free " << format_bytes(budget.moments_dir_free) << ")\n";
+       << format_bytes(p.disk_bytes) << "  (free " << format_bytes(budget.moments_dir_free) << "; "
+       << (p.engine.moments_streamed ? "streamed from disk every step"
+                                     : "the page cache holds them: read once")
+       << ")\n";
   else if (!budget.moments_dir.empty() && p.fits)
     os << "  (--optimizer-dir " << budget.moments_dir << " is not used: the AdamW moments fit in RAM)\n";
   os << (summary ? "" : "\n") << std::right;
   if (p.step_seconds > 0)
     os << std::setprecision(1) << "hardware   " << p.hw.source << "; CPU AdamW "
        << p.hw.adamw_params_per_s / 1e9 << " G params/s"
-       << (p.disk_bytes > 0 ? cat("; optimizer disk ", std::fixed, std::setprecision(1),
+       << (p.engine.moments_streamed ? cat("; optimizer disk ", std::fixed, std::setprecision(1),
                                   p.hw.disk_bytes_per_s / 1e9, " GB/s read + write")
                             : std::string())
        << "\n";

@@ -51,6 +51,9 @@ struct Budget {
   // (--optimizer-dir; empty: none), and the bytes free there.
   std::string moments_dir;
   size_t moments_dir_free = 0;
+  // RAM beyond host_bytes the kernel may use as page cache (moments on disk that fit there
+  // and in the budget's slack stay cached: the optimizer then runs at the CPU's pace).
+  size_t page_cache_bytes = 0;
 };
 
 struct MemoryLine {

@@ -15,7 +15,7 @@ namespace sf {
 SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg,
                                              const EngineConfig& ec)
     : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec),
-      cd_(be.compute_dtype()), store_(layout_, ec.moments_dir) {
+      cd_(be.compute_dtype()), store_(layout_, ec.moments_dir, ec.moments_streamed) {
   SF_REQUIRE(ec.n_slots >= 2, "sliding window: at least 2 weight slots are needed");
   SF_REQUIRE(ec.max_chunk_tokens > 0 && ec.max_chunks >= 1, "sliding window: empty chunks");
   SF_CHECK(cd_ == DType::f32 || cd_ == DType::bf16, "compute dtype must be f32 or bf16");

@@ -107,6 +107,10 @@ struct EngineConfig {
   // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
   // one. Empty: in RAM.
   std::string moments_dir;
+  // The moments do not fit in the page cache (the planner's estimate): each unit's are
+  // written back and dropped from the cache once its update is done (ParamStore), so the
+  // sweep streams them at the disk's pace instead of stalling in page reclaim.
+  bool moments_streamed = false;
   // grads_out's casts and sums of squares on their own stream, next to the following layer's
   // backward (false: on the compute stream between layers, as before 61088ed; `bench
   // --grads-on-compute` A/Bs the two in one build).

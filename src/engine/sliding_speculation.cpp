@@ -143,6 +143,7 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
         continue;
       }
       unit_adamw(EmbeddingGrad::Kind::update, u, spec_out(u), false, s, s);
+      store_.moments_done(u);
       spec_->speculated[size_t(u)] = 1;
     }
   } catch (...) {

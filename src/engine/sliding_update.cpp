@@ -136,6 +136,7 @@ void SlidingWindowExecutor::start_updates(std::function<bool(int)> touches_momen
                                     update = std::move(update)](int u) {
     if (next_of[size_t(u)] >= 0) store_.prefetch_moments(next_of[size_t(u)]);
     update(u);
+    store_.moments_done(u);
     if (u == n_units - 1) upd_h2d_->synchronize();  // the round ends with nothing in flight
   });
 }

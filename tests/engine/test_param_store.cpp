@@ -3,12 +3,14 @@
 // errors for a directory that cannot hold them.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
 
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/param_store.h"
@@ -97,6 +99,40 @@ TEST(ParamStore, ClearErrorsForADirectoryThatCannotHoldTheMoments) {
   }
   EXPECT_GT(disk_free_bytes(fs::temp_directory_path().string()), 0u);
   EXPECT_EQ(disk_free_bytes("/nonexistent/sf-moments"), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// Streamed moments: once the next unit is done, a unit's moments are on disk and out of the
+// page cache (mincore), and read back unchanged.
+TEST(ParamStore, StreamedMomentsAreWrittenAndDroppedBehindTheSweep) {
+  TempDir dir;
+  const ModelLayout layout = tiny_layout();
+  ParamStore s(layout, dir.path.string(), true);
+  ASSERT_TRUE(s.moments_on_disk());
+  for (int u = 0; u < s.n_units(); ++u) {
+    s.prefetch_moments(u);
+    for (int64_t i = 0; i < s.numel(u); ++i) {
+      s.m(u)[i] = 0.5f + float(i % 97);
+      s.v(u)[i] = 2.0f + float(u);
+    }
+    s.moments_done(u);
+  }
+  // Unit 0 (the embedding, the largest) was dropped when unit 1 was done.
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t bytes = size_t(s.numel(0)) * 4;
+  std::vector<unsigned char> resident((bytes + page - 1) / page);
+  ASSERT_EQ(::mincore(s.m(0), bytes, resident.data()), 0);
+  size_t in_core = 0;
+  for (unsigned char r : resident) in_core += r & 1;
+  EXPECT_LT(in_core, resident.size() / 4) << in_core << " of " << resident.size() << " pages";
+  for (int u = 0; u < s.n_units(); ++u)
+    for (int64_t i = 0; i < s.numel(u); ++i) {
+      ASSERT_EQ(s.m(u)[i], 0.5f + float(i % 97)) << u << " " << i;
+      ASSERT_EQ(s.v(u)[i], 2.0f + float(u)) << u << " " << i;
+    }
 }
 
 }  // namespace

@@ -334,6 +334,19 @@ TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
                            "optimizer disk 6.0 GB/s", "bound      the optimizer's disk"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 
+  // RAM beyond the budget that can cache the moments: they are read once, the optimizer
+  // runs at the CPU's pace.
+  Budget cached = disk;
+  cached.page_cache_bytes = size_t(64) << 30;
+  Plan c = make_plan(cfg, req, cached, DType::bf16, hw);
+  ASSERT_TRUE(c.fits);
+  EXPECT_FALSE(c.engine.moments_streamed);
+  EXPECT_TRUE(p.engine.moments_streamed);
+  EXPECT_FALSE(c.optimizer_disk_bound);
+  EXPECT_LT(c.optimizer_seconds, 0.5 * p.optimizer_seconds);
+  EXPECT_NE(describe_plan(cfg, req, cached, c).find("the page cache holds them"), std::string::npos);
+  EXPECT_NE(text.find("streamed from disk every step"), std::string::npos) << text;
+
   // With RAM for everything, the directory is not used.
   Budget roomy = disk;
   roomy.host_bytes = size_t(120) << 30;
