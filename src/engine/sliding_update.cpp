@@ -28,6 +28,9 @@ void SlidingWindowExecutor::params_changed() {
   device_state_copy(false);  // the master is the truth now: device-AdamW layers' too
   host_state_stale_ = false;
   refresh_homes(true);
+  // Streamed moments just loaded from a checkpoint: to disk and out of the page cache before
+  // the first sweep, which would otherwise stall in page reclaim (no-op when nothing changed).
+  for (int u = 0; u < store_.n_units(); ++u) store_.moments_done(u);
 }
 
 void SlidingWindowExecutor::refresh_homes(bool with_device_units) {
