@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
+#include "io/anonymous_file.h"
 
 namespace sf {
 
@@ -100,17 +101,8 @@ DeviceProbe probe_device(Backend& be, const ProbeShape& sh) {
 double probe_disk(const std::string& dir, size_t bytes) {
   constexpr size_t kBlock = size_t(8) << 20, kAlign = 4096;
   bytes = std::max(kBlock, bytes / kBlock * kBlock);
-  bool direct = true;
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-  if (fd < 0) {  // tmpfs and some others: no O_DIRECT (or no O_TMPFILE)
-    direct = false;
-    fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  }
-  if (fd < 0) {
-    std::string path = dir + "/slideformer-probe-XXXXXX";
-    fd = ::mkstemp(path.data());
-    if (fd >= 0) ::unlink(path.c_str());
-  }
+  bool direct = false;  // tmpfs and some others have no O_DIRECT
+  const int fd = open_anonymous_file(dir, true, &direct);
   SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot write a file there (",
              std::strerror(errno), "); give a writable directory on a fast local disk");
   std::unique_ptr<void, decltype(&std::free)> buf(std::aligned_alloc(kAlign, kBlock), &std::free);

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/planner.h"  // format_bytes
+#include "io/anonymous_file.h"
 
 namespace sf {
 
@@ -58,13 +59,7 @@ size_t page_round(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 // An anonymous file of `bytes` in dir with its blocks reserved, so a full disk shows now,
 // not as SIGBUS in the middle of an optimizer sweep.
 int open_moments_file(const std::string& dir, size_t bytes) {
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    // No O_TMPFILE on this filesystem: a named file, unlinked at once.
-    std::string path = dir + "/slideformer-moments-XXXXXX";
-    fd = ::mkstemp(path.data());
-    if (fd >= 0) ::unlink(path.c_str());
-  }
+  const int fd = open_anonymous_file(dir);
   SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot create the optimizer's file there (",
              std::strerror(errno), "); give a writable directory on a fast local disk");
   int rc = ::posix_fallocate(fd, 0, off_t(bytes));

@@ -2,12 +2,12 @@
 // and v2) and its ancestors, their page cache counted as free. Fake /proc and cgroup trees.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "core/host_memory.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using sf::host_available_bytes;
@@ -17,17 +17,13 @@ namespace {
 constexpr size_t GiB = size_t(1) << 30;
 
 struct Tree {
-  fs::path root = fs::temp_directory_path() /
-                  ("sf-hostmem-" + std::to_string(::getpid()) + "-" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::path proc = root / "proc", cg = root / "cgroup";
+  sf::test::TempDir tmp{"sf-hostmem"};
+  fs::path proc = tmp.path / "proc", cg = tmp.path / "cgroup";
   Tree() {
-    fs::remove_all(root);
     fs::create_directories(proc / "self");
     fs::create_directories(cg);
     put(proc / "meminfo", "MemTotal:       134217728 kB\nMemAvailable:   104857600 kB\n");  // 100 GiB
   }
-  ~Tree() { fs::remove_all(root); }
   static void put(const fs::path& p, const std::string& text) {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << text;

@@ -15,20 +15,14 @@
 #include "core/error.h"
 #include "engine/param_store.h"
 #include "model/model_presets.h"
+#include "test_util.h"
 
 using namespace sf;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("sf-store-" + std::to_string(::getpid()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using sf::test::TempDir;
 
 ModelLayout tiny_layout() { return ModelLayout::build(model_preset("tiny")); }
 
