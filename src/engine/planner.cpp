@@ -211,7 +211,8 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   m.push_back({"batch inputs, loss, norms", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) +
                                                 dev_round(4) + dev_round(size_t(n_units) * 4) +
                                                 (l.tied ? 0 : dev_round(size_t(2 * Tstep) * 4)), true});
-  // Streams that run compute ops: compute, grads (casts and norms), update (device AdamW).
+  // Streams that run compute ops: compute, grads (casts and norms, EngineConfig::grads_stream;
+  // counted either way), update (device AdamW).
   m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
   return m;
 }

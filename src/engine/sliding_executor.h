@@ -112,9 +112,11 @@ struct EngineConfig {
   // sweep streams them at the disk's pace instead of stalling in page reclaim.
   bool moments_streamed = false;
   // grads_out's casts and sums of squares on their own stream, next to the following layer's
-  // backward (false: on the compute stream between layers, as before 61088ed; `bench
-  // --grads-on-compute` A/Bs the two in one build).
-  bool grads_stream = true;
+  // backward, instead of on the compute stream between layers. Off by default until the
+  // H200 measures it (its event ordering is checked by the lazy threaded-streams tests, both
+  // ways); `bench --grads-stream` turns it on to A/B the two in one build. The planner counts
+  // its workspace either way.
+  bool grads_stream = false;
   // Tests only: the device scatter of an untied embedding gradient uses both of its row
   // blocks (half the step's rows each) even when one would hold them all.
   bool split_embedding_scatter = false;
