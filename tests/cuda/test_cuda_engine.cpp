@@ -46,6 +46,7 @@ struct EngineCase {
   int next_units = -1;  // units with a "next" buffer (-1 all): the rest update after the backward
   bool spec_all = false;   // phase A speculates every unit it can (deterministic redo coverage)
   int dev_adamw = 0;  // the first layers' master, m, v and AdamW on the device
+  bool grads_stream = false;  // EngineConfig::grads_stream (not yet the default)
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
@@ -69,6 +70,7 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   ec.next_units = tc.next_units;
   ec.speculate_everything = tc.spec_all;
   ec.device_adamw_layers = tc.dev_adamw;
+  ec.grads_stream = tc.grads_stream;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   SlidingWindowExecutor eng(be_eng, cfg, ec);
   ModelLayout layout = ModelLayout::build(cfg);
@@ -124,14 +126,20 @@ INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                                            EngineCase{Arch::llama, false, 0, false, false, -1, false, 1},
                                            EngineCase{Arch::qwen3, true, 2, false, true, -1, false, 1},
                                            EngineCase{Arch::mistral, false, 1, true, true, -1, true, 1},
-                                           EngineCase{Arch::llama, false, 0, false, true, -1, false, 3}),
+                                           EngineCase{Arch::llama, false, 0, false, true, -1, false, 3},
+                                           // The grads stream: host homes, resident homes and
+                                           // device AdamW, speculative and deferred.
+                                           EngineCase{Arch::llama, false, 0, false, true, -1, false, 0, true},
+                                           EngineCase{Arch::qwen3, true, 2, true, false, -1, false, 1, true},
+                                           EngineCase{Arch::mistral, false, 1, false, true, -1, true, 3, true}),
                          [](const auto& info) {
                            const EngineCase& c = info.param;
                            return cat(arch_name(c.arch), c.tied ? "_tied" : "", "_resident",
                                       c.resident_layers, c.acts_on_device ? "_devacts" : "",
                                       c.speculative ? "_speculative" : "",
                                       c.next_units >= 0 ? cat("_next", c.next_units) : "",
-                                      c.spec_all ? "_specall" : "", c.dev_adamw ? cat("_devadamw", c.dev_adamw) : "");
+                                      c.spec_all ? "_specall" : "", c.dev_adamw ? cat("_devadamw", c.dev_adamw) : "",
+                                      c.grads_stream ? "_gradsstream" : "");
                          });
 
 }  // namespace
