@@ -33,7 +33,7 @@ void add_bench_command(CLI::App& app) {
     int steps = 10;
     double lr = 1e-4;
     float max_grad_norm = 1.0f;
-    bool grads_stream = false;
+    bool grads_stream = true;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "time training steps of a model shape (random weights)");
@@ -43,16 +43,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
   cmd->add_option("--lr", o->lr, "learning rate");
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)");
-  cmd->add_flag("--grads-stream", o->grads_stream,
-                "sliding window: the gradients' casts and norms on their own stream (not yet "
-                "the default: to A/B it in one build)");
+  cmd->add_flag("--grads-stream,!--no-grads-stream", o->grads_stream,
+                "sliding window: the gradients' casts and norms on their own stream (the "
+                "default; --no-grads-stream puts them on the compute stream, for an A/B)");
   cmd->callback([o] {
     ModelConfig cfg = model_preset(o->size);
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     ModelLayout layout = ModelLayout::build(cfg);
     o->resolve();
     PlannedRun pr = plan_run(cfg, o->req);
-    if (o->grads_stream) pr.plan.engine.grads_stream = true;
+    pr.plan.engine.grads_stream = o->grads_stream;
     std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
     auto t0 = std::chrono::steady_clock::now();
     auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
@@ -131,7 +131,7 @@ void add_bench_command(CLI::App& app) {
               << " peak_rss_GiB=" << peak_rss_gib() << " gpu_busy=" << std::setprecision(0)
               << (busy > 0 && seconds > 0 ? 100 * busy / seconds : 0) << "% predicted_tokens/s="
               << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
-              << (o->grads_stream ? " (grads stream)" : "") << "\n";
+              << (o->grads_stream ? "" : " (no grads stream)") << "\n";
   });
 }
 

@@ -46,7 +46,7 @@ struct EngineCase {
   int next_units = -1;  // units with a "next" buffer (-1 all): the rest update after the backward
   bool spec_all = false;   // phase A speculates every unit it can (deterministic redo coverage)
   int dev_adamw = 0;  // the first layers' master, m, v and AdamW on the device
-  bool grads_stream = false;  // EngineConfig::grads_stream (not yet the default)
+  bool grads_stream = false;  // EngineConfig::grads_stream (the default; off: the older path)
 };
 
 class CudaEngine : public ::testing::TestWithParam<EngineCase> {};
