@@ -22,10 +22,12 @@ for r in $(seq "${SF_AB_ROUNDS:-3}"); do
   done
 done
 echo "A = $(cat "$A/COMMIT" 2>/dev/null || echo "$A"), B = $(cat "$B/COMMIT" 2>/dev/null || echo "$B")"
-# csv: op,shape,ms,value,unit,frac_of_copy
+# csv: op,shape,ms,value,unit,frac_of_copy; the shape may hold commas ("seq 1024 x 16, 32/8
+# heads, D 128"), so the last four fields are counted from the end.
 awk -F, 'FNR == 1 { n_parts = split(FILENAME, parts, "/"); side = substr(parts[n_parts], 1, 1); next }
-  { key = $1 " | " $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-    t[key, side] = t[key, side] " " $3; c[key, side]++; v[key, side, c[key, side]] = $3 }
+  { key = $1 " |"; for (f = 2; f <= NF - 4; ++f) key = key $f; ms = $(NF - 3)
+    if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+    t[key, side] = t[key, side] " " ms; c[key, side]++; v[key, side, c[key, side]] = ms }
   END {
     for (i = 1; i <= n; ++i) {
       k = order[i]
