@@ -17,7 +17,7 @@ S="$OUT/engine_summary.txt"
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 SF="$B/bin/slideformer"
-say "commit ${SF_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores"
+say "commit ${SF_COMMIT:-$(cat "$B/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores"
 
 # 1. engine tests on the GPU
 timeout 300 "$B/tests/test_cuda" --gtest_filter='*Engine*' > "$OUT/engine_tests.log" 2>&1
