@@ -75,11 +75,6 @@ class ParamStore {
   void moments_done(int u);
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
-  // Whether the last step's gradient was clipped (or skipped as non-finite). The sliding
-  // executor's adaptive speculation decides from it whether to speculate the next step, so a
-  // checkpoint carries it: a resumed run then takes the same decisions, and bits, as one that
-  // was not interrupted.
-  bool last_clipped = false;
 
  private:
   struct UnitState {

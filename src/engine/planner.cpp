@@ -385,14 +385,14 @@ void choose_speculation(const ModelConfig& cfg, const Budget& budget, DType cd, 
     total(p);
     return fits(budget, p);
   };
-  if (with(EngineConfig::Speculation::after_unclipped, -1)) return;
+  if (with(EngineConfig::Speculation::always, -1)) return;
   int lo = 0, hi = n_units - 1;  // most units with a next buffer that still fit
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (with(EngineConfig::Speculation::after_unclipped, mid)) lo = mid;
+    if (with(EngineConfig::Speculation::always, mid)) lo = mid;
     else hi = mid - 1;
   }
-  if (lo > 0 || cd == DType::f32) with(EngineConfig::Speculation::after_unclipped, lo);
+  if (lo > 0 || cd == DType::f32) with(EngineConfig::Speculation::always, lo);
   else with(EngineConfig::Speculation::off, -1);
 }
 

@@ -587,10 +587,8 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
   const float grad_scale = mean_loss_scale(st);
-  // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated;
-  // nor, adaptively, is one that follows a clipped step (EngineConfig::Speculation).
-  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0 &&
-                         (ec_.speculation == EngineConfig::Speculation::always || !store_.last_clipped);
+  // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated.
+  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
   emb_untouched_done_ = false;
   if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {

@@ -91,14 +91,7 @@ struct EngineConfig {
   // it, pipelined into the next forward like the deferred update. (The first layers because
   // the next forward needs them first; the last ones and the head can be updated while it
   // runs through the others.)
-  // after_unclipped (the planner's choice) speculates a step only when the previous one was
-  // not clipped (ParamStore::last_clipped). A clipped speculative step costs more than a
-  // deferred one: so that its bits do not depend on how far phase A got, phase B gives every
-  // unit the speculated-and-redone result (two AdamW passes' arithmetic, ~1.5x the time),
-  // which the next forward waits for (H200, 8B batch 64: 7.1 s against 6.4 s deferred).
-  // Clipping comes in runs, so the previous step predicts it; a step that is not speculated
-  // gets the plain update, the same bits as the deferred executor. always: every step (tests).
-  enum class Speculation { off, always, after_unclipped } speculation = Speculation::off;
+  enum class Speculation { off, always } speculation = Speculation::off;
   int next_units = -1;
   // The first `device_adamw_layers` layers keep their fp32 master, m and v on the device and
   // run AdamW there (their homes are resident too). Layer 0's gradient is the backward's last

@@ -172,7 +172,6 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
   st.spec_busy_seconds = spec_->busy_seconds;
   if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
     st.clip_coef = 0;
-    store_.last_clipped = true;
     if (emb_untouched_done_)
       embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::untouched, s1, s1);
     if (speculated[0]) embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1);
@@ -184,7 +183,6 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  store_.last_clipped = st.clip_coef != 1.0;
   AdamWStep s = s1;
   s.grad_scale = float(st.clip_coef);
   store_.step = s.step;

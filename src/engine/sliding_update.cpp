@@ -113,12 +113,10 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
   st.grad_norm = std::sqrt(sumsq);
   if (!std::isfinite(st.grad_norm)) {
     st.clip_coef = 0;  // skip the update; weights stay as they are
-    store_.last_clipped = true;
     refresh_homes(false);  // homes hold gradients now: put the unchanged weights back
     return;
   }
   st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  store_.last_clipped = st.clip_coef != 1.0;
   const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
   start_updates([this](int u) { return !device_adamw(u); },
                 [this, s](int u) { update_unit(u, s); });

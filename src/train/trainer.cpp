@@ -463,8 +463,6 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     if (!saved.is_null()) {
       load_resume_tensors(resume_dir, layout, store);
       store.step = saved.at("optimizer_step").get<int64_t>();
-      // Checkpoints from before this field resume as if the last step was not clipped.
-      store.last_clipped = saved.value("optimizer_last_clipped", false);
     } else if (src.weights_dir.empty()) {
       for (int u = 0; u < store.n_units(); ++u)
         init_unit(layout.units[size_t(u)], store.master(u), opt.seed);
@@ -578,7 +576,6 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
     state["version"] = kStateVersion;
     state["step"] = step;
     state["optimizer_step"] = exec->params().step;
-    state["optimizer_last_clipped"] = exec->params().last_clipped;
     state["tokens_seen"] = tokens_seen;
     state["elapsed_seconds"] = elapsed_before + session_seconds();
     state["rng"] = {{"kind", "splitmix64"}, {"seed", opt.seed}, {"state", hex64(rng.state)}};
