@@ -11,9 +11,10 @@
 // pipelined into the next forward (loading unit k waits only for its update): a speculated
 // unit is final when the coefficient is 1, else it is redone in one fused pass (undo with
 // coefficient 1 + update with the right one, optim/adamw_undo.h); every other unit gets its
-// plain update, or with clipping the one-pass update-then-redo that gives the speculated
-// path's bits: a clipped step's result does not depend on how far phase A got. A
-// non-finite norm skips the step: speculated units are undone (to within a few ulps).
+// plain update, or with clipping, if phase A could have speculated it, the one-pass
+// update-then-redo that gives the speculated path's bits: a clipped step's result does not
+// depend on how far phase A got. A non-finite norm skips the step: speculated units are
+// undone (to within a few ulps).
 //
 // Every unit's sum of squares comes from the same source whichever phase takes it (device
 // reduction for layers and head, host for the embedding and f32 homes), so the norm, and the
@@ -205,9 +206,11 @@ void SlidingWindowExecutor::finish_unit(int u, const AdamWStep& s, const AdamWSt
     device_unit_adamw(u, s);
     return;
   }
-  if (!speculated && s.grad_scale != 1.f) {
+  if (!speculated && s.grad_scale != 1.f && can_speculate(u)) {
     // Clipped, not reached by phase A: the bits it would have given had it been speculated
-    // and redone, so that the result does not depend on how far phase A got.
+    // and redone, so that the result does not depend on how far phase A got. (That costs
+    // ~1.5x a plain update: units phase A can never speculate, those without a `next`
+    // buffer, get the plain one. On the H200 at 8B batch 64, 4 of 34 units have one.)
     if (u == 0) {
       embedding_adamw(EmbeddingGrad::Kind::update_redo, EmbeddingGrad::Rows::touched, s, s1);
       if (!untouched_done)  // gradient 0: no coefficient, no redo

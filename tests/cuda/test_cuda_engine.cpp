@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
@@ -112,6 +113,55 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   // elements by a visible fraction of lr; the bulk of the update must agree.
   EXPECT_LT(rel, 0.1);
   EXPECT_LE(be_eng.peak_bytes_in_use(), be_ref.peak_bytes_in_use() * 4);
+}
+
+// In a clipped speculative step only the units phase A could speculate (those with a `next`
+// buffer, and the embedding) get the speculated-and-redone bits; the others get the plain
+// update: the bits of a deferred executor. (The host backend computes in f32, where every
+// unit can be speculated without a `next` buffer, so only the GPU shows this.)
+TEST(CudaEngineClipped, UnitsWithoutNextGetThePlainUpdate) {
+  SF_REQUIRE_GPU();
+  for (bool everything : {false, true}) {
+    SCOPED_TRACE(everything ? "phase A takes every unit" : "phase A stops at the backward's end");
+    ModelConfig cfg = small_config(Arch::llama, false);
+    CudaBackend be_a, be_b;
+    be_a.set_gemm_tuning(false);  // the heuristic's GEMMs on both: the same bits
+    be_b.set_gemm_tuning(false);
+    EngineConfig ec;
+    ec.n_slots = 2;
+    ec.max_chunk_tokens = 96;
+    ec.max_chunks = 4;
+    ec.resident_layers = 1;
+    ec.head_resident = true;
+    ec.ring_piece = 777;
+    EngineConfig spec = ec;
+    spec.speculation = EngineConfig::Speculation::always;
+    spec.next_units = 1;  // layer 0 only
+    spec.speculate_everything = everything;
+    SlidingWindowExecutor a(be_a, cfg, spec), b(be_b, cfg, ec);
+    ModelLayout layout = ModelLayout::build(cfg);
+    for (int u = 0; u < a.params().n_units(); ++u) {
+      init_unit(layout.units[size_t(u)], a.params().master(u), 7);
+      init_unit(layout.units[size_t(u)], b.params().master(u), 7);
+    }
+    a.params_changed();
+    b.params_changed();
+    OptimHyper h;
+    h.lr = 1e-3;
+    h.max_grad_norm = 1e-3f;  // every step clips
+    std::vector<Batch> micro = {random_batch(cfg, 2, 96, 3)};
+    StepStats sa = a.train_step(micro, h), sb = b.train_step(micro, h);
+    ASSERT_LT(sa.clip_coef, 1.0);
+    ASSERT_EQ(sa.grad_norm, sb.grad_norm);
+    ParamStore &pa = a.params(), &pb = b.params();
+    for (int u = 2; u < pa.n_units(); ++u) {  // layers 1-3 and the head: no `next`
+      SCOPED_TRACE(cat("unit ", u));
+      const size_t bytes = size_t(pa.numel(u)) * 4;
+      EXPECT_EQ(std::memcmp(pa.master(u), pb.master(u), bytes), 0);
+      EXPECT_EQ(std::memcmp(pa.m(u), pb.m(u), bytes), 0);
+      EXPECT_EQ(std::memcmp(pa.v(u), pb.v(u), bytes), 0);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
