@@ -14,10 +14,13 @@
 // so an accumulator pair of n-tiles (2j, 2j+1) is, packed to bf16, the A operand of the next
 // product over those 16 columns (the FA2 register trick).
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 namespace sf::cuda {
 namespace {
@@ -629,6 +632,158 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
                 p.scale, lane);
 }
 
+// ---- backward with Hopper warpgroup MMAs (sm_90a) ------------------------------------------------
+
+// Copies rows [0, n_valid) of a ROWS x D tile into a sw128 tile (wgmma.cuh); rows past n_valid
+// are zero-filled.
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile_sw128(bf16* smem, const bf16* g, int64_t ld,
+                                                int n_valid, const bf16* safe) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < ROWS * CH; i += kThreads) {
+    const int r = i / CH, c = i % CH;
+    const bool ok = r < n_valid;
+    cp_async16(smem_addr(smem + wg::sw128<ROWS>(r, c)), ok ? g + r * ld + c * 8 : safe, ok);
+  }
+}
+
+// Packs a warpgroup accumulator of 64 columns (m64n64 layout) into the A fragments of four
+// k16 steps (columns 16 kb .. 16 kb + 15).
+__device__ __forceinline__ void acc64_to_a(uint32_t (&a)[4][4], const float (&d)[32]) {
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    a[kb][0] = pack_bf16(d[8 * kb + 0], d[8 * kb + 1]);
+    a[kb][1] = pack_bf16(d[8 * kb + 2], d[8 * kb + 3]);
+    a[kb][2] = pack_bf16(d[8 * kb + 4], d[8 * kb + 5]);
+    a[kb][3] = pack_bf16(d[8 * kb + 6], d[8 * kb + 7]);
+  }
+}
+
+// dq as attn_dq_kernel (same grid, 64-key tiles double-buffered, same arithmetic), with one
+// warpgroup per 64-row query tile: S = Q K^T and dP = dO V^T read both operands from shared
+// memory, and dQ += dS K takes dS from registers and K as an MN-major operand. A warpgroup
+// reads each K/V element once per tile where four mma.sync warps read it four times (ncu: the
+// mma.sync kernels were bound by shared-memory wavefronts, 63% of peak, short-scoreboard
+// stalls first).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BK = 64, TE = kTile * D;  // elements of a 64-row tile
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* dOs = Qs + TE;
+  bf16* Kbuf = dOs + TE;     // [2][64, D]
+  bf16* Vbuf = Kbuf + 2 * TE;  // [2][64, D]
+  float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * TE);  // [kTile]
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int nq = min(kTile, len - q0);
+
+  load_tile_sw128<D, kTile>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
+  load_tile_sw128<D, kTile>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq,
+                            p.dout);
+  cp_async_commit();
+  auto prefetch = [&](int kt, int buf) {
+    const int kb0 = kt * BK, nk = min(BK, len - kb0);
+    load_tile_sw128<D, BK>(Kbuf + buf * TE, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk,
+                           nk, p.k);
+    load_tile_sw128<D, BK>(Vbuf + buf * TE, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv,
+                           nk, p.v);
+    cp_async_commit();
+  };
+  const int kend = min(len, q0 + kTile);
+  const int n_kt = (kend + BK - 1) / BK;
+  prefetch(0, 0);
+  {
+    // delta for the tile's rows: two threads per row, each half of D, from global memory.
+    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+    float acc = 0.f;
+    if (r < nq) {
+      const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
+      const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
+#pragma unroll
+      for (int c = 0; c < D / 2; c += 8) {
+        float a[8], b[8];
+        load8(o + c, a);
+        load8(d + c, b);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (half == 0) dl_s[r] = acc;
+  }
+  __syncthreads();
+  float lse2[2], delta[2];
+  const int row0 = q0 + warp * 16 + g;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int r = row0 + ri * 8;
+    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
+    delta[ri] = dl_s[warp * 16 + g + ri * 8];
+  }
+  const uint32_t qs = smem_addr(Qs), dos = smem_addr(dOs);
+
+  float dq[D / 8][4];
+  zero(dq);
+  float(&dqf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dq);
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int buf = kt & 1, kb0 = kt * BK;
+    if (kt + 1 < n_kt) {
+      prefetch(kt + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
+    __syncthreads();          // tile kt (and Q, dO) landed for every thread
+    const uint32_t ks = smem_addr(Kbuf + buf * TE), vs = smem_addr(Vbuf + buf * TE);
+
+    float s[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+      wg::mma_ss_n64(s, wg::desc_k<kTile>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
+      wg::mma_ss_n64(dp, wg::desc_k<kTile>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
+    wg::commit();
+    wg::wait<1>();  // S is ready (dP may still run)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int e = i & 3, ri = e >> 1;
+      const int kidx = kb0 + (i >> 2) * 8 + 2 * t4 + (e & 1);
+      const float pv = exp2f(s[i] * p.scale_log2 - lse2[ri]);
+      s[i] = kidx > row0 + ri * 8 ? 0.f : pv;
+    }
+    wg::wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta[(i & 3) >> 1]);
+    uint32_t a[4][4];
+    acc64_to_a(a, dp);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BK / 16; ++kb) {  // dQ += dS K
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dqf, a[kb], wg::desc_mn<BK>(ks, kb));
+      else wg::mma_rs_n64_tb(dqf, a[kb], wg::desc_mn<BK>(ks, kb));
+    }
+    wg::commit();
+    wg::wait<0>();
+    __syncthreads();  // every warp is done with buffer buf before it is refilled
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
+                p.scale, lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
 // ---- host helpers ---------------------------------------------------------------------------
 
 // Backward tile sizes: the dk/dv kernel holds two [16 x D] f32 accumulators per warp, so the
@@ -637,6 +792,20 @@ template <int D>
 constexpr int dkdv_bq() { return D == 128 ? 32 : 64; }
 template <int D>
 constexpr int dq_bk() { return 64; }
+
+// The wgmma kernels run on compute capability 9.x devices (the build always carries sm_90a
+// code: SF_CUDA_ARCHS); SF_ATTN_WGMMA=0 keeps the mma.sync kernels (A/B, fallback).
+bool use_wgmma() {
+  static const bool on = [] {
+    const char* e = std::getenv("SF_ATTN_WGMMA");
+    if (e != nullptr && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
+  }();
+  return on;
+}
 
 template <class K>
 void set_smem(K kernel, size_t bytes) {
@@ -706,10 +875,13 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   // K, V + two stages of Q, dO (+ lse, delta); Q, dO + two stages of K, V (+ delta).
   const size_t smem_kv = (2 * size_t(kTile) + 4 * BQ) * D * sizeof(bf16) + 4 * BQ * sizeof(float);
   const size_t smem_q = (2 * size_t(kTile) + 4 * BK) * D * sizeof(bf16) + kTile * sizeof(float);
+  // The wgmma dq kernel: Q, dO + two stages of K, V (+ delta, + 1 KiB to align the tiles).
+  const size_t smem_wg = 6 * size_t(kTile) * D * sizeof(bf16) + kTile * sizeof(float) + 1024;
   static std::once_flag once;
   std::call_once(once, [&] {
     set_smem(attn_dkdv_kernel<D, BQ>, smem_kv);
     set_smem(attn_dq_kernel<D, BK>, smem_q);
+    if (use_wgmma()) set_smem(attn_dq_wgmma_kernel<D>, smem_wg);
   });
   const int64_t warps = a.T * sh.n_heads;
   attn_delta_kernel<D><<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(a, sh.n_heads);
@@ -717,7 +889,10 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
   attn_dkdv_kernel<D, BQ><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
   CUDA_CHECK_LAUNCH();
-  attn_dq_kernel<D, BK><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_q, s>>>(a);
+  if (use_wgmma())
+    attn_dq_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_wg, s>>>(a);
+  else
+    attn_dq_kernel<D, BK><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_q, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
