@@ -784,6 +784,135 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
 #endif
 }
 
+// dk, dv as attn_dkdv_kernel (same grid and work items, query tiles double-buffered), with one
+// warpgroup per 64-key tile: S^T = K Q^T and dP^T = V dO^T read both operands from shared
+// memory; dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
+// operands. Query tiles of 64 rows (the mma.sync kernel's 32 at D = 128 were a register limit).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BQ = 64, TE = kTile * D, QE = BQ * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Ks = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* Vs = Ks + TE;
+  bf16* Qbuf = Vs + TE;                                           // [2][BQ, D]
+  bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
+  float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
+  float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
+  const int seq = blockIdx.y, hk = blockIdx.z;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int k0 = blockIdx.x * kTile;
+  if (k0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+
+  load_tile_sw128<D, kTile>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
+                            min(kTile, len - k0), p.k);
+  load_tile_sw128<D, kTile>(Vs, p.v + int64_t(start + k0) * p.ldv + hk * D, p.ldv,
+                            min(kTile, len - k0), p.v);
+  cp_async_commit();
+
+  // Work items: (query head gi of the group, query tile) with gi outer.
+  const int q_first = (k0 / BQ) * BQ;
+  const int n_qt = (len - q_first + BQ - 1) / BQ;
+  const int n_items = p.group * n_qt;
+  auto prefetch = [&](int it, int buf) {
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int h = hk * p.group + gi, nq = min(BQ, len - q0);
+    load_tile_sw128<D, BQ>(Qbuf + buf * QE, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq,
+                           nq, p.q);
+    load_tile_sw128<D, BQ>(dObuf + buf * QE, p.dout + int64_t(start + q0) * p.lddo + h * D,
+                           p.lddo, nq, p.dout);
+    for (int i = threadIdx.x; i < BQ; i += kThreads) {
+      const bool ok = i < nq;
+      const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
+      cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
+      cp_async4(smem_addr(dl_buf + buf * BQ + i),
+                reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
+    }
+    cp_async_commit();
+  };
+
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+  float(&dkf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dk);
+  float(&dvf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dv);
+  const int krow0 = k0 + warp * 16 + (lane >> 2);  // key index of accumulator rows g (and +8)
+  const uint32_t ks = smem_addr(Ks), vs = smem_addr(Vs);
+
+  prefetch(0, 0);
+  for (int it = 0; it < n_items; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < n_items) {
+      prefetch(it + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
+    __syncthreads();          // item it (and K, V) landed for every thread
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int nq = min(BQ, len - q0);
+    const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
+    const float* lse_s = lse_buf + buf * BQ;
+    const float* dl_s = dl_buf + buf * BQ;
+
+    float st[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
+      wg::mma_ss_n64(st, wg::desc_k<kTile>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
+      wg::mma_ss_n64(dp, wg::desc_k<kTile>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
+    wg::commit();
+    wg::wait<1>();  // S^T is ready
+    // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
+    // the end (its zero-filled lse would give finite junk).
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
+      const float pv = exp2f(st[i] * p.scale_log2 - lse_s[qi] * kLog2e);
+      st[i] = (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) ? 0.f : pv;
+    }
+    uint32_t a[4][4];
+    acc64_to_a(a, st);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+      else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+    }
+    wg::commit();
+    wg::wait<1>();  // dP^T is ready (groups complete in order)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
+      dp[i] = st[i] * (dp[i] - dl_s[qi]);  // dS^T
+    }
+    uint32_t b[4][4];
+    acc64_to_a(b, dp);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+      else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+    }
+    wg::commit();
+    wg::wait<0>();
+    __syncthreads();  // every warp is done with buffer buf before it is refilled
+  }
+  store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
+                p.scale, p.scale, lane);
+  store_rows<D>(p.dv + int64_t(start + k0) * p.lddv + hk * D, p.lddv, warp * 16, len - k0, dv,
+                1.f, 1.f, lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
 // ---- host helpers ---------------------------------------------------------------------------
 
 // Backward tile sizes: the dk/dv kernel holds two [16 x D] f32 accumulators per warp, so the
@@ -803,6 +932,15 @@ bool use_wgmma() {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     return major == 9;
+  }();
+  return on;
+}
+
+// EXPERIMENT: SF_ATTN_WGMMA_DKDV=0 keeps the mma.sync dk/dv kernel (A/B of the two kernels).
+bool wgmma_dkdv() {
+  static const bool on = [] {
+    const char* e = std::getenv("SF_ATTN_WGMMA_DKDV");
+    return !(e != nullptr && std::string(e) == "0");
   }();
   return on;
 }
@@ -875,19 +1013,28 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   // K, V + two stages of Q, dO (+ lse, delta); Q, dO + two stages of K, V (+ delta).
   const size_t smem_kv = (2 * size_t(kTile) + 4 * BQ) * D * sizeof(bf16) + 4 * BQ * sizeof(float);
   const size_t smem_q = (2 * size_t(kTile) + 4 * BK) * D * sizeof(bf16) + kTile * sizeof(float);
-  // The wgmma dq kernel: Q, dO + two stages of K, V (+ delta, + 1 KiB to align the tiles).
+  // The wgmma kernels: Q, dO + two stages of K, V (+ delta), and K, V + two stages of 64-row
+  // Q, dO (+ lse, delta); + 1 KiB each to align the tiles.
   const size_t smem_wg = 6 * size_t(kTile) * D * sizeof(bf16) + kTile * sizeof(float) + 1024;
+  const size_t smem_wkv = 6 * size_t(kTile) * D * sizeof(bf16) + 4 * kTile * sizeof(float) + 1024;
   static std::once_flag once;
   std::call_once(once, [&] {
     set_smem(attn_dkdv_kernel<D, BQ>, smem_kv);
     set_smem(attn_dq_kernel<D, BK>, smem_q);
-    if (use_wgmma()) set_smem(attn_dq_wgmma_kernel<D>, smem_wg);
+    if (use_wgmma()) {
+      set_smem(attn_dq_wgmma_kernel<D>, smem_wg);
+      set_smem(attn_dkdv_wgmma_kernel<D>, smem_wkv);
+    }
   });
   const int64_t warps = a.T * sh.n_heads;
   attn_delta_kernel<D><<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(a, sh.n_heads);
   CUDA_CHECK_LAUNCH();
   const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
-  attn_dkdv_kernel<D, BQ><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
+  if (use_wgmma() && wgmma_dkdv())
+    attn_dkdv_wgmma_kernel<D>
+        <<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_wkv, s>>>(a);
+  else
+    attn_dkdv_kernel<D, BQ><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
   CUDA_CHECK_LAUNCH();
   if (use_wgmma())
     attn_dq_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_wg, s>>>(a);
