@@ -2,11 +2,14 @@
 // accumulation) on the same bf16-rounded inputs. q/k/v are column blocks of one fused qkv
 // matrix and dq/dk/dv column blocks of one dqkv matrix, as in the model.
 //
+// Every case runs with each kernel family the GPU has (wgmma on Hopper, mma.sync everywhere).
+//
 // Tolerances: out/dq/dk/dv are bf16 (one rounding, ~1.1e-3 RMS) and the GPU also rounds P and
 // dS to bf16 for the tensor-core products (as FlashAttention does): 1e-2 relative L2 for the
 // gradients, 5e-3 for out; lse is f32 from f32 sums: 1e-5.
 #include <numeric>
 
+#include "backend/cuda/attention.cuh"
 #include "cuda_test_util.h"
 
 namespace sf::test {
@@ -31,8 +34,8 @@ std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64
   return r;
 }
 
-void run_case(const AttnCase& c, uint64_t seed) {
-  const std::string what = aname(c);
+void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels) {
+  const std::string what = aname(c) + " (" + kernels + ")";
   SCOPED_TRACE(what);
   std::vector<int32_t> cu{0};
   for (int l : c.lens) cu.push_back(cu.back() + l);
@@ -91,6 +94,14 @@ void run_case(const AttnCase& c, uint64_t seed) {
   expect_bitwise(what + " backward repeat", dqkv2.download(), g);
 }
 
+// Each kernel family this GPU runs: wgmma (compute capability 9) and mma.sync (every GPU).
+void run_case(const AttnCase& c, uint64_t seed) {
+  if (cuda::set_attention_wgmma(true)) run_case_with(c, seed, "wgmma");
+  cuda::set_attention_wgmma(false);
+  run_case_with(c, seed, "mma.sync");
+  cuda::set_attention_wgmma(true);  // the default (where the device has it)
+}
+
 TEST(CudaAttention, HeadDim64OddLengths) {
   SF_REQUIRE_GPU();
   run_case({4, 2, 64, {1, 65, 130, 22}}, 1);
@@ -107,6 +118,14 @@ TEST(CudaAttention, HeadDim128OddLengths) {
 TEST(CudaAttention, LlamaHeads) {
   SF_REQUIRE_GPU();
   run_case({32, 8, 128, {512, 300}}, 6);
+}
+
+// Many packed sequences of odd lengths (1, tile edges +-1, longer than a 128-row query tile),
+// GQA, both head dims.
+TEST(CudaAttention, ManyOddSequences) {
+  SF_REQUIRE_GPU();
+  run_case({8, 4, 128, {300, 77, 129, 1, 64, 33, 128, 127, 191, 192, 193}}, 7);
+  run_case({6, 3, 64, {1, 2, 3, 63, 64, 65, 127, 129, 33, 31, 250, 256, 257}}, 8);
 }
 
 TEST(CudaAttention, RejectsUnsupportedHeadDim) {

@@ -13,6 +13,7 @@
 //   C 16x8 f32:          c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
 // so an accumulator pair of n-tiles (2j, 2j+1) is, packed to bf16, the A operand of the next
 // product over those 16 columns (the FA2 register trick).
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
@@ -636,12 +637,12 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
 
 // Copies rows [0, n_valid) of a ROWS x D tile into a sw128 tile (wgmma.cuh); rows past n_valid
 // are zero-filled.
-template <int D, int ROWS>
+template <int D, int ROWS, int NTH = kThreads>
 __device__ __forceinline__ void load_tile_sw128(bf16* smem, const bf16* g, int64_t ld,
                                                 int n_valid, const bf16* safe) {
   constexpr int CH = D / 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < ROWS * CH; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * CH; i += NTH) {
     const int r = i / CH, c = i % CH;
     const bool ok = r < n_valid;
     cp_async16(smem_addr(smem + wg::sw128<ROWS>(r, c)), ok ? g + r * ld + c * 8 : safe, ok);
@@ -658,6 +659,134 @@ __device__ __forceinline__ void acc64_to_a(uint32_t (&a)[4][4], const float (&d)
     a[kb][2] = pack_bf16(d[8 * kb + 4], d[8 * kb + 5]);
     a[kb][3] = pack_bf16(d[8 * kb + 6], d[8 * kb + 7]);
   }
+}
+
+// The forward with warpgroup MMAs: two warpgroups per 128-row query tile (64 rows each) share
+// double-buffered 64-key K and V tiles. S = Q K^T reads both operands from shared memory;
+// O += P V takes P from registers and V as an MN-major operand. Online softmax as
+// attn_forward_kernel. A warpgroup skips the key tiles wholly after its rows.
+template <int D>
+__global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BQ = 128, BK = 64, NTH = 2 * kThreads, KE = BK * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* Kbuf = Qs + BQ * D;  // [2][BK, D]
+  bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+  if (q0 >= len) return;
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  const bf16* kg = p.k + int64_t(start) * p.ldk + hk * D;
+  const bf16* vg = p.v + int64_t(start) * p.ldv + hk * D;
+  load_tile_sw128<D, BQ, NTH>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq,
+                              min(BQ, len - q0), p.q);
+  auto prefetch = [&](int j, int buf) {
+    const int nk = min(BK, len - j * BK);
+    load_tile_sw128<D, BK, NTH>(Kbuf + buf * KE, kg + int64_t(j) * BK * p.ldk, p.ldk, nk, p.k);
+    load_tile_sw128<D, BK, NTH>(Vbuf + buf * KE, vg + int64_t(j) * BK * p.ldv, p.ldv, nk, p.v);
+    cp_async_commit();
+  };
+  prefetch(0, 0);  // (Q travels in the same group)
+
+  const int qw = q0 + wgi * 64;            // the warpgroup's first row
+  const int row0 = qw + warp * 16 + g;     // query index of accumulator rows g (and +8)
+  const int nkb = (min(q0 + BQ, len) - 1) / BK + 1;
+  const int last = qw < len ? (min(qw + 63, len - 1)) / BK : -1;  // the warpgroup's last tile
+  const uint32_t qs = smem_addr(Qs) + uint32_t(wgi * 64 * 128);  // its 64 rows (8 KiB in)
+  float o[D / 8][4];
+  zero(o);
+  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < nkb; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < nkb) {
+      prefetch(j + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    wg::fence_proxy_async();
+    __syncthreads();  // tile j (and Q) landed for every thread
+    if (j <= last) {  // warpgroup-uniform
+      const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
+      float s[32];
+      wg::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+        wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+      wg::commit();
+      wg::wait<0>();
+      // Mask the future where the tile reaches past the warp's first row. Scores stay
+      // unscaled: the scale (> 0) goes into the row maximum and one FFMA per exponent.
+      if (j * BK + BK - 1 > qw + warp * 16) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          if (j * BK + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8)
+            s[i] = -INFINITY;
+      }
+      float alpha[2];
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {  // rows g (i & 3 in {0, 1}) and g + 8 ({2, 3})
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[ri], mx * p.scale_log2);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        alpha[ri] = exp2f(m[ri] - base);
+        m[ri] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], p.scale_log2, -base)),
+                      p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], p.scale_log2, -base));
+          s[4 * nt + 2 * ri] = p0;
+          s[4 * nt + 2 * ri + 1] = p1;
+          rs += p0 + p1;
+        }
+        l[ri] = l[ri] * alpha[ri] + rs;  // per-thread partial; quad-summed at the end
+      }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
+      }
+      uint32_t a[4][4];
+      acc64_to_a(a, s);
+      wg::fence();
+#pragma unroll
+      for (int kb = 0; kb < BK / 16; ++kb) {  // O += P V
+        if constexpr (D == 128) wg::mma_rs_n128_tb(of, a[kb], wg::desc_mn<BK>(vs, kb));
+        else wg::mma_rs_n64_tb(of, a[kb], wg::desc_mn<BK>(vs, kb));
+      }
+      wg::commit();
+      wg::wait<0>();
+    }
+    __syncthreads();  // every warp is done with buffer buf before it is refilled
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float lt = l[ri];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[ri] = 1.f / lt;
+    const int r = row0 + ri * 8;
+    if (t4 == 0 && r < len) p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, wgi * 64 + warp * 16,
+                len - q0, o, inv[0], inv[1], lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
 }
 
 // dq as attn_dq_kernel (same grid, 64-key tiles double-buffered, same arithmetic), with one
@@ -923,26 +1052,25 @@ template <int D>
 constexpr int dq_bk() { return 64; }
 
 // The wgmma kernels run on compute capability 9.x devices (the build always carries sm_90a
-// code: SF_CUDA_ARCHS); SF_ATTN_WGMMA=0 keeps the mma.sync kernels (A/B, fallback).
-bool use_wgmma() {
-  static const bool on = [] {
-    const char* e = std::getenv("SF_ATTN_WGMMA");
-    if (e != nullptr && std::string(e) == "0") return false;
+// code: SF_CUDA_ARCHS); elsewhere, or with SF_ATTN_WGMMA=0, the mma.sync kernels run.
+bool device_has_wgmma() {
+  static const bool has = [] {
     int dev = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     return major == 9;
   }();
-  return on;
+  return has;
 }
-
-// EXPERIMENT: SF_ATTN_WGMMA_DKDV=0 keeps the mma.sync dk/dv kernel (A/B of the two kernels).
-bool wgmma_dkdv() {
-  static const bool on = [] {
-    const char* e = std::getenv("SF_ATTN_WGMMA_DKDV");
-    return !(e != nullptr && std::string(e) == "0");
-  }();
-  return on;
+std::atomic<int> g_wgmma{-1};  // -1: not decided yet
+bool use_wgmma() {
+  int v = g_wgmma.load();
+  if (v < 0) {
+    const char* e = std::getenv("SF_ATTN_WGMMA");
+    v = device_has_wgmma() && !(e != nullptr && std::string(e) == "0") ? 1 : 0;
+    g_wgmma.store(v);
+  }
+  return v == 1;
 }
 
 template <class K>
@@ -1004,7 +1132,14 @@ void forward_mt(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 // D 128), although ptxas reports 156 B of spill stores at D 128.
 template <int D>
 void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  forward_mt<D, 2>(s, a, sh);
+  if (!use_wgmma()) return forward_mt<D, 2>(s, a, sh);
+  // Q + two stages of K, V; + 1 KiB to align the tiles.
+  const size_t smem = (128 + 4 * size_t(kTile)) * D * sizeof(bf16) + 1024;
+  static std::once_flag once;
+  std::call_once(once, [&] { set_smem(attn_forward_wgmma_kernel<D>, smem); });
+  const dim3 grid((sh.max_seqlen + 127) / 128, sh.n_seqs, sh.n_heads);
+  attn_forward_wgmma_kernel<D><<<grid, 2 * kThreads, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
@@ -1021,7 +1156,7 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   std::call_once(once, [&] {
     set_smem(attn_dkdv_kernel<D, BQ>, smem_kv);
     set_smem(attn_dq_kernel<D, BK>, smem_q);
-    if (use_wgmma()) {
+    if (device_has_wgmma()) {
       set_smem(attn_dq_wgmma_kernel<D>, smem_wg);
       set_smem(attn_dkdv_wgmma_kernel<D>, smem_wkv);
     }
@@ -1030,7 +1165,7 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   attn_delta_kernel<D><<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(a, sh.n_heads);
   CUDA_CHECK_LAUNCH();
   const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
-  if (use_wgmma() && wgmma_dkdv())
+  if (use_wgmma())
     attn_dkdv_wgmma_kernel<D>
         <<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_wkv, s>>>(a);
   else
@@ -1044,6 +1179,11 @@ void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 }
 
 }  // namespace
+
+bool set_attention_wgmma(bool on) {
+  g_wgmma.store(on && device_has_wgmma() ? 1 : 0);
+  return use_wgmma();
+}
 
 void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
                               const AttentionShape& sh, const int32_t* cu) {

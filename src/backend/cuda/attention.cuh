@@ -21,6 +21,12 @@
 
 namespace sf::cuda {
 
+// Kernel family: warpgroup MMAs (wgmma, sm_90a) on compute capability 9 devices unless
+// SF_ATTN_WGMMA=0, else mma.sync (sm_80+). Both compute the same contract. set_attention_wgmma
+// picks one for the calls that follow (tests, A/B benchmarks; no call in flight) and returns
+// whether wgmma is now on (never on other devices).
+bool set_attention_wgmma(bool on);
+
 void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
                               const AttentionShape& shape, const int32_t* cu_seqlens);
 void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
