@@ -649,18 +649,6 @@ __device__ __forceinline__ void load_tile_sw128(bf16* smem, const bf16* g, int64
   }
 }
 
-// Packs a warpgroup accumulator of 64 columns (m64n64 layout) into the A fragments of four
-// k16 steps (columns 16 kb .. 16 kb + 15).
-__device__ __forceinline__ void acc64_to_a(uint32_t (&a)[4][4], const float (&d)[32]) {
-#pragma unroll
-  for (int kb = 0; kb < 4; ++kb) {
-    a[kb][0] = pack_bf16(d[8 * kb + 0], d[8 * kb + 1]);
-    a[kb][1] = pack_bf16(d[8 * kb + 2], d[8 * kb + 3]);
-    a[kb][2] = pack_bf16(d[8 * kb + 4], d[8 * kb + 5]);
-    a[kb][3] = pack_bf16(d[8 * kb + 6], d[8 * kb + 7]);
-  }
-}
-
 // The forward with warpgroup MMAs: two warpgroups per 128-row query tile (64 rows each) share
 // double-buffered 64-key K and V tiles. S = Q K^T reads both operands from shared memory;
 // O += P V takes P from registers and V as an MN-major operand. Online softmax as
@@ -759,7 +747,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
         for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
       }
       uint32_t a[4][4];
-      acc64_to_a(a, s);
+      wg::acc64_to_a(a, s);
       wg::fence();
 #pragma unroll
       for (int kb = 0; kb < BK / 16; ++kb) {  // O += P V
@@ -895,7 +883,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
 #pragma unroll
     for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta[(i & 3) >> 1]);
     uint32_t a[4][4];
-    acc64_to_a(a, dp);
+    wg::acc64_to_a(a, dp);
     wg::fence();
 #pragma unroll
     for (int kb = 0; kb < BK / 16; ++kb) {  // dQ += dS K
@@ -1007,7 +995,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
       st[i] = (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) ? 0.f : pv;
     }
     uint32_t a[4][4];
-    acc64_to_a(a, st);
+    wg::acc64_to_a(a, st);
     wg::fence();
 #pragma unroll
     for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
@@ -1022,7 +1010,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
       dp[i] = st[i] * (dp[i] - dl_s[qi]);  // dS^T
     }
     uint32_t b[4][4];
-    acc64_to_a(b, dp);
+    wg::acc64_to_a(b, dp);
     wg::fence();
 #pragma unroll
     for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q

@@ -13,6 +13,8 @@
 // Every call must be bracketed: wg_fence() before (registers written since the last MMA),
 // wg_commit() after, wg_wait<N>() before the results (or the operands' memory) are touched.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 namespace sf::cuda::wg {
@@ -42,6 +44,22 @@ __device__ __forceinline__ uint64_t desc_k(uint32_t tile, int kk) {
 template <int ROWS>
 __device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) {
   return desc(tile + uint32_t(kk * 16 * 128), ROWS * 128, 1024);
+}
+
+// Packs an m64n64 accumulator into the register A fragments of four k16 steps (columns
+// 16 kb .. 16 kb + 15): a product's output becomes the next product's A (the FA2 trick).
+__device__ __forceinline__ void acc64_to_a(uint32_t (&a)[4][4], const float (&d)[32]) {
+  auto pack = [](float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    a[kb][0] = pack(d[8 * kb + 0], d[8 * kb + 1]);
+    a[kb][1] = pack(d[8 * kb + 2], d[8 * kb + 3]);
+    a[kb][2] = pack(d[8 * kb + 4], d[8 * kb + 5]);
+    a[kb][3] = pack(d[8 * kb + 6], d[8 * kb + 7]);
+  }
 }
 
 __device__ __forceinline__ void fence() {
