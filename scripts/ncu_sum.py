@@ -9,5 +9,6 @@ for r in rows[1:]:
   n=r[ki].replace('void unnamed>::','').split('(')[0]
   k=(n,r[gi],r[mi][:48])
   if k not in d: order.append(k)
-  d[k].append(float(r[vi].replace(',','')))
+  try: d[k].append(float(r[vi].replace(',','')))
+  except ValueError: d[k].append(float('nan'))
 for k in order: v=d[k]; print('%-45s %-16s %-48s %10.3f %d'%(k[0],k[1],k[2],sum(v)/len(v),len(v)))

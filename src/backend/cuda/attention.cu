@@ -872,12 +872,14 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
       wg::mma_ss_n64(dp, wg::desc_k<kTile>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
     wg::commit();
     wg::wait<1>();  // S is ready (dP may still run)
+    // P = exp(scale * s - lse); only a tile reaching past the tile's first row needs the
+    // causal mask (block-uniform test).
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int e = i & 3, ri = e >> 1;
-      const int kidx = kb0 + (i >> 2) * 8 + 2 * t4 + (e & 1);
-      const float pv = exp2f(s[i] * p.scale_log2 - lse2[ri]);
-      s[i] = kidx > row0 + ri * 8 ? 0.f : pv;
+    for (int i = 0; i < 32; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
+    if (kb0 + BK - 1 > q0) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (kb0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = 0.f;
     }
     wg::wait<0>();
 #pragma unroll
@@ -985,14 +987,27 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
       wg::mma_ss_n64(dp, wg::desc_k<kTile>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
     wg::commit();
+    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
+    float lse_c[16], dl_c[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
+      lse_c[c] = lse_s[qi] * kLog2e;
+      dl_c[c] = dl_s[qi];
+    }
     wg::wait<1>();  // S^T is ready
     // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
-    // the end (its zero-filled lse would give finite junk).
+    // the end (its zero-filled lse would give finite junk): only the diagonal and the last
+    // query tile need the test (block-uniform).
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
-      const float pv = exp2f(st[i] * p.scale_log2 - lse_s[qi] * kLog2e);
-      st[i] = (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) ? 0.f : pv;
+    for (int i = 0; i < 32; ++i)
+      st[i] = exp2f(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+    if (k0 + kTile - 1 > q0 || nq < BQ) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
+        if (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) st[i] = 0.f;
+      }
     }
     uint32_t a[4][4];
     wg::acc64_to_a(a, st);
@@ -1005,10 +1020,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     wg::commit();
     wg::wait<1>();  // dP^T is ready (groups complete in order)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
-      dp[i] = st[i] * (dp[i] - dl_s[qi]);  // dS^T
-    }
+    for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);  // dS^T
     uint32_t b[4][4];
     wg::acc64_to_a(b, dp);
     wg::fence();
