@@ -693,14 +693,12 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
 
   for (int j = 0; j < nkb; ++j) {
     const int buf = j & 1;
-    if (j + 1 < nkb) {
-      prefetch(j + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<0>();  // tile j (prefetched during tile j - 1) landed
     wg::fence_proxy_async();
-    __syncthreads();  // tile j (and Q) landed for every thread
+    // Tile j is visible to every thread, and every warpgroup is done with tile j - 1's buffer
+    // (its MMAs were waited for): the one barrier per tile.
+    __syncthreads();
+    if (j + 1 < nkb) prefetch(j + 1, buf ^ 1);
     if (j <= last) {  // warpgroup-uniform
       const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
       float s[32];
@@ -757,7 +755,6 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
       wg::commit();
       wg::wait<0>();
     }
-    __syncthreads();  // every warp is done with buffer buf before it is refilled
   }
 
   float inv[2];
@@ -851,14 +848,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
   float(&dqf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dq);
   for (int kt = 0; kt < n_kt; ++kt) {
     const int buf = kt & 1, kb0 = kt * BK;
-    if (kt + 1 < n_kt) {
-      prefetch(kt + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<0>();       // tile kt (prefetched during tile kt - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
-    __syncthreads();          // tile kt (and Q, dO) landed for every thread
+    __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
+    if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
     const uint32_t ks = smem_addr(Kbuf + buf * TE), vs = smem_addr(Vbuf + buf * TE);
 
     float s[32], dp[32];
@@ -894,7 +887,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     }
     wg::commit();
     wg::wait<0>();
-    __syncthreads();  // every warp is done with buffer buf before it is refilled
   }
   store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
                 p.scale, lane);
@@ -963,14 +955,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
   prefetch(0, 0);
   for (int it = 0; it < n_items; ++it) {
     const int buf = it & 1;
-    if (it + 1 < n_items) {
-      prefetch(it + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<0>();       // item it (prefetched during item it - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
-    __syncthreads();          // item it (and K, V) landed for every thread
+    __syncthreads();          // ... for every thread; every warp is done with item it - 1
+    if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);
     const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
     const int nq = min(BQ, len - q0);
     const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
@@ -1031,7 +1019,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     }
     wg::commit();
     wg::wait<0>();
-    __syncthreads();  // every warp is done with buffer buf before it is refilled
   }
   store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
                 p.scale, p.scale, lane);
