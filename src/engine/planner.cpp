@@ -265,6 +265,16 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
   return m;
 }
 
+double HardwareModel::attention_rate(double ctx) const {
+  // Points (log2 of the sequence length, fraction): (10, 0.75), (12, 0.95), (13, 1).
+  const double x = std::log2(std::max(2.0 * ctx, 1.0));
+  double f = 1.0;
+  if (x <= 10) f = 0.75;
+  else if (x <= 12) f = 0.75 + (x - 10) * 0.10;
+  else if (x <= 13) f = 0.95 + (x - 12) * 0.05;
+  return attention_flops * f;
+}
+
 namespace {
 
 void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw, Plan& p) {
@@ -280,7 +290,7 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   const double eff = chunk / (chunk + 512.0);
   // One layer's forward: projections at the GEMM rate, attention at its own (much lower).
   const double fwd_s1 = layer_proj_flops(cfg) * T / eff / hw.device_flops,
-               att_s1 = layer_attn_flops(cfg, ctx) * T / hw.attention_flops;
+               att_s1 = layer_attn_flops(cfg, ctx) * T / hw.attention_rate(ctx);
   const double head = 2 * V * C * T;
   p.model_flops_per_step = 3 * (layer_fwd_flops(cfg, ctx) * T * L + head);
   const double fwd_s = (fwd_s1 + att_s1) * L;

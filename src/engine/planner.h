@@ -18,9 +18,14 @@ namespace sf {
 struct HardwareModel {
   double device_flops = 600e12;     // sustained bf16 GEMM FLOP/s in a training step
   // Causal flash attention, forward and backward together (FLOPs counted as 4*D*ctx per query
-  // head and token forward, 2.5x that backward); the H200 runs slideformer's kernels at
-  // 140-215 TFLOP/s from seq 1K to 8K (docs/BENCHMARKS.md), far below the GEMMs.
-  double attention_flops = 175e12;
+  // head and token forward, 2.5x that backward), at sequences of 8K and longer; shorter ones
+  // run slower (attention_rate). The H200 runs slideformer's wgmma kernels at 206 / 261 / 275
+  // TFLOP/s at seq 1K / 4K / 8K (docs/BENCHMARKS.md, eighth session).
+  double attention_flops = 275e12;
+  // The attention rate at a mean causal context of ctx keys per query (seq / 2): 0.75 of
+  // attention_flops at seq 1K, 0.95 at 4K, 1 from 8K, log-linear in between (the H200's
+  // measured ratios; short sequences spend more of their time on tile edges and setup).
+  double attention_rate(double ctx) const;
   double h2d_bytes_per_s = 50e9;    // pinned host -> device
   double d2h_bytes_per_s = 50e9;
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
