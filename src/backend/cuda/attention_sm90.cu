@@ -1,0 +1,454 @@
+// The wgmma (sm_90a) attention kernels: forward, dk/dv and dq (the family is described in
+// attention.cu's header; the contract in attention.cuh), and their launchers.
+#include <mutex>
+
+#include "backend/cuda/attention_sm90.cuh"
+#include "backend/cuda/attention_tiles.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace sf::cuda::attn {
+namespace {
+
+
+// Copies rows [0, n_valid) of a ROWS x D tile into a sw128 tile (wgmma.cuh); rows past n_valid
+// are zero-filled.
+template <int D, int ROWS, int NTH = kThreads>
+__device__ __forceinline__ void load_tile_sw128(bf16* smem, const bf16* g, int64_t ld,
+                                                int n_valid, const bf16* safe) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < ROWS * CH; i += NTH) {
+    const int r = i / CH, c = i % CH;
+    const bool ok = r < n_valid;
+    cp_async16(smem_addr(smem + wg::sw128<ROWS>(r, c)), ok ? g + r * ld + c * 8 : safe, ok);
+  }
+}
+
+// The forward with warpgroup MMAs: two warpgroups per 128-row query tile (64 rows each) share
+// double-buffered 64-key K and V tiles. S = Q K^T reads both operands from shared memory;
+// O += P V takes P from registers and V as an MN-major operand. Online softmax as
+// attn_forward_kernel. A warpgroup skips the key tiles wholly after its rows.
+template <int D>
+__global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BQ = 128, BK = 64, NTH = 2 * kThreads, KE = BK * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* Kbuf = Qs + BQ * D;  // [2][BK, D]
+  bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+  if (q0 >= len) return;
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  const bf16* kg = p.k + int64_t(start) * p.ldk + hk * D;
+  const bf16* vg = p.v + int64_t(start) * p.ldv + hk * D;
+  load_tile_sw128<D, BQ, NTH>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq,
+                              min(BQ, len - q0), p.q);
+  auto prefetch = [&](int j, int buf) {
+    const int nk = min(BK, len - j * BK);
+    load_tile_sw128<D, BK, NTH>(Kbuf + buf * KE, kg + int64_t(j) * BK * p.ldk, p.ldk, nk, p.k);
+    load_tile_sw128<D, BK, NTH>(Vbuf + buf * KE, vg + int64_t(j) * BK * p.ldv, p.ldv, nk, p.v);
+    cp_async_commit();
+  };
+  prefetch(0, 0);  // (Q travels in the same group)
+
+  const int qw = q0 + wgi * 64;            // the warpgroup's first row
+  const int row0 = qw + warp * 16 + g;     // query index of accumulator rows g (and +8)
+  const int nkb = (min(q0 + BQ, len) - 1) / BK + 1;
+  const int last = qw < len ? (min(qw + 63, len - 1)) / BK : -1;  // the warpgroup's last tile
+  const uint32_t qs = smem_addr(Qs) + uint32_t(wgi * 64 * 128);  // its 64 rows (8 KiB in)
+  float o[D / 8][4];
+  zero(o);
+  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < nkb; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < nkb) {
+      prefetch(j + 1, buf ^ 1);  // that buffer's last reader finished before the loop's end
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    wg::fence_proxy_async();
+    __syncthreads();  // tile j (and Q) landed for every thread
+    if (j <= last) {  // warpgroup-uniform
+      const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
+      float s[32];
+      wg::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+        wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+      wg::commit();
+      wg::wait<0>();
+      // Mask the future where the tile reaches past the warp's first row. Scores stay
+      // unscaled: the scale (> 0) goes into the row maximum and one FFMA per exponent.
+      if (j * BK + BK - 1 > qw + warp * 16) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          if (j * BK + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8)
+            s[i] = -INFINITY;
+      }
+      float alpha[2];
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {  // rows g (i & 3 in {0, 1}) and g + 8 ({2, 3})
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[ri], mx * p.scale_log2);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        alpha[ri] = exp2f(m[ri] - base);
+        m[ri] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], p.scale_log2, -base)),
+                      p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], p.scale_log2, -base));
+          s[4 * nt + 2 * ri] = p0;
+          s[4 * nt + 2 * ri + 1] = p1;
+          rs += p0 + p1;
+        }
+        l[ri] = l[ri] * alpha[ri] + rs;  // per-thread partial; quad-summed at the end
+      }
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
+      }
+      uint32_t a[4][4];
+      wg::acc64_to_a(a, s);
+      wg::fence();
+#pragma unroll
+      for (int kb = 0; kb < BK / 16; ++kb) {  // O += P V
+        if constexpr (D == 128) wg::mma_rs_n128_tb(of, a[kb], wg::desc_mn<BK>(vs, kb));
+        else wg::mma_rs_n64_tb(of, a[kb], wg::desc_mn<BK>(vs, kb));
+      }
+      wg::commit();
+      wg::wait<0>();
+    }
+    // Every warp is done with buffer buf before it is refilled. (Prefetching after the tile's
+    // first barrier instead, with one barrier per tile, made this kernel 3-4% slower at seq 4K
+    // and 8K; the backward kernels gained 1%.)
+    __syncthreads();
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float lt = l[ri];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[ri] = 1.f / lt;
+    const int r = row0 + ri * 8;
+    if (t4 == 0 && r < len) p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, wgi * 64 + warp * 16,
+                len - q0, o, inv[0], inv[1], lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
+// dq as attn_dq_kernel (same grid, 64-key tiles double-buffered, same arithmetic), with one
+// warpgroup per 64-row query tile: S = Q K^T and dP = dO V^T read both operands from shared
+// memory, and dQ += dS K takes dS from registers and K as an MN-major operand. A warpgroup
+// reads each K/V element once per tile where four mma.sync warps read it four times (ncu: the
+// mma.sync kernels were bound by shared-memory wavefronts, 63% of peak, short-scoreboard
+// stalls first).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BK = 64, TE = kTile * D;  // elements of a 64-row tile
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* dOs = Qs + TE;
+  bf16* Kbuf = dOs + TE;     // [2][64, D]
+  bf16* Vbuf = Kbuf + 2 * TE;  // [2][64, D]
+  float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * TE);  // [kTile]
+  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  if (q0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int nq = min(kTile, len - q0);
+
+  load_tile_sw128<D, kTile>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
+  load_tile_sw128<D, kTile>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq,
+                            p.dout);
+  cp_async_commit();
+  auto prefetch = [&](int kt, int buf) {
+    const int kb0 = kt * BK, nk = min(BK, len - kb0);
+    load_tile_sw128<D, BK>(Kbuf + buf * TE, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk,
+                           nk, p.k);
+    load_tile_sw128<D, BK>(Vbuf + buf * TE, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv,
+                           nk, p.v);
+    cp_async_commit();
+  };
+  const int kend = min(len, q0 + kTile);
+  const int n_kt = (kend + BK - 1) / BK;
+  prefetch(0, 0);
+  {
+    // delta for the tile's rows: two threads per row, each half of D, from global memory.
+    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+    float acc = 0.f;
+    if (r < nq) {
+      const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
+      const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
+#pragma unroll
+      for (int c = 0; c < D / 2; c += 8) {
+        float a[8], b[8];
+        load8(o + c, a);
+        load8(d + c, b);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
+      }
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (half == 0) dl_s[r] = acc;
+  }
+  __syncthreads();
+  float lse2[2], delta[2];
+  const int row0 = q0 + warp * 16 + g;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int r = row0 + ri * 8;
+    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
+    delta[ri] = dl_s[warp * 16 + g + ri * 8];
+  }
+  const uint32_t qs = smem_addr(Qs), dos = smem_addr(dOs);
+
+  float dq[D / 8][4];
+  zero(dq);
+  float(&dqf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dq);
+  for (int kt = 0; kt < n_kt; ++kt) {
+    const int buf = kt & 1, kb0 = kt * BK;
+    cp_async_wait<0>();       // tile kt (prefetched during tile kt - 1) landed
+    wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
+    __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
+    if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
+    const uint32_t ks = smem_addr(Kbuf + buf * TE), vs = smem_addr(Vbuf + buf * TE);
+
+    float s[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+      wg::mma_ss_n64(s, wg::desc_k<kTile>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
+      wg::mma_ss_n64(dp, wg::desc_k<kTile>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
+    wg::commit();
+    wg::wait<1>();  // S is ready (dP may still run)
+    // P = exp(scale * s - lse); only a tile reaching past the tile's first row needs the
+    // causal mask (block-uniform test).
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
+    if (kb0 + BK - 1 > q0) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (kb0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = 0.f;
+    }
+    wg::wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta[(i & 3) >> 1]);
+    uint32_t a[4][4];
+    wg::acc64_to_a(a, dp);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BK / 16; ++kb) {  // dQ += dS K
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dqf, a[kb], wg::desc_mn<BK>(ks, kb));
+      else wg::mma_rs_n64_tb(dqf, a[kb], wg::desc_mn<BK>(ks, kb));
+    }
+    wg::commit();
+    wg::wait<0>();
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
+                p.scale, lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
+// dk, dv as attn_dkdv_kernel (same grid and work items, query tiles double-buffered), with one
+// warpgroup per 64-key tile: S^T = K Q^T and dP^T = V dO^T read both operands from shared
+// memory; dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
+// operands. Query tiles of 64 rows (the mma.sync kernel's 32 at D = 128 were a register limit).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p) {
+#ifdef SF_WGMMA
+  constexpr int BQ = 64, TE = kTile * D, QE = BQ * D;
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
+  bf16* Ks = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                     ~uintptr_t(1023));
+  bf16* Vs = Ks + TE;
+  bf16* Qbuf = Vs + TE;                                           // [2][BQ, D]
+  bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
+  float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
+  float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
+  const int seq = blockIdx.y, hk = blockIdx.z;
+  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
+  const int k0 = blockIdx.x * kTile;
+  if (k0 >= len) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+
+  load_tile_sw128<D, kTile>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
+                            min(kTile, len - k0), p.k);
+  load_tile_sw128<D, kTile>(Vs, p.v + int64_t(start + k0) * p.ldv + hk * D, p.ldv,
+                            min(kTile, len - k0), p.v);
+  cp_async_commit();
+
+  // Work items: (query head gi of the group, query tile) with gi outer.
+  const int q_first = (k0 / BQ) * BQ;
+  const int n_qt = (len - q_first + BQ - 1) / BQ;
+  const int n_items = p.group * n_qt;
+  auto prefetch = [&](int it, int buf) {
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int h = hk * p.group + gi, nq = min(BQ, len - q0);
+    load_tile_sw128<D, BQ>(Qbuf + buf * QE, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq,
+                           nq, p.q);
+    load_tile_sw128<D, BQ>(dObuf + buf * QE, p.dout + int64_t(start + q0) * p.lddo + h * D,
+                           p.lddo, nq, p.dout);
+    for (int i = threadIdx.x; i < BQ; i += kThreads) {
+      const bool ok = i < nq;
+      const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
+      cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
+      cp_async4(smem_addr(dl_buf + buf * BQ + i),
+                reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
+    }
+    cp_async_commit();
+  };
+
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+  float(&dkf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dk);
+  float(&dvf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dv);
+  const int krow0 = k0 + warp * 16 + (lane >> 2);  // key index of accumulator rows g (and +8)
+  const uint32_t ks = smem_addr(Ks), vs = smem_addr(Vs);
+
+  prefetch(0, 0);
+  for (int it = 0; it < n_items; ++it) {
+    const int buf = it & 1;
+    cp_async_wait<0>();       // item it (prefetched during item it - 1) landed
+    wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
+    __syncthreads();          // ... for every thread; every warp is done with item it - 1
+    if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);
+    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    const int nq = min(BQ, len - q0);
+    const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
+    const float* lse_s = lse_buf + buf * BQ;
+    const float* dl_s = dl_buf + buf * BQ;
+
+    float st[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
+      wg::mma_ss_n64(st, wg::desc_k<kTile>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
+      wg::mma_ss_n64(dp, wg::desc_k<kTile>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
+    wg::commit();
+    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
+    float lse_c[16], dl_c[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
+      lse_c[c] = lse_s[qi] * kLog2e;
+      dl_c[c] = dl_s[qi];
+    }
+    wg::wait<1>();  // S^T is ready
+    // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
+    // the end (its zero-filled lse would give finite junk): only the diagonal and the last
+    // query tile need the test (block-uniform).
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      st[i] = exp2f(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+    if (k0 + kTile - 1 > q0 || nq < BQ) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
+        if (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) st[i] = 0.f;
+      }
+    }
+    uint32_t a[4][4];
+    wg::acc64_to_a(a, st);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+      else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+    }
+    wg::commit();
+    wg::wait<1>();  // dP^T is ready (groups complete in order)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);  // dS^T
+    uint32_t b[4][4];
+    wg::acc64_to_a(b, dp);
+    wg::fence();
+#pragma unroll
+    for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q
+      if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+      else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+    }
+    wg::commit();
+    wg::wait<0>();
+  }
+  store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
+                p.scale, p.scale, lane);
+  store_rows<D>(p.dv + int64_t(start + k0) * p.lddv + hk * D, p.lddv, warp * 16, len - k0, dv,
+                1.f, 1.f, lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
+template <int D>
+void forward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  // Q + two stages of K, V; + 1 KiB to align the tiles.
+  const size_t smem = (128 + 4 * size_t(kTile)) * D * sizeof(bf16) + 1024;
+  static std::once_flag once;
+  std::call_once(once, [&] { set_smem(attn_forward_wgmma_kernel<D>, smem); });
+  const dim3 grid((sh.max_seqlen + 127) / 128, sh.n_seqs, sh.n_heads);
+  attn_forward_wgmma_kernel<D><<<grid, 2 * kThreads, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void backward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  // dk/dv: K, V + two stages of 64-row Q, dO (+ lse, delta); dq: Q, dO + two stages of K, V
+  // (+ delta); + 1 KiB each to align the tiles.
+  const size_t smem_kv = 6 * size_t(kTile) * D * sizeof(bf16) + 4 * kTile * sizeof(float) + 1024;
+  const size_t smem_q = 6 * size_t(kTile) * D * sizeof(bf16) + kTile * sizeof(float) + 1024;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    set_smem(attn_dkdv_wgmma_kernel<D>, smem_kv);
+    set_smem(attn_dq_wgmma_kernel<D>, smem_q);
+  });
+  const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
+  attn_dkdv_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+  attn_dq_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_q, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  if (sh.head_dim == 64) forward_sm90_d<64>(s, a, sh);
+  else forward_sm90_d<128>(s, a, sh);
+}
+
+void backward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  if (sh.head_dim == 64) backward_sm90_d<64>(s, a, sh);
+  else backward_sm90_d<128>(s, a, sh);
+}
+
+}  // namespace sf::cuda::attn

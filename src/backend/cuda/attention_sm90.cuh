@@ -1,0 +1,15 @@
+// Launchers of the wgmma (sm_90a) attention kernels (attention_sm90.cu), called by
+// attention.cu's dispatch on compute capability 9 devices. Arguments checked by the caller;
+// the backward expects the delta stash written (attention.cu's delta kernel).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+
+namespace sf::cuda::attn {
+
+struct AttnArgs;
+void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
+void backward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
+
+}  // namespace sf::cuda::attn

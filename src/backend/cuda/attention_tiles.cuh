@@ -1,0 +1,213 @@
+// Shared by the two attention kernel families (attention.cu: mma.sync; attention_sm90.cu:
+// wgmma): the kernels' argument block, tile constants, cp.async / ldmatrix / mma.sync PTX
+// wrappers, the swizzled shared-memory tile helpers and the row store. Internal to
+// backend/cuda's attention; the contract is in attention.cuh.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+
+namespace sf::cuda::attn {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kTile = 64;
+// Blocks per SM the register allocation must allow. Forward: 3 (168 registers, Q fragments
+// re-read from shared memory) ran 7% faster than 2 (208 registers, 8 warps per SM). The
+// backward kernels hold two f32 accumulators: forcing 3 (smaller tiles) ran 15% slower.
+constexpr int kFwdBlocksPerSm = 3, kBwdBlocksPerSm = 2;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+struct AttnArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  int64_t ldq, ldk, ldv;
+  const bf16* out;   // backward: the forward's output
+  const bf16* dout;  // backward
+  int64_t ldo, lddo;
+  bf16* o;           // forward: out; backward: dq (also the delta stash)
+  bf16* dk;
+  bf16* dv;
+  int64_t ld_o, lddk, lddv;
+  float* lse;        // [Hq, T]
+  const int32_t* cu;
+  int64_t T;
+  int group;         // Hq / Hkv
+  float scale, scale_log2;
+};
+
+// ---- PTX wrappers -----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+// 4-byte copy (f32 statistics); zero-filled when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a * b
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// ---- shared-memory tiles ----------------------------------------------------------------------
+
+// Element offset of (row, 8-element chunk) in a swizzled [rows, D] tile.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// Copies rows [0, n_valid) of a ROWS x D tile starting at g (row stride ld) into smem; rows past
+// n_valid are zero-filled (`safe` is any valid global address for the masked copies).
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(bf16* smem, const bf16* g, int64_t ld, int n_valid,
+                                          const bf16* safe) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < ROWS * CH; i += kThreads) {
+    const int r = i / CH, c = i % CH;
+    const bool ok = r < n_valid;
+    cp_async16(smem_addr(smem + swz<D>(r, c)), ok ? g + r * ld + c * 8 : safe, ok);
+  }
+}
+
+// A fragment: rows [r0, r0+16), columns [8*kc, 8*kc+16) of a row-major tile.
+template <int D>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* tile, int r0, int kc,
+                                       int lane) {
+  const int r = r0 + (lane & 15), c = kc + (lane >> 4);
+  ldsm_x4(a, smem_addr(tile + swz<D>(r, c)));
+}
+// B fragments for two n-tiles from a tile stored [n, k] (rows = n): n in [n0, n0+16),
+// k in [8*kc, 8*kc+16). b[0], b[1] serve n-tile n0; b[2], b[3] serve n0+8.
+template <int D>
+__device__ __forceinline__ void frag_b(uint32_t (&b)[4], const bf16* tile, int n0, int kc,
+                                       int lane) {
+  const int r = n0 + (lane & 7) + ((lane >> 4) << 3), c = kc + ((lane >> 3) & 1);
+  ldsm_x4(b, smem_addr(tile + swz<D>(r, c)));
+}
+// B fragments for two n-tiles from a tile stored [k, n] (rows = k): k in [k0, k0+16),
+// n in [8*nc, 8*nc+16). b[0], b[1] serve n-tile nc; b[2], b[3] serve nc+1.
+template <int D>
+__device__ __forceinline__ void frag_bt(uint32_t (&b)[4], const bf16* tile, int k0, int nc,
+                                        int lane) {
+  const int r = k0 + (lane & 7) + (((lane >> 3) & 1) << 3), c = nc + (lane >> 4);
+  ldsm_x4_t(b, smem_addr(tile + swz<D>(r, c)));
+}
+
+// s[16 x 8*NT] (+)= A-tile rows [ra, ra+16) @ B-tile^T, B stored [n, k] with n in [0, 8*NT).
+template <int D, int NT>
+__device__ __forceinline__ void mma_abt(float (&s)[NT][4], const bf16* at, int ra,
+                                        const bf16* bt, int lane) {
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    uint32_t a[4];
+    frag_a<D>(a, at, ra, kc * 2, lane);
+#pragma unroll
+    for (int nb = 0; nb < NT / 2; ++nb) {
+      uint32_t b[4];
+      frag_b<D>(b, bt, nb * 16, kc * 2, lane);
+      mma(s[2 * nb], a, b[0], b[1]);
+      mma(s[2 * nb + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[16 x D] += P[16 x 16*KB] (A fragments in registers) @ B-tile, B stored [k, n=D].
+template <int D, int KB>
+__device__ __forceinline__ void mma_pv(float (&acc)[D / 8][4], const uint32_t (&p)[KB][4],
+                                       const bf16* bt, int lane) {
+#pragma unroll
+  for (int kb = 0; kb < KB; ++kb)
+#pragma unroll
+    for (int dc = 0; dc < D / 16; ++dc) {
+      uint32_t b[4];
+      frag_bt<D>(b, bt, kb * 16, dc * 2, lane);
+      mma(acc[2 * dc], p[kb], b[0], b[1]);
+      mma(acc[2 * dc + 1], p[kb], b[2], b[3]);
+    }
+}
+
+// Packs accumulator n-tile pairs into A fragments.
+template <int NT>
+__device__ __forceinline__ void to_a_frags(uint32_t (&p)[NT / 2][4], const float (&s)[NT][4]) {
+#pragma unroll
+  for (int kb = 0; kb < NT / 2; ++kb) {
+    p[kb][0] = pack_bf16(s[2 * kb][0], s[2 * kb][1]);
+    p[kb][1] = pack_bf16(s[2 * kb][2], s[2 * kb][3]);
+    p[kb][2] = pack_bf16(s[2 * kb + 1][0], s[2 * kb + 1][1]);
+    p[kb][3] = pack_bf16(s[2 * kb + 1][2], s[2 * kb + 1][3]);
+  }
+}
+
+template <int N, int M>
+__device__ __forceinline__ void zero(float (&x)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) x[i][j] = 0.f;
+}
+
+// Stores a warp's [16 x D] accumulator (times mul) as bf16 rows r0 + g (+8) of dst, rows
+// >= n_valid skipped.
+template <int D>
+__device__ __forceinline__ void store_rows(bf16* dst, int64_t ld, int r0, int n_valid,
+                                           const float (&acc)[D / 8][4], float mul0, float mul1,
+                                           int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + half * 8;
+    if (r >= n_valid) continue;
+    const float mul = half ? mul1 : mul0;
+    bf16* row = dst + int64_t(r) * ld + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(row + dt * 8) =
+          pack_bf16(acc[dt][2 * half] * mul, acc[dt][2 * half + 1] * mul);
+  }
+}
+
+
+// Lets a kernel take `bytes` of dynamic shared memory (above the default 48 KiB).
+template <class K>
+void set_smem(K kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(bytes)));
+}
+
+}  // namespace sf::cuda::attn
