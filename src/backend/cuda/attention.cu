@@ -463,9 +463,11 @@ constexpr int dkdv_bq() { return D == 128 ? 32 : 64; }
 template <int D>
 constexpr int dq_bk() { return 64; }
 
-// The wgmma kernels run on compute capability 9.x devices (the build always carries sm_90a
-// code: SF_CUDA_ARCHS); elsewhere, or with SF_ATTN_WGMMA=0, the mma.sync kernels run.
+// The wgmma kernels run on compute capability 9.x devices when the build carries sm_90a code
+// (SF_CUDA_ARCHS holds 90a, the default; without it their bodies are traps); elsewhere, or
+// with SF_ATTN_WGMMA=0, the mma.sync kernels run.
 bool device_has_wgmma() {
+#ifdef SF_BUILD_SM90A
   static const bool has = [] {
     int dev = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -473,6 +475,9 @@ bool device_has_wgmma() {
     return major == 9;
   }();
   return has;
+#else
+  return false;
+#endif
 }
 std::atomic<int> g_wgmma{-1};  // -1: not decided yet
 bool use_wgmma() {

@@ -21,10 +21,11 @@
 
 namespace sf::cuda {
 
-// Kernel family: warpgroup MMAs (wgmma, sm_90a) on compute capability 9 devices unless
-// SF_ATTN_WGMMA=0, else mma.sync (sm_80+). Both compute the same contract. set_attention_wgmma
-// picks one for the calls that follow (tests, A/B benchmarks; no call in flight) and returns
-// whether wgmma is now on (never on other devices).
+// Kernel family: warpgroup MMAs (wgmma, sm_90a) on compute capability 9 devices, in builds with
+// sm_90a code (the default SF_CUDA_ARCHS), unless SF_ATTN_WGMMA=0; else mma.sync (sm_80+).
+// Both compute the same contract. set_attention_wgmma picks one for the calls that follow
+// (tests, A/B benchmarks; no call in flight) and returns whether wgmma is now on (never where
+// it cannot run).
 bool set_attention_wgmma(bool on);
 
 void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
