@@ -10,8 +10,8 @@
 // Register layouts (warp w of the warpgroup owns rows 16w..16w+15; g = lane / 4, t = lane % 4):
 //   accumulator m64nN f32: d[4j + e] = (row g + 8 (e / 2), column 8j + 2t + e % 2)
 //   A m64k16 bf16 (registers): the mma.sync m16n8k16 A layout of the warp's 16 rows.
-// Every call must be bracketed: wg_fence() before (registers written since the last MMA),
-// wg_commit() after, wg_wait<N>() before the results (or the operands' memory) are touched.
+// Every MMA sequence is bracketed: wg::fence() before (registers written since the last MMA),
+// wg::commit() after, wg::wait<N>() before the results (or the operands' memory) are touched.
 #pragma once
 #include <cuda_bf16.h>
 
