@@ -92,7 +92,7 @@ __device__ __forceinline__ void mma_pv_m(float (&o)[MT][D / 8][4], const uint32_
     }
 }
 
-// grid (query tiles, sequences, query heads); the heaviest (last) query tiles start first.
+// grid (query tiles, sequences, query heads), blocks in heavy_first() order.
 template <int D, int MT>
 __global__ void __launch_bounds__(kThreads, (fwd_blocks_per_sm<D, MT>()))
     attn_forward_kernel(AttnArgs p) {
@@ -101,9 +101,10 @@ __global__ void __launch_bounds__(kThreads, (fwd_blocks_per_sm<D, MT>()))
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
   bf16* Ks = Qs + BQ * D;
   bf16* Vs = Ks + kTile * D;
-  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, h = bt.head, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int tile = gridDim.x - 1 - bt.rank;
   const int q0 = tile * BQ;
   if (q0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -261,9 +262,10 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
   bf16* dObuf = Qbuf + 2 * BQ * D;                                // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * BQ * D);  // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
-  const int seq = blockIdx.y, hk = blockIdx.z;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, hk = bt.head;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int k0 = blockIdx.x * kTile;
+  const int k0 = bt.rank * kTile;
   if (k0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
 
@@ -365,9 +367,10 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
   bf16* Kbuf = dOs + kTile * D;                          // [2][BK, D]
   bf16* Vbuf = Kbuf + 2 * BK * D;                        // [2][BK, D]
   float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * BK * D);  // [kTile]
-  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, h = bt.head, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int q0 = (gridDim.x - 1 - bt.rank) * kTile;
   if (q0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int nq = min(kTile, len - q0);

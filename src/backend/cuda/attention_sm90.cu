@@ -37,9 +37,10 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
                                      ~uintptr_t(1023));
   bf16* Kbuf = Qs + BQ * D;  // [2][BK, D]
   bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
-  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, h = bt.head, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
+  const int q0 = (gridDim.x - 1 - bt.rank) * BQ;
   if (q0 >= len) return;
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -172,9 +173,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
   bf16* Kbuf = dOs + TE;     // [2][64, D]
   bf16* Vbuf = Kbuf + 2 * TE;  // [2][64, D]
   float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * TE);  // [kTile]
-  const int seq = blockIdx.y, h = blockIdx.z, hk = h / p.group;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, h = bt.head, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int q0 = (gridDim.x - 1 - bt.rank) * kTile;
   if (q0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int nq = min(kTile, len - q0);
@@ -232,7 +234,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     cp_async_wait<0>();       // tile kt (prefetched during tile kt - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
-    if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
     const uint32_t ks = smem_addr(Kbuf + buf * TE), vs = smem_addr(Vbuf + buf * TE);
 
     float s[32], dp[32];
@@ -245,6 +246,9 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
       wg::mma_ss_n64(dp, wg::desc_k<kTile>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
     wg::commit();
+    // The next tile's copies go out while the MMAs run (issued before them, they delayed
+    // every tile's first MMA by the copies' ~100 instructions per thread).
+    if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
     wg::wait<1>();  // S is ready (dP may still run)
     // P = exp(scale * s - lse); only a tile reaching past the tile's first row needs the
     // causal mask (block-uniform test).
@@ -292,9 +296,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
   bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
-  const int seq = blockIdx.y, hk = blockIdx.z;
+  const BlockTile bt = heavy_first();
+  const int seq = bt.seq, hk = bt.head;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int k0 = blockIdx.x * kTile;
+  const int k0 = bt.rank * kTile;
   if (k0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
 
@@ -339,7 +344,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     cp_async_wait<0>();       // item it (prefetched during item it - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with item it - 1
-    if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);
     const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
     const int nq = min(BQ, len - q0);
     const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
@@ -356,6 +360,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
       wg::mma_ss_n64(dp, wg::desc_k<kTile>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
     wg::commit();
+    if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
     // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
     float lse_c[16], dl_c[16];
 #pragma unroll

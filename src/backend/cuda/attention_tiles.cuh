@@ -38,6 +38,25 @@ struct AttnArgs {
   float scale, scale_log2;
 };
 
+// ---- block order ------------------------------------------------------------------------------
+
+// The causal kernels' grids are (tiles, sequences, heads), and a block's work falls with its
+// tile's rank: rank 0 is the tile with the most partner tiles (the last query tile, the first
+// key tile). Blocks start in roughly linear order, so with blockIdx used as is the heavy tiles
+// of the last (sequence, head) pairs start last and run alone at the end (a list-scheduling
+// model gives +14% for dk/dv at 4 x 4096). This maps the linear block index rank-major instead:
+// every pair's heaviest tile first, heads of one sequence next to each other (GQA groups share
+// K and V in L2).
+struct BlockTile {
+  int rank, seq, head;
+};
+__device__ __forceinline__ BlockTile heavy_first() {
+  const int pairs = gridDim.y * gridDim.z;
+  const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const int rank = lin / pairs, rest = lin - rank * pairs;
+  return {rank, rest / int(gridDim.z), rest % int(gridDim.z)};
+}
+
 // ---- PTX wrappers -----------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
