@@ -1,6 +1,8 @@
 // The wgmma (sm_90a) attention kernels: forward, dk/dv and dq (the family is described in
 // attention.cu's header; the contract in attention.cuh), and their launchers.
+#include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "backend/cuda/attention_sm90.cuh"
 #include "backend/cuda/attention_tiles.cuh"
@@ -156,44 +158,45 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
 #endif
 }
 
-// dq as attn_dq_kernel (same grid, 64-key tiles double-buffered, same arithmetic), with one
-// warpgroup per 64-row query tile: S = Q K^T and dP = dO V^T read both operands from shared
-// memory, and dQ += dS K takes dS from registers and K as an MN-major operand. A warpgroup
-// reads each K/V element once per tile where four mma.sync warps read it four times (ncu: the
-// mma.sync kernels were bound by shared-memory wavefronts, 63% of peak, short-scoreboard
-// stalls first).
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) {
+// dq as attn_dq_kernel (same arithmetic, 64-key tiles double-buffered) with warpgroup MMAs:
+// S = Q K^T and dP = dO V^T read both operands from shared memory, and dQ += dS K takes dS
+// from registers and K as an MN-major operand. A warpgroup reads each K/V element once per
+// tile where four mma.sync warps read it four times (ncu: the mma.sync kernels were bound by
+// shared-memory wavefronts, 63% of peak, short-scoreboard stalls first). WGS warpgroups of
+// 64 rows share each K/V tile: with one, the K/V stream from L2 was ~3 TB/s.
+template <int D, int WGS>
+__global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(AttnArgs p) {
 #ifdef SF_WGMMA
-  constexpr int BK = 64, TE = kTile * D;  // elements of a 64-row tile
+  constexpr int BK = 64, BQ = 64 * WGS, NTH = WGS * kThreads, QE = BQ * D, KE = BK * D;
   extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
   bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                      ~uintptr_t(1023));
-  bf16* dOs = Qs + TE;
-  bf16* Kbuf = dOs + TE;     // [2][64, D]
-  bf16* Vbuf = Kbuf + 2 * TE;  // [2][64, D]
-  float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * TE);  // [kTile]
+  bf16* dOs = Qs + QE;
+  bf16* Kbuf = dOs + QE;       // [2][BK, D]
+  bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
+  float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * KE);  // [BQ]
   const BlockTile bt = heavy_first();
   const int seq = bt.seq, h = bt.head, hk = h / p.group;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - bt.rank) * kTile;
+  const int q0 = (gridDim.x - 1 - bt.rank) * BQ;
   if (q0 >= len) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int nq = min(kTile, len - q0);
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int nq = min(BQ, len - q0);
 
-  load_tile_sw128<D, kTile>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
-  load_tile_sw128<D, kTile>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq,
-                            p.dout);
+  load_tile_sw128<D, BQ, NTH>(Qs, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq, p.q);
+  load_tile_sw128<D, BQ, NTH>(dOs, p.dout + int64_t(start + q0) * p.lddo + h * D, p.lddo, nq,
+                              p.dout);
   cp_async_commit();
   auto prefetch = [&](int kt, int buf) {
     const int kb0 = kt * BK, nk = min(BK, len - kb0);
-    load_tile_sw128<D, BK>(Kbuf + buf * TE, p.k + int64_t(start + kb0) * p.ldk + hk * D, p.ldk,
-                           nk, p.k);
-    load_tile_sw128<D, BK>(Vbuf + buf * TE, p.v + int64_t(start + kb0) * p.ldv + hk * D, p.ldv,
-                           nk, p.v);
+    load_tile_sw128<D, BK, NTH>(Kbuf + buf * KE, p.k + int64_t(start + kb0) * p.ldk + hk * D,
+                                p.ldk, nk, p.k);
+    load_tile_sw128<D, BK, NTH>(Vbuf + buf * KE, p.v + int64_t(start + kb0) * p.ldv + hk * D,
+                                p.ldv, nk, p.v);
     cp_async_commit();
   };
-  const int kend = min(len, q0 + kTile);
+  const int kend = min(len, q0 + BQ);
   const int n_kt = (kend + BK - 1) / BK;
   prefetch(0, 0);
   {
@@ -216,15 +219,19 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     if (half == 0) dl_s[r] = acc;
   }
   __syncthreads();
+  const int qw = q0 + wgi * 64;         // the warpgroup's first row
+  const int row0 = qw + warp * 16 + g;  // query index of accumulator rows g (and +8)
+  // The warpgroup's last key tile (-1: no rows): tiles after it are wholly in its future.
+  const int last = qw < len ? min(qw + 63, len - 1) / BK : -1;
   float lse2[2], delta[2];
-  const int row0 = q0 + warp * 16 + g;
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
     const int r = row0 + ri * 8;
     lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
-    delta[ri] = dl_s[warp * 16 + g + ri * 8];
+    delta[ri] = dl_s[wgi * 64 + warp * 16 + g + ri * 8];
   }
-  const uint32_t qs = smem_addr(Qs), dos = smem_addr(dOs);
+  const uint32_t qs = smem_addr(Qs) + uint32_t(wgi * 64 * 128),  // its 64 rows (8 KiB in)
+      dos = smem_addr(dOs) + uint32_t(wgi * 64 * 128);
 
   float dq[D / 8][4];
   zero(dq);
@@ -234,27 +241,31 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     cp_async_wait<0>();       // tile kt (prefetched during tile kt - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
-    const uint32_t ks = smem_addr(Kbuf + buf * TE), vs = smem_addr(Vbuf + buf * TE);
+    const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
+    const bool active = kt <= last;  // warpgroup-uniform
 
     float s[32], dp[32];
-    wg::fence();
+    if (active) {
+      wg::fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
-      wg::mma_ss_n64(s, wg::desc_k<kTile>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
-    wg::commit();
+      for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+        wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+      wg::commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
-      wg::mma_ss_n64(dp, wg::desc_k<kTile>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
-    wg::commit();
+      for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
+        wg::mma_ss_n64(dp, wg::desc_k<BQ>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
+      wg::commit();
+    }
     // The next tile's copies go out while the MMAs run (issued before them, they delayed
     // every tile's first MMA by the copies' ~100 instructions per thread).
     if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
+    if (!active) continue;
     wg::wait<1>();  // S is ready (dP may still run)
-    // P = exp(scale * s - lse); only a tile reaching past the tile's first row needs the
-    // causal mask (block-uniform test).
+    // P = exp(scale * s - lse); only a tile reaching past the warpgroup's first row needs the
+    // causal mask (warpgroup-uniform test).
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
-    if (kb0 + BK - 1 > q0) {
+    if (kb0 + BK - 1 > qw) {
 #pragma unroll
       for (int i = 0; i < 32; ++i)
         if (kb0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = 0.f;
@@ -273,54 +284,56 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dq_wgmma_kernel(AttnArgs p) 
     wg::commit();
     wg::wait<0>();
   }
-  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, warp * 16, nq, dq, p.scale,
-                p.scale, lane);
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, wgi * 64 + warp * 16, nq,
+                dq, p.scale, p.scale, lane);
 #else
   __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
 #endif
 }
 
-// dk, dv as attn_dkdv_kernel (same grid and work items, query tiles double-buffered), with one
-// warpgroup per 64-key tile: S^T = K Q^T and dP^T = V dO^T read both operands from shared
-// memory; dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
-// operands. Query tiles of 64 rows (the mma.sync kernel's 32 at D = 128 were a register limit).
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p) {
+// dk, dv as attn_dkdv_kernel (query tiles of 64 rows double-buffered, same work items) with
+// warpgroup MMAs: S^T = K Q^T and dP^T = V dO^T read both operands from shared memory;
+// dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
+// operands. WGS warpgroups of 64 keys share each query tile (one item's Q, dO stream from L2
+// serves 64 WGS keys); a warpgroup skips the items wholly before its keys.
+template <int D, int WGS>
+__global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kernel(AttnArgs p) {
 #ifdef SF_WGMMA
-  constexpr int BQ = 64, TE = kTile * D, QE = BQ * D;
+  constexpr int BQ = 64, KB = 64 * WGS, NTH = WGS * kThreads, KE = KB * D, QE = BQ * D;
   extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
   bf16* Ks = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                      ~uintptr_t(1023));
-  bf16* Vs = Ks + TE;
-  bf16* Qbuf = Vs + TE;                                           // [2][BQ, D]
+  bf16* Vs = Ks + KE;
+  bf16* Qbuf = Vs + KE;                                           // [2][BQ, D]
   bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
   const BlockTile bt = heavy_first();
   const int seq = bt.seq, hk = bt.head;
   const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int k0 = bt.rank * kTile;
+  const int k0 = bt.rank * KB;
   if (k0 >= len) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int t4 = lane & 3;
 
-  load_tile_sw128<D, kTile>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
-                            min(kTile, len - k0), p.k);
-  load_tile_sw128<D, kTile>(Vs, p.v + int64_t(start + k0) * p.ldv + hk * D, p.ldv,
-                            min(kTile, len - k0), p.v);
+  load_tile_sw128<D, KB, NTH>(Ks, p.k + int64_t(start + k0) * p.ldk + hk * D, p.ldk,
+                              min(KB, len - k0), p.k);
+  load_tile_sw128<D, KB, NTH>(Vs, p.v + int64_t(start + k0) * p.ldv + hk * D, p.ldv,
+                              min(KB, len - k0), p.v);
   cp_async_commit();
 
   // Work items: (query head gi of the group, query tile) with gi outer.
-  const int q_first = (k0 / BQ) * BQ;
+  const int q_first = k0;  // KB is a multiple of BQ
   const int n_qt = (len - q_first + BQ - 1) / BQ;
   const int n_items = p.group * n_qt;
   auto prefetch = [&](int it, int buf) {
     const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
     const int h = hk * p.group + gi, nq = min(BQ, len - q0);
-    load_tile_sw128<D, BQ>(Qbuf + buf * QE, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq,
-                           nq, p.q);
-    load_tile_sw128<D, BQ>(dObuf + buf * QE, p.dout + int64_t(start + q0) * p.lddo + h * D,
-                           p.lddo, nq, p.dout);
-    for (int i = threadIdx.x; i < BQ; i += kThreads) {
+    load_tile_sw128<D, BQ, NTH>(Qbuf + buf * QE, p.q + int64_t(start + q0) * p.ldq + h * D,
+                                p.ldq, nq, p.q);
+    load_tile_sw128<D, BQ, NTH>(dObuf + buf * QE, p.dout + int64_t(start + q0) * p.lddo + h * D,
+                                p.lddo, nq, p.dout);
+    for (int i = threadIdx.x; i < BQ; i += NTH) {
       const bool ok = i < nq;
       const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
       cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
@@ -335,8 +348,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
   zero(dv);
   float(&dkf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dk);
   float(&dvf)[D / 2] = reinterpret_cast<float(&)[D / 2]>(dv);
-  const int krow0 = k0 + warp * 16 + (lane >> 2);  // key index of accumulator rows g (and +8)
-  const uint32_t ks = smem_addr(Ks), vs = smem_addr(Vs);
+  const int kw0 = k0 + wgi * 64;                 // the warpgroup's first key
+  const int krow0 = kw0 + warp * 16 + (lane >> 2);  // key index of accumulator rows g (and +8)
+  const uint32_t ks = smem_addr(Ks) + uint32_t(wgi * 64 * 128),  // its 64 rows (8 KiB in)
+      vs = smem_addr(Vs) + uint32_t(wgi * 64 * 128);
 
   prefetch(0, 0);
   for (int it = 0; it < n_items; ++it) {
@@ -349,18 +364,24 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
     const float* lse_s = lse_buf + buf * BQ;
     const float* dl_s = dl_buf + buf * BQ;
+    // Some query of the item at or after some key of the warpgroup (warpgroup-uniform); an
+    // item wholly before its keys adds nothing (P = 0, dS = 0).
+    const bool active = kw0 < len && q0 + nq - 1 >= kw0;
 
     float st[32], dp[32];
-    wg::fence();
+    if (active) {
+      wg::fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
-      wg::mma_ss_n64(st, wg::desc_k<kTile>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
-    wg::commit();
+      for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
+        wg::mma_ss_n64(st, wg::desc_k<KB>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
+      wg::commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
-      wg::mma_ss_n64(dp, wg::desc_k<kTile>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
-    wg::commit();
+      for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
+        wg::mma_ss_n64(dp, wg::desc_k<KB>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
+      wg::commit();
+    }
     if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
+    if (!active) continue;
     // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
     float lse_c[16], dl_c[16];
 #pragma unroll
@@ -372,11 +393,11 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     wg::wait<1>();  // S^T is ready
     // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
     // the end (its zero-filled lse would give finite junk): only the diagonal and the last
-    // query tile need the test (block-uniform).
+    // query tile need the test (warpgroup-uniform).
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       st[i] = exp2f(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
-    if (k0 + kTile - 1 > q0 || nq < BQ) {
+    if (kw0 + 63 > q0 || nq < BQ) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
@@ -406,10 +427,10 @@ __global__ void __launch_bounds__(kThreads, 2) attn_dkdv_wgmma_kernel(AttnArgs p
     wg::commit();
     wg::wait<0>();
   }
-  store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, warp * 16, len - k0, dk,
-                p.scale, p.scale, lane);
-  store_rows<D>(p.dv + int64_t(start + k0) * p.lddv + hk * D, p.lddv, warp * 16, len - k0, dv,
-                1.f, 1.f, lane);
+  store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, wgi * 64 + warp * 16,
+                len - k0, dk, p.scale, p.scale, lane);
+  store_rows<D>(p.dv + int64_t(start + k0) * p.lddv + hk * D, p.lddv, wgi * 64 + warp * 16,
+                len - k0, dv, 1.f, 1.f, lane);
 #else
   __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
 #endif
@@ -426,22 +447,47 @@ void forward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh)
   CUDA_CHECK_LAUNCH();
 }
 
+// Warpgroups per block of the backward kernels, "kv,q" (SF_ATTN_BWD_WGS, default 2,2).
+std::pair<int, int> bwd_wgs() {
+  static const std::pair<int, int> w = [] {
+    std::pair<int, int> r{2, 2};
+    if (const char* e = std::getenv("SF_ATTN_BWD_WGS"); e && e[0] && e[1] == ',' && e[2])
+      r = {e[0] == '1' ? 1 : 2, e[2] == '1' ? 1 : 2};
+    return r;
+  }();
+  return w;
+}
+
+template <int D, int WGS>
+void dkdv_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  // K, V of 64 WGS keys + two stages of 64-row Q, dO (+ lse, delta); + 1 KiB to align.
+  const size_t smem = (2 * 64 * WGS + 4 * 64) * size_t(D) * sizeof(bf16) + 4 * 64 * 4 + 1024;
+  static std::once_flag once;
+  std::call_once(once, [&] { set_smem(attn_dkdv_wgmma_kernel<D, WGS>, smem); });
+  const unsigned tiles = unsigned((sh.max_seqlen + 64 * WGS - 1) / (64 * WGS));
+  attn_dkdv_wgmma_kernel<D, WGS>
+      <<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), WGS * kThreads, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D, int WGS>
+void dq_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  // Q, dO of 64 WGS rows + two stages of 64-key K, V (+ delta); + 1 KiB to align.
+  const size_t smem = (2 * 64 * WGS + 4 * 64) * size_t(D) * sizeof(bf16) + 64 * WGS * 4 + 1024;
+  static std::once_flag once;
+  std::call_once(once, [&] { set_smem(attn_dq_wgmma_kernel<D, WGS>, smem); });
+  const unsigned tiles = unsigned((sh.max_seqlen + 64 * WGS - 1) / (64 * WGS));
+  attn_dq_wgmma_kernel<D, WGS><<<dim3(tiles, sh.n_seqs, sh.n_heads), WGS * kThreads, smem, s>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <int D>
 void backward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  // dk/dv: K, V + two stages of 64-row Q, dO (+ lse, delta); dq: Q, dO + two stages of K, V
-  // (+ delta); + 1 KiB each to align the tiles.
-  const size_t smem_kv = 6 * size_t(kTile) * D * sizeof(bf16) + 4 * kTile * sizeof(float) + 1024;
-  const size_t smem_q = 6 * size_t(kTile) * D * sizeof(bf16) + kTile * sizeof(float) + 1024;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    set_smem(attn_dkdv_wgmma_kernel<D>, smem_kv);
-    set_smem(attn_dq_wgmma_kernel<D>, smem_q);
-  });
-  const unsigned tiles = unsigned((sh.max_seqlen + kTile - 1) / kTile);
-  attn_dkdv_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kThreads, smem_kv, s>>>(a);
-  CUDA_CHECK_LAUNCH();
-  attn_dq_wgmma_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_heads), kThreads, smem_q, s>>>(a);
-  CUDA_CHECK_LAUNCH();
+  const auto [kv, q] = bwd_wgs();
+  if (kv == 2) dkdv_sm90<D, 2>(s, a, sh);
+  else dkdv_sm90<D, 1>(s, a, sh);
+  if (q == 2) dq_sm90<D, 2>(s, a, sh);
+  else dq_sm90<D, 1>(s, a, sh);
 }
 
 }  // namespace
