@@ -244,22 +244,23 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
     const bool active = kt <= last;  // warpgroup-uniform
 
-    float s[32], dp[32];
-    if (active) {
-      wg::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
-        wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
-      wg::commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
-        wg::mma_ss_n64(dp, wg::desc_k<BQ>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
-      wg::commit();
+    if (!active) {  // (every MMA stays inside one branch: ptxas serialises wgmma otherwise)
+      if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
+      continue;
     }
+    float s[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
+      wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
+      wg::mma_ss_n64(dp, wg::desc_k<BQ>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
+    wg::commit();
     // The next tile's copies go out while the MMAs run (issued before them, they delayed
     // every tile's first MMA by the copies' ~100 instructions per thread).
     if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
-    if (!active) continue;
     wg::wait<1>();  // S is ready (dP may still run)
     // P = exp(scale * s - lse); only a tile reaching past the warpgroup's first row needs the
     // causal mask (warpgroup-uniform test).
@@ -368,20 +369,21 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     // item wholly before its keys adds nothing (P = 0, dS = 0).
     const bool active = kw0 < len && q0 + nq - 1 >= kw0;
 
-    float st[32], dp[32];
-    if (active) {
-      wg::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
-        wg::mma_ss_n64(st, wg::desc_k<KB>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
-      wg::commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
-        wg::mma_ss_n64(dp, wg::desc_k<KB>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
-      wg::commit();
+    if (!active) {  // (every MMA stays inside one branch: ptxas serialises wgmma otherwise)
+      if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);
+      continue;
     }
+    float st[32], dp[32];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
+      wg::mma_ss_n64(st, wg::desc_k<KB>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
+    wg::commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
+      wg::mma_ss_n64(dp, wg::desc_k<KB>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
+    wg::commit();
     if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
-    if (!active) continue;
     // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
     float lse_c[16], dl_c[16];
 #pragma unroll
