@@ -242,7 +242,11 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
     const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
+#ifdef SF_ATTN_SKIP
     const bool active = kt <= last;  // warpgroup-uniform
+#else
+    const bool active = true;
+#endif
 
     if (!active) {  // (every MMA stays inside one branch: ptxas serialises wgmma otherwise)
       if (kt + 1 < n_kt) prefetch(kt + 1, buf ^ 1);
@@ -367,7 +371,11 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     const float* dl_s = dl_buf + buf * BQ;
     // Some query of the item at or after some key of the warpgroup (warpgroup-uniform); an
     // item wholly before its keys adds nothing (P = 0, dS = 0).
+#ifdef SF_ATTN_SKIP
     const bool active = kw0 < len && q0 + nq - 1 >= kw0;
+#else
+    const bool active = true;
+#endif
 
     if (!active) {  // (every MMA stays inside one branch: ptxas serialises wgmma otherwise)
       if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);
