@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
 #endif
 }
 
-// dq as attn_dq_kernel (same arithmetic, 64-key tiles double-buffered) with warpgroup MMAs:
+// dq as attn_dq_kernel (same arithmetic, 128-key tiles double-buffered) with warpgroup MMAs:
 // S = Q K^T and dP = dO V^T read both operands from shared memory, and dQ += dS K takes dS
 // from registers and K as an MN-major operand. A warpgroup reads each K/V element once per
 // tile where four mma.sync warps read it four times (ncu: the mma.sync kernels were bound by
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
 template <int D, int WGS>
 __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(AttnArgs p) {
 #ifdef SF_WGMMA
-  constexpr int BK = 64, BQ = 64 * WGS, NTH = WGS * kThreads, QE = BQ * D, KE = BK * D;
+  constexpr int BK = 128, BQ = 64 * WGS, NTH = WGS * kThreads, QE = BQ * D, KE = BK * D;
   extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
   bf16* Qs = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                      ~uintptr_t(1023));
@@ -240,15 +240,15 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
     // Warpgroup 0 also runs the block's last tile, wholly in its rows' future (masked to
     // zero): skipping it behind a warpgroup-uniform branch made the kernels 5% slower.
-    float s[32], dp[32];
+    float s[BK / 2], dp[BK / 2];
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)  // S = Q K^T
-      wg::mma_ss_n64(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
+      wg::mma_ss_n128(s, wg::desc_k<BQ>(qs, kk), wg::desc_k<BK>(ks, kk), kk > 0);
     wg::commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)  // dP = dO V^T
-      wg::mma_ss_n64(dp, wg::desc_k<BQ>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
+      wg::mma_ss_n128(dp, wg::desc_k<BQ>(dos, kk), wg::desc_k<BK>(vs, kk), kk > 0);
     wg::commit();
     // The next tile's copies go out while the MMAs run (issued before them, they delayed
     // every tile's first MMA by the copies' ~100 instructions per thread).
@@ -257,17 +257,17 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     // P = exp(scale * s - lse); only a tile reaching past the warpgroup's first row needs the
     // causal mask (warpgroup-uniform test).
 #pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
+    for (int i = 0; i < BK / 2; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
     if (kb0 + BK - 1 > qw) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
+      for (int i = 0; i < BK / 2; ++i)
         if (kb0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = 0.f;
     }
     wg::wait<0>();
 #pragma unroll
-    for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - delta[(i & 3) >> 1]);
-    uint32_t a[4][4];
-    wg::acc64_to_a(a, dp);
+    for (int i = 0; i < BK / 2; ++i) dp[i] = s[i] * (dp[i] - delta[(i & 3) >> 1]);
+    uint32_t a[BK / 16][4];
+    wg::acc_to_a<BK / 16>(a, dp);
     wg::fence();
 #pragma unroll
     for (int kb = 0; kb < BK / 16; ++kb) {  // dQ += dS K
@@ -449,8 +449,8 @@ void dkdv_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 
 template <int D, int WGS>
 void dq_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  // Q, dO of 64 WGS rows + two stages of 64-key K, V (+ delta); + 1 KiB to align.
-  const size_t smem = (2 * 64 * WGS + 4 * 64) * size_t(D) * sizeof(bf16) + 64 * WGS * 4 + 1024;
+  // Q, dO of 64 WGS rows + two stages of 128-key K, V (+ delta); + 1 KiB to align.
+  const size_t smem = (2 * 64 * WGS + 4 * 128) * size_t(D) * sizeof(bf16) + 64 * WGS * 4 + 1024;
   static std::once_flag once;
   std::call_once(once, [&] { set_smem(attn_dq_wgmma_kernel<D, WGS>, smem); });
   const unsigned tiles = unsigned((sh.max_seqlen + 64 * WGS - 1) / (64 * WGS));
