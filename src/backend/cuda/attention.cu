@@ -3,10 +3,12 @@
 //  - wgmma (sm_90a, Hopper; the default there): a warpgroup (4 warps) owns a 64-row tile and
 //    reads shared-memory operands straight from 128B-swizzled tiles (wgmma.cuh). Forward: two
 //    warpgroups per 128-row query tile. Backward: the dk/dv and dq kernels of the mma.sync
-//    family with the same grids and items, 64-row query tiles in dk/dv. A warpgroup reads each
+//    family with the same work items, two warpgroups per block (dk/dv: 128 keys share each
+//    64-row Q/dO tile; dq: 128 rows share each 128-key K/V tile). A warpgroup reads each
 //    shared operand once where four mma.sync warps read it four times: the mma.sync backward
 //    was bound by shared-memory wavefronts (ncu: 63% of peak, short-scoreboard stalls first);
-//    on the H200 the wgmma backward is 1.3x / 1.5x / 1.55x faster at seq 1K / 4K / 8K.
+//    on the H200 the wgmma backward is 1.5x / 1.8x / 1.85x faster at seq 1K / 4K / 8K.
+//  Every kernel takes its (tile, sequence, head) from heavy_first() (attention_tiles.cuh).
 //  - mma.sync (m16n8k16, sm_80+): every other GPU, and SF_ATTN_WGMMA=0.
 // Both backwards are deterministic (no atomics; the same bits every call).
 //
