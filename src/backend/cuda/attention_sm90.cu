@@ -238,8 +238,7 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with tile kt - 1
     const uint32_t ks = smem_addr(Kbuf + buf * KE), vs = smem_addr(Vbuf + buf * KE);
-    // Warpgroup 0 also runs the block's last tile, wholly in its rows' future (masked to
-    // zero): skipping it behind a warpgroup-uniform branch made the kernels 5% slower.
+    // The last tile (keys q0 .. q0 + 127) is the diagonal of both warpgroups, masked below.
     float s[BK / 2], dp[BK / 2];
     wg::fence();
 #pragma unroll
