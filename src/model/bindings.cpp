@@ -63,7 +63,9 @@ AttentionShape attention_shape(const ModelConfig& cfg, int n_seqs, int max_seqle
   a.n_heads = int(cfg.num_attention_heads);
   a.n_kv_heads = int(cfg.num_key_value_heads);
   a.head_dim = int(cfg.head_dim);
-  a.scale = float(1.0 / std::sqrt(double(cfg.head_dim)));
+  // yarn scales cos and sin, so both q and k: the scores by its square.
+  const double rope_scale = rope_attention_scaling(cfg);
+  a.scale = float(rope_scale * rope_scale / std::sqrt(double(cfg.head_dim)));
   a.n_seqs = n_seqs;
   a.max_seqlen = max_seqlen;
   return a;

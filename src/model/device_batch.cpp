@@ -9,14 +9,6 @@ DeviceBatch::DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t
     : be_(be), cfg_(cfg), max_tokens_(max_tokens) {
   SF_CHECK(max_tokens > 0, "DeviceBatch for ", max_tokens, " tokens");
   inv_freq_host_ = rope_inv_freq(cfg);
-  if (cfg.extra.is_object()) {
-    auto w = cfg.extra.find("sliding_window");
-    auto use = cfg.extra.find("use_sliding_window");
-    const bool applies = cfg.arch == Arch::mistral ||
-                         (use != cfg.extra.end() && use->is_boolean() && use->get<bool>());
-    if (applies && w != cfg.extra.end() && w->is_number_integer() && w->get<int64_t>() > 0)
-      window_ = w->get<int64_t>();
-  }
   // 4 int32 arrays (cu_seqlens has max_tokens + 1 entries) then the f32 frequencies; each
   // array starts 64-element aligned.
   auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
@@ -38,10 +30,17 @@ const BatchInputs& DeviceBatch::upload(Stream& s, const Batch& b) {
   SF_REQUIRE(b.n_tokens() > 0, "empty batch");
   SF_REQUIRE(b.n_tokens() <= max_tokens_, "batch of ", b.n_tokens(),
              " tokens exceeds the capacity of ", max_tokens_, " tokens it was sized for");
-  SF_REQUIRE(window_ == 0 || b.max_seqlen() <= window_, "a sequence of ", b.max_seqlen(),
-             " tokens exceeds the model's sliding_window of ", window_,
-             " (config.json); slideformer attends over whole sequences: use sequences of at "
-             "most ", window_, " tokens");
+  const int64_t window = cfg_.sliding_window;
+  SF_REQUIRE(window == 0 || b.max_seqlen() <= window, "a sequence of ", b.max_seqlen(),
+             " tokens exceeds the model's sliding window of ", window,
+             " tokens (config.json: sliding_window); slideformer attends over whole sequences: "
+             "use sequences of at most ", window, " tokens");
+  const int64_t rope_limit = rope_max_sequence(cfg_);
+  SF_REQUIRE(rope_limit == 0 || b.max_seqlen() <= rope_limit, "a sequence of ", b.max_seqlen(),
+             " tokens exceeds max_position_embeddings (", rope_limit, ") of a model with "
+             "dynamic RoPE scaling (config.json: rope type \"dynamic\"), whose frequencies "
+             "transformers recomputes per batch beyond it; use sequences of at most ",
+             rope_limit, " tokens");
   for (int i = 0; i < b.n_seqs(); ++i)
     SF_REQUIRE(b.cu_seqlens[i + 1] > b.cu_seqlens[i], "batch sequence ", i, " is empty");
   const size_t T = size_t(b.n_tokens());

@@ -21,9 +21,9 @@ class DeviceBatch {
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
-  // Validates b against the vocabulary, the capacity and the attention window (mistral's
-  // sliding_window, qwen's when use_sliding_window: longer sequences are refused, since the
-  // attention ops are full-causal), then copies its arrays.
+  // Validates b against the vocabulary, the capacity, the sliding window of the config
+  // (ModelConfig::sliding_window: longer sequences are refused, since the attention ops are
+  // full-causal) and dynamic RoPE's range (rope_max_sequence), then copies its arrays.
   const BatchInputs& upload(Stream& s, const Batch& b);
   const BatchInputs& inputs() const { return in_; }
   int64_t max_tokens() const { return max_tokens_; }
@@ -33,7 +33,6 @@ class DeviceBatch {
   ModelConfig cfg_;
   int64_t max_tokens_;
   std::unique_ptr<Buffer> buf_;
-  int64_t window_ = 0;                // 0: no sliding window in the config
   std::vector<float> inv_freq_host_;  // kept alive for the asynchronous first copy
   BatchInputs in_;
 };

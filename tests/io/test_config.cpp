@@ -174,8 +174,8 @@ TEST(Config, DefaultsWhenOptionalFieldsAreAbsent) {
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(c.tie_word_embeddings, false);
   EXPECT_EQ(c.torch_dtype, DType::bf16);
-  EXPECT_EQ(c.bos_token_id, -1);
-  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_EQ(c.bos_token_id, 1);  // LlamaConfig's defaults
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{2});
 }
 
 // Llama 3.1's RoPE inverse frequencies (head_dim 128, theta 5e5, llama3 scaling factor 8,
@@ -315,8 +315,9 @@ TEST(ConfigBad, TorchDtype) {
 
 TEST(ConfigBad, RopeScaling) {
   json j = llama();
-  j["rope_scaling"]["rope_type"] = "yarn";
-  expect_field_error(j, "rope_scaling.rope_type", "is \"yarn\"; supported: default, llama3");
+  j["rope_scaling"]["rope_type"] = "longrope";  // Phi-3's: not one of these families'
+  expect_field_error(j, "rope_scaling.rope_type",
+                     "is \"longrope\"; supported: default, linear, dynamic, llama3, yarn");
   j = llama();
   j["rope_scaling"].erase("factor");
   expect_field_error(j, "rope_scaling.factor", "is missing");
@@ -336,8 +337,11 @@ TEST(ConfigBad, RopeScaling) {
   j["rope_scaling"]["rope_type"] = 3;  // used to be read as "default": scaling silently lost
   expect_field_error(j, "rope_scaling.rope_type", "must be a string");
   j = llama();
-  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
-  expect_field_error(j, "rope_scaling.type", "is \"dynamic\"");
+  j["rope_scaling"] = {{"type", "proportional"}, {"factor", 2.0}};
+  expect_field_error(j, "rope_scaling.type", "is \"proportional\"");
+  j = llama();
+  j["rope_scaling"] = {{"type", "dynamic"}};
+  expect_field_error(j, "rope_scaling.factor", "is missing");
 }
 
 TEST(ConfigBad, OtherFields) {

@@ -421,21 +421,30 @@ TEST(DeviceBatchTest, RejectsBadBatches) {
 TEST(DeviceBatchTest, SlidingWindowLimitsSequenceLength) {
   HostBackend be;
   Stream& s = be.default_stream();
-  ModelConfig m = tiny_config(Arch::mistral);
-  m.extra = nlohmann::json{{"sliding_window", 4}};
+  // Through config.json, as a model directory states it (io/model_config.h derives the window).
+  auto with = [](Arch a, const nlohmann::json& fields) {
+    nlohmann::json j = config_to_json(tiny_config(a));
+    j.update(fields);
+    return config_from_json(j, "config.json");
+  };
+  ModelConfig m = with(Arch::mistral, {{"sliding_window", 4}});
   DeviceBatch dm(be, s, m, 16);
   EXPECT_NO_THROW(dm.upload(s, pack({{1, 2, 3, 4}, {1, 2, 3}})));
   EXPECT_THROW(dm.upload(s, pack({{1, 2, 3, 4, 5}})), Error);
-  m.extra = nlohmann::json{{"sliding_window", nullptr}};  // mistral v0.2+: no window
+  m = with(Arch::mistral, {{"sliding_window", nullptr}});  // mistral v0.2+: no window
   DeviceBatch dn(be, s, m, 16);
   EXPECT_NO_THROW(dn.upload(s, pack({{1, 2, 3, 4, 5}})));
-  ModelConfig q = tiny_config(Arch::qwen2);
-  q.extra = nlohmann::json{{"sliding_window", 4}, {"use_sliding_window", false}};
+  ModelConfig q = with(Arch::qwen2, {{"sliding_window", 4}, {"use_sliding_window", false}});
   DeviceBatch dq(be, s, q, 16);
   EXPECT_NO_THROW(dq.upload(s, pack({{1, 2, 3, 4, 5}})));
-  q.extra["use_sliding_window"] = true;
+  // Qwen slides only the layers from max_window_layers on (default 28: none of these 2).
+  q = with(Arch::qwen2, {{"sliding_window", 4}, {"use_sliding_window", true}});
   DeviceBatch dq2(be, s, q, 16);
-  EXPECT_THROW(dq2.upload(s, pack({{1, 2, 3, 4, 5}})), Error);
+  EXPECT_NO_THROW(dq2.upload(s, pack({{1, 2, 3, 4, 5}})));
+  q = with(Arch::qwen2, {{"sliding_window", 4}, {"use_sliding_window", true},
+                         {"max_window_layers", 1}});
+  DeviceBatch dq3(be, s, q, 16);
+  EXPECT_THROW(dq3.upload(s, pack({{1, 2, 3, 4, 5}})), Error);
 }
 
 TEST(Init, DeterministicWithExpectedStatistics) {
