@@ -243,7 +243,9 @@ void add_train_command(CLI::App& app) {
   f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step");
   f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)")->default_val(3e-4);
   f.add("lr-schedule", st->schedule, "constant, cosine or linear (after warmup)");
-  f.add("warmup-steps", o.schedule.warmup_steps, "linear warmup steps (bundled example: 5)");
+  f.add("warmup-steps", o.schedule.warmup_steps,
+        "linear warmup steps W, as transformers counts them: step 1 at lr 0, step W+1 at the "
+        "peak (bundled example: 5)");
   f.add("min-lr-ratio", o.schedule.min_lr_ratio, "final lr / peak lr");
   f.add("weight-decay", o.hyper.weight_decay, "decoupled weight decay (not on norms/biases)");
   f.add("beta1", o.hyper.beta1, "AdamW beta1");

@@ -1,3 +1,4 @@
+// LrSchedule::at: transformers' schedules, step for step (the formulas are in lr_schedule.h).
 #include "train/lr_schedule.h"
 
 #include <algorithm>
@@ -8,16 +9,22 @@
 namespace sf {
 
 double LrSchedule::at(int64_t step) const {
-  if (warmup_steps > 0 && step <= warmup_steps) return lr * double(step) / double(warmup_steps);
+  SF_REQUIRE(step >= 1, "LrSchedule::at: optimizer steps are 1-based, got step ", step);
+  // transformers' LambdaLR evaluates its lambda at k = 0 for the first optimizer step. Each
+  // expression keeps transformers' order of operations, so the values agree to the last bit.
+  const int64_t k = step - 1;
+  if (k < warmup_steps) return lr * (double(k) / double(warmup_steps));
   if (kind == Kind::constant) return lr;
-  // The first step after warmup runs at the peak, the last one just above min_lr (no step
-  // is wasted at lr 0); steps beyond total_steps stay at min_lr.
-  int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
-  double progress = std::clamp(double(step - warmup_steps - 1) / double(decay_steps), 0.0, 1.0);
-  double min_lr = lr * min_lr_ratio;
-  if (kind == Kind::linear) return min_lr + (lr - min_lr) * (1.0 - progress);
-  const double pi = 3.14159265358979323846;
-  return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(pi * progress));
+  const double span = double(std::max<int64_t>(1, total_steps - warmup_steps));
+  double f;
+  if (kind == Kind::linear) {
+    f = std::max(0.0, double(total_steps - k) / span);
+  } else {
+    const double pi = 3.14159265358979323846;
+    const double progress = std::min(1.0, double(k - warmup_steps) / span);  // hold the minimum
+    f = 0.5 * (1.0 + std::cos(pi * progress));
+  }
+  return lr * std::max(0.0, f * (1.0 - min_lr_ratio) + min_lr_ratio);
 }
 
 const char* LrSchedule::kind_name(Kind k) {

@@ -1,5 +1,6 @@
-// The trainer's parts: LR schedules, the token batcher's wrap-around, the data source split,
-// the PNG writer (decoded back with zlib), the plot, the progress line and FLOP count.
+// The trainer's parts: the token batcher's wrap-around, the data source split, the PNG writer
+// (decoded back with zlib), the plot, the progress line and FLOP count. (The LR schedules are
+// in test_lr_schedule.cpp.)
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -7,7 +8,6 @@
 #include <sstream>
 
 #include "train/data_source.h"
-#include "train/lr_schedule.h"
 #include "train/plot.h"
 #include "train/png.h"
 #include "train/progress.h"
@@ -16,63 +16,6 @@
 
 namespace sf::test {
 namespace {
-
-// ---- LR schedules ----------------------------------------------------------------------------
-
-LrSchedule sched(LrSchedule::Kind k, double lr, int64_t warmup, int64_t total, double min_ratio) {
-  LrSchedule s;
-  s.kind = k;
-  s.lr = lr;
-  s.warmup_steps = warmup;
-  s.total_steps = total;
-  s.min_lr_ratio = min_ratio;
-  return s;
-}
-
-// Tolerance: the values are a few double operations from exact closed forms; 1e-15 relative.
-constexpr double kTol = 1e-15;
-
-TEST(LrSchedule, WarmupIsLinearFromTheFirstStep) {
-  for (auto k : {LrSchedule::Kind::constant, LrSchedule::Kind::cosine, LrSchedule::Kind::linear}) {
-    auto s = sched(k, 1e-3, 4, 20, 0.1);
-    EXPECT_NEAR(s.at(1), 0.25e-3, kTol);  // no step at lr 0
-    EXPECT_NEAR(s.at(2), 0.50e-3, kTol);
-    EXPECT_NEAR(s.at(4), 1e-3, kTol);
-  }
-}
-
-TEST(LrSchedule, CosineDecaysFromPeakToJustAboveTheMinimum) {
-  auto s = sched(LrSchedule::Kind::cosine, 1e-3, 2, 12, 0.1);
-  // Decay steps 3..12 (10 of them): progress (step - 3) / 10.
-  EXPECT_NEAR(s.at(3), 1e-3, kTol);
-  const double pi = std::acos(-1.0);
-  for (int64_t step = 3; step <= 12; ++step) {
-    double p = double(step - 3) / 10.0;
-    EXPECT_NEAR(s.at(step), 1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(pi * p)), kTol) << step;
-  }
-  EXPECT_NEAR(s.at(8), 1e-4 + 0.9e-3 * 0.5, kTol);  // half way
-  EXPECT_GT(s.at(12), 1e-4);                        // the last step still learns
-  EXPECT_NEAR(s.at(13), 1e-4, kTol);                // beyond the end: the minimum
-  EXPECT_NEAR(s.at(1000), 1e-4, kTol);
-  for (int64_t step = 3; step < 12; ++step) EXPECT_GT(s.at(step), s.at(step + 1));
-}
-
-TEST(LrSchedule, LinearAndConstant) {
-  auto lin = sched(LrSchedule::Kind::linear, 2e-3, 0, 4, 0.0);
-  EXPECT_NEAR(lin.at(1), 2e-3, kTol);
-  EXPECT_NEAR(lin.at(2), 1.5e-3, kTol);
-  EXPECT_NEAR(lin.at(3), 1e-3, kTol);
-  EXPECT_NEAR(lin.at(4), 0.5e-3, kTol);
-  EXPECT_NEAR(lin.at(5), 0.0, kTol);
-  auto c = sched(LrSchedule::Kind::constant, 3e-4, 3, 100, 0.1);
-  EXPECT_NEAR(c.at(3), 3e-4, kTol);
-  EXPECT_EQ(c.at(4), 3e-4);
-  EXPECT_EQ(c.at(100), 3e-4);
-  EXPECT_EQ(c.at(5000), 3e-4);
-  EXPECT_EQ(LrSchedule::parse_kind(LrSchedule::kind_name(LrSchedule::Kind::linear)),
-            LrSchedule::Kind::linear);
-  EXPECT_THROW(LrSchedule::parse_kind("exp"), Error);
-}
 
 // ---- data --------------------------------------------------------------------------------------
 
