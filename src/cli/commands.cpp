@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iomanip>
+#include <sstream>
 #include <iostream>
 
 #include "core/error.h"
@@ -115,6 +116,22 @@ void add_plan_command(CLI::App& app) {
   });
 }
 
+// RoPE and context as the model computes them, e.g. "RoPE yarn, theta 1000000, factor 4
+// (from 32768), attention x1.139; max 131072; sliding window 4096".
+static std::string rope_summary(const ModelConfig& c) {
+  std::ostringstream o;
+  o << std::setprecision(10) << std::defaultfloat << "RoPE " << rope_type_name(c.rope_scaling.type) << ", theta "
+    << c.rope_theta;
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type != RopeScaling::Type::none) o << ", factor " << rs.factor;
+  if (rs.type == RopeScaling::Type::llama3 || rs.type == RopeScaling::Type::yarn)
+    o << " (from " << rs.original_max_position_embeddings << ")";
+  if (double a = rope_attention_scaling(c); a != 1.0) o << ", attention x" << std::setprecision(4) << a;
+  o << "; max " << c.max_position_embeddings;
+  if (c.sliding_window) o << "; sliding window " << c.sliding_window;
+  return o.str();
+}
+
 void add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("info", "describe a model directory");
@@ -131,6 +148,7 @@ void add_info_command(CLI::App& app) {
               << " kv, head_dim " << c.head_dim << "\n"
               << "vocab          " << c.vocab_size << (c.tie_word_embeddings ? " (tied)" : "")
               << "\n"
+              << "positions      " << rope_summary(c) << "\n"
               << "training state " << double(n) * 12 / double(1 << 30)
               << " GiB host (fp32 master + AdamW m, v; with --optimizer-dir "
               << double(n) * 4 / double(1 << 30) << " GiB host + " << double(n) * 8 / double(1 << 30)

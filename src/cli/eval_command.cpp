@@ -28,6 +28,7 @@ void add_eval_command(CLI::App& app) {
   cmd->callback([o] {
     std::filesystem::path dir(o->model);
     ModelConfig cfg = load_config(dir / "config.json");
+    check_sequence_length(cfg, o->seq_len, (dir / "config.json").string());
     ModelLayout layout = ModelLayout::build(cfg);
     o->resolve();
     auto exec = make_executor(cfg, o->req);

@@ -561,4 +561,17 @@ int64_t rope_max_sequence(const ModelConfig& c) {
   return c.rope_scaling.type == RopeScaling::Type::dynamic ? c.max_position_embeddings : 0;
 }
 
+void check_sequence_length(const ModelConfig& c, int64_t seq_len, const std::string& source,
+                           const std::string& flag) {
+  SF_REQUIRE(c.sliding_window == 0 || seq_len <= c.sliding_window, flag, " ", seq_len,
+             " is longer than the model's sliding window of ", c.sliding_window, " tokens (",
+             source, ": sliding_window); slideformer attends over whole sequences, which equals "
+             "the window only up to its length: use ", flag, " ", c.sliding_window, " or less");
+  const int64_t rope = rope_max_sequence(c);
+  SF_REQUIRE(rope == 0 || seq_len <= rope, flag, " ", seq_len, " is longer than ", source,
+             "'s max_position_embeddings (", rope, ") of a model with dynamic RoPE scaling "
+             "(rope type \"dynamic\"), whose frequencies transformers recomputes per batch "
+             "beyond it: use ", flag, " ", rope, " or less");
+}
+
 }  // namespace sf

@@ -92,5 +92,10 @@ double rope_attention_scaling(const ModelConfig& c);
 // The longest sequence the configured RoPE is defined for here: max_position_embeddings for
 // dynamic scaling (beyond it transformers recomputes the frequencies per batch), else no limit (0).
 int64_t rope_max_sequence(const ModelConfig& c);
+// Refuses a run whose sequences may be longer than the model computes them as transformers
+// does (sliding_window, dynamic RoPE's range), before anything is loaded. `source` names the
+// config.json; `flag` the option that set seq_len.
+void check_sequence_length(const ModelConfig& c, int64_t seq_len, const std::string& source,
+                           const std::string& flag = "--seq-len");
 
 }  // namespace sf

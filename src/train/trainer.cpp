@@ -407,6 +407,9 @@ TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
   // ---- model and data
   ModelSource src = resolve_source(opt);
   const ModelConfig& cfg = src.config;
+  check_sequence_length(cfg, opt.seq_len, src.weights_dir.empty()
+                                              ? std::string("the bundled example")
+                                              : (src.weights_dir / "config.json").string());
   ModelLayout layout = ModelLayout::build(cfg);
   const json model_now = model_json(cfg, layout);
   if (!saved.is_null()) {

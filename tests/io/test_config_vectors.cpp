@@ -288,5 +288,28 @@ TEST(ConfigRopeMath, DynamicHasARangeAndYarnScalesScores) {
   EXPECT_DOUBLE_EQ(rope_attention_scaling(config_from_json(j, "x")), 0.1 * std::log(16.0) + 1);
 }
 
+TEST(ConfigSequenceLength, WindowAndDynamicRangeAreCheckedUpFront) {
+  json j = small("mistral");
+  j["sliding_window"] = 4096;
+  ModelConfig m = config_from_json(j, "m/config.json");
+  EXPECT_NO_THROW(check_sequence_length(m, 4096, "m/config.json"));
+  try {
+    check_sequence_length(m, 8192, "m/config.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input);
+    EXPECT_NE(std::string(e.what()).find("m/config.json: sliding_window"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use --seq-len 4096 or less"), std::string::npos) << e.what();
+  }
+  j = small("llama");
+  j["max_position_embeddings"] = 1024;
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  ModelConfig d = config_from_json(j, "d/config.json");
+  EXPECT_NO_THROW(check_sequence_length(d, 1024, "d"));
+  EXPECT_THROW(check_sequence_length(d, 1025, "d"), Error);
+  j.erase("rope_scaling");
+  EXPECT_NO_THROW(check_sequence_length(config_from_json(j, "x"), 1 << 20, "x"));
+}
+
 }  // namespace
 }  // namespace sf
