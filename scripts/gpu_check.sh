@@ -31,6 +31,9 @@ say "gpu: $(tail -n +2 "$OUT/gpu.txt" | head -1)"
 say "commit: ${SF_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 # ---- tests ------------------------------------------------------------------------------------
+# The GPU machine reaches no network, and the real model's GGUF (98 MB) is more than a carry
+# holds: its test runs in CI and on the dev box (scripts/fetch_test_model.sh), skipped here.
+export SF_SKIP_REAL_MODEL=${SF_SKIP_REAL_MODEL:-1}
 status=0
 run_tests() {  # binary log
   local bin=$1 log=$2

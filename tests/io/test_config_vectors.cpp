@@ -76,7 +76,9 @@ TEST_P(ConfigVectors, FieldsAsTransformersDerivesThem) {
   EXPECT_EQ(c.qkv_bias, e["qkv_bias"]);
   EXPECT_FALSE(e["o_proj_bias"].get<bool>());  // a config giving o_proj a bias is refused
   EXPECT_EQ(c.qk_norm, e["qk_norm"]);
-  if (!e["dtype"].is_null()) EXPECT_EQ(c.torch_dtype, dtype_named(e["dtype"]));
+  if (!e["dtype"].is_null()) {
+    EXPECT_EQ(c.torch_dtype, dtype_named(e["dtype"]));
+  }
   EXPECT_EQ(rope_type_name(c.rope_scaling.type), e["rope_type"].get<std::string>());
   EXPECT_EQ(c.rope_theta, e["rope_theta"].get<double>());
   // transformers computes each frequency in float32 torch ops, slideformer in double rounded
@@ -103,11 +105,19 @@ TEST_P(ConfigVectors, SaveKeepsTheSpellingAndRoundTrips) {
   EXPECT_FALSE(params && saved.contains("rope_scaling")) << saved.dump();
   EXPECT_NE(saved.contains("dtype"), saved.contains("torch_dtype")) << saved.dump();
   json src = source();
-  if (src.contains("rope_parameters")) EXPECT_TRUE(params);
-  if (src.contains("rope_theta") && !src.contains("rope_parameters")) EXPECT_FALSE(params);
-  if (src.contains("torch_dtype") && !src.contains("dtype")) EXPECT_TRUE(saved.contains("torch_dtype"));
+  if (src.contains("rope_parameters")) {
+    EXPECT_TRUE(params);
+  }
+  if (src.contains("rope_theta") && !src.contains("rope_parameters")) {
+    EXPECT_FALSE(params);
+  }
+  if (src.contains("torch_dtype") && !src.contains("dtype")) {
+    EXPECT_TRUE(saved.contains("torch_dtype"));
+  }
   // Written by transformers (5, or 4 for the _v4 cases): saving changes nothing.
-  if (!expect().value("spelling", "").empty()) EXPECT_EQ(saved, src) << saved.dump(2);
+  if (!expect().value("spelling", "").empty()) {
+    EXPECT_EQ(saved, src) << saved.dump(2);
+  }
   // load -> save -> load is the same config, and saving again writes the same file.
   ModelConfig again = config_from_json(saved, "saved");
   expect_same_math(c, again);
