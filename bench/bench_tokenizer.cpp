@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace fs = std::filesystem;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates tests/data/tokenizers/vectors.json: the token ids and decoded text that the
-Hugging Face `tokenizers` library produces, which tests/io/test_tokenizer*.cpp compare the
-native tokenizer (src/io/tokenizer.h) against, with no Python or network at test time.
+Hugging Face `tokenizers` library produces, which tests/text/test_tokenizer*.cpp compare the
+native tokenizer (src/text/tokenizer.h) against, with no Python or network at test time.
 
 Each entry names a base tokenizer.json (committed under tests/data/tokenizers/, or under
 ../shared/data/ beside the repository for files too big to commit) and an optional patch:

@@ -21,7 +21,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "io/chat_template.h"
+#include "text/chat_template.h"
 #include "model/model_presets.h"
 #include "train/progress.h"
 #include "train/trainer.h"

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 #include "train/dataset_source.h"
 #include "train/token_batcher.h"
 #include "train/token_file.h"

@@ -7,7 +7,7 @@
 //   prompt_completion  {"prompt": "...", "completion": "..."}
 //                                                        loss on the completion (and EOS) only
 //   messages           {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
-//                      rendered with the tokenizer's chat template (io/chat_template.h); loss on
+//                      rendered with the tokenizer's chat template (text/chat_template.h); loss on
 //                      what each assistant turn produces (content through its end-of-turn token)
 //   tokens             a .bin / .tokens file (train/token_file.h): windows of seq_len + 1 tokens
 //                      with stride seq_len, loss on every token
@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "io/chat_template.h"
-#include "io/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "model/batch.h"
 #include "train/token_file.h"
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 #include "train/data_source.h"
 #include "train/dataset_loader.h"
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 #include "test_util.h"
 
 namespace sf::test {

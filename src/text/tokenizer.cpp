@@ -4,7 +4,7 @@
 //   3. run the pre-tokenizer steps over each piece (recursively, no intermediate vectors);
 //   4. BPE each word (cached), merging by rank with HF's priority-queue order.
 // Decoding maps ids to token strings and runs the decoder chain.
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/tokenizer_regex.h"
-#include "io/tokenizer_unicode.h"
+#include "text/tokenizer_regex.h"
+#include "text/tokenizer_unicode.h"
 
 namespace sf {
 

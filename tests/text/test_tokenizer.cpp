@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/tokenizer.h"
-#include "io/tokenizer_unicode.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_unicode.h"
 #include "test_util.h"
 
 namespace sf {

@@ -1,10 +1,10 @@
 // Split-regex scanners (see tokenizer_regex.h). Each branch below is one alternative of the
 // pattern, tried in pattern order; backtracking is reasoned out per alternative in comments.
-#include "io/tokenizer_regex.h"
+#include "text/tokenizer_regex.h"
 
 #include <string>
 
-#include "io/tokenizer_unicode.h"
+#include "text/tokenizer_unicode.h"
 
 namespace sf::tok {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/chat_template.h"
+#include "text/chat_template.h"
 #include "test_util.h"
 
 namespace sf {

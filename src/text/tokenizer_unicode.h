@@ -1,4 +1,4 @@
-// Unicode support for the native tokenizer (io/tokenizer.h): UTF-8 decoding and repair,
+// Unicode support for the native tokenizer (text/tokenizer.h): UTF-8 decoding and repair,
 // the character classes its pre-tokenizer scanners match (\p{L}, \p{N}, \s, \w), and NFC.
 // Owns nothing mutable; every function is pure and thread-safe. The tables are generated
 // (scripts/gen_unicode_tables.py -> tokenizer_unicode_tables.cpp); see that script for which

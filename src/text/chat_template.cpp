@@ -1,4 +1,4 @@
-#include "io/chat_template.h"
+#include "text/chat_template.h"
 
 #include <ctime>
 #include <regex>

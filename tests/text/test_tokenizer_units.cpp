@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
-#include "io/tokenizer_regex.h"
-#include "io/tokenizer_unicode.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_regex.h"
+#include "text/tokenizer_unicode.h"
 #include "test_util.h"
 
 namespace sf {

@@ -1,5 +1,5 @@
 // UTF-8 helpers, character classes and NFC for the native tokenizer (see tokenizer_unicode.h).
-#include "io/tokenizer_unicode.h"
+#include "text/tokenizer_unicode.h"
 
 #include <algorithm>
 #include <cstring>
