@@ -18,10 +18,9 @@ namespace sf {
 struct ThreadedStreamsBackend::Queue {
   std::mutex mu;
   std::condition_variable cv;
-  using Clock = std::chrono::steady_clock;
-  std::deque<std::pair<Clock::time_point, std::function<void()>>> ops;  // with enqueue times
+  std::deque<std::function<void()>> ops;
   uint64_t posted = 0, done = 0;
-  uint64_t forced = 0;  // lazy: ops [done, forced) must run now; later ones may wait
+  uint64_t forced = 0;  // lazy: ops [done, forced) must run now; later ones wait (done <= forced)
   bool stop = false;
   std::exception_ptr error;
 
@@ -29,19 +28,23 @@ struct ThreadedStreamsBackend::Queue {
     uint64_t n;
     {
       std::lock_guard<std::mutex> lk(mu);
-      ops.emplace_back(Clock::now(), std::move(fn));
+      ops.push_back(std::move(fn));
       n = ++posted;
     }
     cv.notify_all();
     return n;
   }
-  // Something waits for the first `upto` ops of this stream.
-  void force(uint64_t upto) {
+  // Something waits for the first `upto` ops of this stream. Returns how many ops that
+  // forces which nothing had forced before.
+  uint64_t force(uint64_t upto) {
+    uint64_t added = 0;
     {
       std::lock_guard<std::mutex> lk(mu);
+      if (upto > forced) added = upto - forced;
       forced = std::max(forced, upto);
     }
     cv.notify_all();
+    return added;
   }
   // Waits until everything enqueued so far has run (and made it run).
   std::unique_lock<std::mutex> drain() {
@@ -57,9 +60,7 @@ struct ThreadedStreamsBackend::Queue {
 // A stream: a thread that runs its queue in order. Destruction drains the queue.
 class ThreadedStreamsBackend::Worker final : public Stream {
  public:
-  Worker(std::shared_ptr<Queue> q, uint64_t seed, const Options& o,
-         std::atomic<uint64_t>& unforced)
-      : q_(std::move(q)), unforced_(unforced) {
+  Worker(std::shared_ptr<Queue> q, uint64_t seed, const Options& o) : q_(std::move(q)) {
     thread_ = std::thread([this, seed, o] { run(seed, o); });
   }
   ~Worker() override {
@@ -91,24 +92,10 @@ class ThreadedStreamsBackend::Worker final : public Stream {
       std::function<void()> fn;
       {
         std::unique_lock<std::mutex> lk(q.mu);
-        // Lazy: an op nothing waits for stays queued until something does, or until it has
-        // waited lazy_timeout_ms (a GPU makes progress on its own too; counted).
-        const auto timeout = std::chrono::milliseconds(o.lazy_timeout_ms);
-        for (;;) {
-          if (q.stop || (!q.ops.empty() && (!o.lazy || q.done < q.forced))) break;
-          if (q.ops.empty()) {
-            q.cv.wait(lk);
-            continue;
-          }
-          const auto due = q.ops.front().first + timeout;
-          if (Queue::Clock::now() >= due) {
-            ++unforced_;
-            break;
-          }
-          q.cv.wait_until(lk, due);
-        }
+        // Lazy: an op nothing waits for stays queued until something does, however long.
+        q.cv.wait(lk, [&] { return q.stop || (!q.ops.empty() && (!o.lazy || q.done < q.forced)); });
         if (q.ops.empty()) return;  // stopping, and drained
-        fn = std::move(q.ops.front().second);
+        fn = std::move(q.ops.front());
         q.ops.pop_front();
       }
       if (o.max_jitter_us > 0)
@@ -128,7 +115,6 @@ class ThreadedStreamsBackend::Worker final : public Stream {
   }
 
   std::shared_ptr<Queue> q_;
-  std::atomic<uint64_t>& unforced_;  // the backend's count
   std::thread thread_;
 };
 
@@ -149,12 +135,14 @@ struct EventState {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<char> reached{1};  // reached[k] for record k; [0]: "never recorded", done
+  std::vector<uint64_t> polls{0};  // lazy: query() calls that found record k not reached
   // Record k's stream and its marker's place in that stream (lazy streams are forced so far).
   std::vector<std::pair<std::shared_ptr<ThreadedStreamsBackend::Queue>, uint64_t>> where{{}};
 };
 
-// Makes the stream of record k run up to its marker (a no-op when not lazy).
-void force_record(EventState& st, uint64_t k) {
+// Makes the stream of record k run up to its marker (a no-op when not lazy). Returns how
+// many ops that forced which nothing had forced before.
+uint64_t force_record(EventState& st, uint64_t k) {
   std::shared_ptr<ThreadedStreamsBackend::Queue> q;
   uint64_t upto;
   {
@@ -162,16 +150,21 @@ void force_record(EventState& st, uint64_t k) {
     q = st.where[k].first;
     upto = st.where[k].second;
   }
-  if (q) q->force(upto);
+  return q ? q->force(upto) : 0;
 }
 
 class ThreadedEvent final : public Event {
  public:
+  // poll_limit > 0 (lazy): query() forces a record after that many unanswered polls and
+  // counts what it forced in `unforced`.
+  ThreadedEvent(int poll_limit, std::shared_ptr<std::atomic<uint64_t>> unforced)
+      : poll_limit_(poll_limit), unforced_(std::move(unforced)) {}
   void record(Stream& s) override {
     auto& q = worker_of(s).queue();
     std::lock_guard<std::mutex> lk(st_->mu);  // the marker's place is known before it can run
     const uint64_t k = st_->reached.size();
     st_->reached.push_back(0);
+    st_->polls.push_back(0);
     st_->where.emplace_back(q, 0);
     st_->where[k].second = q->push([st = st_, k] {
       {
@@ -197,8 +190,18 @@ class ThreadedEvent final : public Event {
     st_->cv.wait(lk, [&] { return st_->reached[k] != 0; });
   }
   bool query() override {
-    std::lock_guard<std::mutex> lk(st_->mu);
-    return st_->reached.back() != 0;
+    uint64_t k;
+    {
+      std::lock_guard<std::mutex> lk(st_->mu);
+      k = st_->reached.size() - 1;
+      if (st_->reached[k]) return true;
+      if (poll_limit_ <= 0 || ++st_->polls[k] < uint64_t(poll_limit_)) return false;
+    }
+    // Polled too often: a host waiting for progress it never asked for. Run the stream up to
+    // the record (else the poll would spin forever) and count it; 0 if something had forced
+    // it in the meantime.
+    *unforced_ += force_record(*st_, k);
+    return false;  // it comes true once the marker has run
   }
 
  private:
@@ -206,6 +209,8 @@ class ThreadedEvent final : public Event {
     std::lock_guard<std::mutex> lk(st_->mu);
     return st_->reached.size() - 1;
   }
+  int poll_limit_;
+  std::shared_ptr<std::atomic<uint64_t>> unforced_;
   std::shared_ptr<EventState> st_ = std::make_shared<EventState>();
 };
 
@@ -237,11 +242,11 @@ std::unique_ptr<Stream> ThreadedStreamsBackend::create_stream(const std::string&
   auto q = std::make_shared<Queue>();
   std::lock_guard<std::mutex> lk(mu_);
   live_.push_back(q);
-  return std::make_unique<Worker>(std::move(q), opt_.seed + n_streams_++, opt_, unforced_);
+  return std::make_unique<Worker>(std::move(q), opt_.seed + n_streams_++, opt_);
 }
 
 std::unique_ptr<Event> ThreadedStreamsBackend::create_event() {
-  return std::make_unique<ThreadedEvent>();
+  return std::make_unique<ThreadedEvent>(opt_.lazy ? std::max(1, opt_.lazy_poll_limit) : 0, unforced_);
 }
 
 Stream& ThreadedStreamsBackend::default_stream() { return *default_; }
