@@ -1,15 +1,21 @@
 // The sliding-window engine against the plain resident step, on the host backend: same
 // losses and same weights after several steps, for every architecture, with and without
 // clipping, with gradient accumulation, with tied embeddings, with micro-batches split into
-// chunks and with the activation store in either tier.
+// chunks and with the activation store in either tier; the same on lazy threaded streams,
+// which also show that an engine omitting a wait or a synchronize gives wrong results.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 
+#include "backend/forwarding_backend.h"
 #include "backend/host/host_backend.h"
 #include "backend/threaded_streams_backend.h"
 #include "engine/device_resident_executor.h"
@@ -59,8 +65,9 @@ void expect_same_state(StepExecutor& a, StepExecutor& b, bool moments) {
 }
 
 // A host backend whose streams are threads that run an op only once something waits for
-// it: an ordering the engine forgot (an event wait, a synchronize before the host reads)
-// lets a consumer run before its producer, as it could on a GPU, and changes the bits.
+// it, never because time passed: an ordering the engine forgot (an event wait, a synchronize
+// before the host reads) lets a consumer run before its producer, as it could on a GPU, and
+// changes the bits, on every run and under any load (SlidingWindow.LazyStreamsCatchAnOmittedWaitOrSynchronize).
 struct LazyStreams {
   static ThreadedStreamsBackend::Options lazy() {
     ThreadedStreamsBackend::Options o;
@@ -182,7 +189,9 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   double la = ref.eval_loss_sum(e), lb = eng.eval_loss_sum(e);
   EXPECT_NEAR(lb, la, 1e-5 * la);
   // Every op the engine enqueued ran because something waited for it: no step relied on a
-  // stream making progress by itself.
+  // stream making progress by itself (the lazy streams never run an op unasked; a host that
+  // polls query() instead of waiting is counted here). A count of polls, not a timeout, so
+  // the machine's load cannot change it.
   EXPECT_EQ(lazy.be.ops_run_unforced(), 0u);
 }
 
@@ -356,6 +365,8 @@ TEST(SlidingWindow, CheckpointMovesDeviceAdamWStateExactly) {
       EXPECT_EQ(r.loss(), x.loss()) << "step " << i;
     }
     expect_same_state(ref, b, true);
+    EXPECT_EQ(lazy_a.be.ops_run_unforced(), 0u);
+    EXPECT_EQ(lazy_b.be.ops_run_unforced(), 0u);
   }
 }
 
@@ -406,6 +417,7 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
     eng.params_changed();
     StepStats next = eng.train_step(micro, h);
     EXPECT_TRUE(std::isfinite(next.loss()));
+    EXPECT_EQ(lazy.be.ops_run_unforced(), 0u);
   }
 }
 
@@ -501,6 +513,169 @@ TEST(DeviceResident, MatchesHostAdamWStep) {
         ASSERT_EQ(pa.m(u)[i] == 0, pb.m(u)[i] == 0);  // same elements touched (no padding)
       }
     EXPECT_LE(max_diff, 3 * 1e-3 * h.lr);
+    EXPECT_EQ(lazy_b.be.ops_run_unforced(), 0u);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The engine with some of its orderings left out, to show that the lazy streams catch the
+// omission: a decorator over the lazy backend whose events drop the waits (or the host's
+// synchronizes) that `pick(producer, consumer)` selects, by stream name ("host" for a
+// synchronize; the producer is the stream of the event's latest record). Everything else
+// goes to the lazy backend unchanged.
+class ForgetfulBackend final : public ForwardingBackend {
+ public:
+  using Pick = std::function<bool(const std::string& producer, const std::string& consumer)>;
+  ForgetfulBackend(Backend& in, Pick pick) : ForwardingBackend(in), pick_(std::move(pick)) {}
+  std::string name() const override { return in_.name() + " (forgetful)"; }
+  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
+  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
+  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
+    return in_.map_host(p, n, w);
+  }
+  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
+  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
+  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
+  std::unique_ptr<Stream> create_stream(const std::string& n) override {
+    auto s = in_.create_stream(n);
+    std::lock_guard<std::mutex> lk(st_->mu);
+    st_->names[s.get()] = n;
+    return s;
+  }
+  std::unique_ptr<Event> create_event() override {
+    return std::make_unique<ForgetfulEvent>(in_.create_event(), st_, pick_);
+  }
+  Stream& default_stream() override { return in_.default_stream(); }
+  int forgotten() const { return st_->forgotten; }  // waits and synchronizes dropped so far
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::map<const Stream*, std::string> names;
+    std::atomic<int> forgotten{0};
+    std::string name(const Stream& s) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = names.find(&s);
+      return it == names.end() ? "default" : it->second;
+    }
+  };
+  class ForgetfulEvent final : public Event {
+   public:
+    ForgetfulEvent(std::unique_ptr<Event> e, std::shared_ptr<State> st, Pick pick)
+        : e_(std::move(e)), st_(std::move(st)), pick_(std::move(pick)) {}
+    void record(Stream& s) override {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        producer_ = st_->name(s);
+      }
+      e_->record(s);
+    }
+    void wait(Stream& s) override {
+      if (!forget(st_->name(s))) e_->wait(s);
+    }
+    void synchronize() override {
+      if (!forget("host")) e_->synchronize();
+    }
+    bool query() override { return e_->query(); }
+
+   private:
+    bool forget(const std::string& consumer) {
+      std::string p;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        p = producer_;
+      }
+      if (p.empty() || !pick_(p, consumer)) return false;
+      ++st_->forgotten;
+      return true;
+    }
+    std::unique_ptr<Event> e_;
+    std::shared_ptr<State> st_;
+    Pick pick_;
+    std::mutex mu_;
+    std::string producer_;
+  };
+  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
+
+  Pick pick_;
+  std::shared_ptr<State> st_ = std::make_shared<State>();
+};
+
+struct Forgetting {
+  bool differs = false;  // losses, norms or weights not the reference's
+  std::string error;     // what the engine threw, if it did
+  int forgotten = 0;
+  uint64_t unforced = 0;
+};
+
+// Three clipped steps of the small window (layer 1's AdamW on the device) on the lazy
+// backend behind a ForgetfulBackend, against the resident reference.
+Forgetting train_forgetting(bool speculative, ForgetfulBackend::Pick pick) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  const int rows = 2, seq = 12;
+  HostBackend be_ref;
+  ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
+  LazyStreams lazy;
+  ForgetfulBackend be(lazy.be, std::move(pick));
+  EngineConfig ec = small_window(64, 2, speculative, speculative);
+  ec.device_adamw_layers = 1;
+  Forgetting f;
+  try {
+    SlidingWindowExecutor eng(be, cfg, ec);
+    same_start(cfg, ref, eng, 42);
+    OptimHyper h;
+    h.lr = 3e-3;
+    h.weight_decay = 0.1f;
+    h.max_grad_norm = 0.05f;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Batch> micro = {random_batch(cfg, rows, seq, uint64_t(100 * step))};
+      StepStats a = ref.train_step(micro, h), b = eng.train_step(micro, h);
+      // The tolerances of SlidingVsResident (fp32 summation order, a clipped step's ulp);
+      // written as !(x <= tol) so that a NaN counts as a difference.
+      f.differs |= !(std::fabs(b.loss() - a.loss()) <= 1e-5 * a.loss()) ||
+                   !(std::fabs(b.grad_norm - a.grad_norm) <= 1e-5 * a.grad_norm);
+    }
+    for (int u = 0; u < ref.params().n_units(); ++u)
+      for (int64_t i = 0; i < ref.params().numel(u); ++i)
+        f.differs |= !(std::fabs(ref.params().master(u)[i] - eng.params().master(u)[i]) <= 3 * 1e-3 * h.lr);
+  } catch (const std::exception& e) {
+    f.error = e.what();
+  }
+  f.forgotten = be.forgotten();
+  f.unforced = lazy.be.ops_run_unforced();
+  return f;
+}
+
+// The negative test of the lazy streams: an engine that omits a stream wait (the activation
+// offload not waiting for the layer that writes it) or a host synchronize (reading what the
+// update streams brought home before it is there) gives wrong results on them, on every run
+// and whatever the load, without hanging; with nothing omitted the same harness matches.
+// ops_run_unforced stays 0: the omission shows by itself, nothing ran because time passed.
+TEST(SlidingWindow, LazyStreamsCatchAnOmittedWaitOrSynchronize) {
+  for (bool speculative : {false, true}) {
+    SCOPED_TRACE(speculative ? "speculative" : "deferred");
+    Forgetting none = train_forgetting(speculative, [](const std::string&, const std::string&) { return false; });
+    EXPECT_EQ(none.error, "");
+    EXPECT_FALSE(none.differs) << "the harness itself must match the reference";
+    EXPECT_EQ(none.forgotten, 0);
+    EXPECT_EQ(none.unforced, 0u);
+
+    Forgetting wait = train_forgetting(speculative, [](const std::string& p, const std::string& c) {
+      return p == "compute" && c == "d2h";
+    });
+    EXPECT_GT(wait.forgotten, 0) << "the engine no longer orders d2h after compute: pick another wait";
+    EXPECT_TRUE(wait.differs || !wait.error.empty()) << "an omitted wait went unnoticed";
+    EXPECT_EQ(wait.unforced, 0u);
+
+    Forgetting sync = train_forgetting(speculative, [](const std::string& p, const std::string& c) {
+      return p == "update d2h" && c == "host";
+    });
+    EXPECT_GT(sync.forgotten, 0) << "the host no longer synchronizes on update d2h: pick another";
+    EXPECT_TRUE(sync.differs || !sync.error.empty()) << "an omitted synchronize went unnoticed";
+    EXPECT_EQ(sync.unforced, 0u);
   }
 }
 
