@@ -2,6 +2,7 @@
 // planner's GPU figures (calibrated on the H200) rescale by what it measured.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "backend/host/host_backend.h"
@@ -33,9 +34,16 @@ TEST(HardwareProbe, MeasuresThroughTheBackend) {
 
 TEST(HardwareProbe, MeasuresTheOptimizersDisk) {
   const std::string dir = ::testing::TempDir();
-  const double bw = probe_disk(dir, size_t(16) << 20);
+  const size_t bytes = size_t(16) << 20;  // two of the probe's 8 MiB blocks: probed as is
+  // The probe times its write and its read inside this interval, so the rate it reports is at
+  // least the 2 x bytes it moved over the whole interval, however slow or loaded the machine
+  // (a fixed floor such as "1 MB/s" would depend on the disk). A wrong unit (MB/s, bytes/ms)
+  // falls far below it.
+  const auto t0 = std::chrono::steady_clock::now();
+  const double bw = probe_disk(dir, bytes);
+  const double outer = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(std::isfinite(bw));
-  EXPECT_GT(bw, 1e6);  // any disk moves more than 1 MB/s
+  EXPECT_GE(bw, 2.0 * double(bytes) / outer);
   try {
     probe_disk("/nonexistent/sf-probe");
     FAIL() << "no error";
