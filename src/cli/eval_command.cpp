@@ -5,10 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "data/token_file_source.h"
 #include "engine/executor_factory.h"
 #include "io/model_config.h"
 #include "model/weights_io.h"
-#include "train/token_batcher.h"
 
 namespace sf::cli {
 

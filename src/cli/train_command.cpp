@@ -21,9 +21,9 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
-#include "text/chat_template.h"
 #include "model/model_presets.h"
-#include "train/progress.h"
+#include "report/progress.h"
+#include "text/chat_template.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;

@@ -13,16 +13,16 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
+#include "data/data_source.h"
 #include "engine/executor_factory.h"
 #include "io/atomic_file.h"
 #include "io/model_config.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "model/weights_io.h"
-#include "train/data_source.h"
+#include "report/plot.h"
+#include "report/progress.h"
 #include "train/model_dir.h"
-#include "train/plot.h"
-#include "train/progress.h"
 
 namespace sf {
 

@@ -1,4 +1,4 @@
-// The training loop: data (train/data_source.h), learning-rate schedule, step execution,
+// The training loop: data (data/data_source.h), learning-rate schedule, step execution,
 // evaluation, progress display, metrics log (<out>/metrics.jsonl, one JSON object per step,
 // rewritten from the checkpoint on resume, then appended), loss plot (<out>/loss.png),
 // checkpoints (train/checkpoint.h) every save_every steps, at the end and when a stop is
@@ -36,7 +36,7 @@ struct TrainOptions {
   // Empty with no model: the bundled token file.
   std::filesystem::path tokens_file;
   std::filesystem::path examples_dir;  // where the bundled example lives
-  // How a JSONL dataset is read (train/data_source.h DataRequest); recorded in checkpoints and
+  // How a JSONL dataset is read (data/data_source.h DataRequest); recorded in checkpoints and
   // taken from there on resume unless given. chat_date is recorded as rendered (today's date
   // when empty), so that a resumed run renders the same text.
   std::string data_format = "auto";  // auto | text | prompt_completion | messages | tokens

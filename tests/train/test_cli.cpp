@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "core/dtype.h"
-#include "model/weights_io.h"
 #include "engine/planner.h"
+#include "model/weights_io.h"
+#include "report/png.h"
 #include "train/checkpoint.h"
-#include "train/png.h"
 #include "train_test_util.h"
 
 namespace sf::test {

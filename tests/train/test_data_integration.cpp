@@ -1,4 +1,4 @@
-// JSONL datasets through the trainer (train/data_source.h's dataset branch) on the host backend:
+// JSONL datasets through the trainer (data/data_source.h's dataset branch) on the host backend:
 // a prompt/completion file and a Llama 3.2 chat file train with a tiny model whose directory
 // holds the tokenizer and chat template, the loss is finite and falls, a stopped run resumes
 // bit for bit (the chat date recorded in the checkpoint and passed back), and the first batch's
@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dataset_test_util.h"
+#include "data/data_source.h"
+#include "data/sample_set.h"
+#include "data_pipeline/dataset_test_util.h"
 #include "train/checkpoint.h"
-#include "train/data_source.h"
-#include "train/dataset.h"
 #include "train_test_util.h"
 
 namespace sf::test {

@@ -17,12 +17,13 @@
 #include <string_view>
 #include <vector>
 
+#include "data/token_file.h"
+#include "data_pipeline/dataset_test_util.h"  // make_tokens
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/model_init.h"
 #include "test_util.h"
 #include "train/model_dir.h"
-#include "train/token_file.h"
 #include "train/trainer.h"
 
 extern char** environ;
@@ -42,17 +43,6 @@ inline fs::path make_tiny_model(const fs::path& dir, Arch arch = Arch::qwen3, ui
   so.dtype = DType::f32;
   save_model_dir(dir, cfg, layout, w, so);
   return dir;
-}
-
-// n token ids below `vocab` with some structure (a noisy repeating pattern), so that a model
-// can learn something; seeded.
-inline fs::path make_tokens(const fs::path& p, int64_t n, int vocab = 53, uint64_t seed = 11) {
-  std::mt19937_64 g(seed);
-  std::vector<uint32_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    ids[size_t(i)] = g() % 4 == 0 ? uint32_t(g() % uint64_t(vocab)) : uint32_t((i * 7) % vocab);
-  write_token_file(p, ids.data(), n);
-  return p;
 }
 
 // A run small enough for a few milliseconds per step on the host backend that still

@@ -1,18 +1,49 @@
-#include "train/data_source.h"
+#include "data/token_file_source.h"
 
 #include <algorithm>
-#include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "core/error.h"
-#include "text/tokenizer.h"
-#include "train/dataset_source.h"
-#include "train/token_batcher.h"
-#include "train/token_file.h"
 
 namespace sf {
 
 namespace fs = std::filesystem;
+
+TokenBatcher::TokenBatcher(const TokenFile& f, int64_t begin, int64_t end, int seq_len)
+    : f_(f), begin_(begin), end_(end), seq_len_(seq_len), pos_(begin) {
+  SF_REQUIRE(seq_len > 0, "--seq-len must be positive");
+  SF_REQUIRE(end - begin >= seq_len + 1, f.path().string(), ": ", end - begin,
+             " tokens are too few for one row of --seq-len ", seq_len,
+             "; use a shorter --seq-len or more data");
+}
+
+Batch TokenBatcher::next(int n_rows) {
+  Batch b;
+  b.cu_seqlens.push_back(0);
+  for (int r = 0; r < n_rows; ++r) {
+    if (pos_ + seq_len_ + 1 > end_) {
+      pos_ = begin_;
+      ++epoch_;
+    }
+    for (int i = 0; i < seq_len_; ++i) {
+      b.tokens.push_back(int32_t(f_[pos_ + i]));
+      b.labels.push_back(int32_t(f_[pos_ + i + 1]));
+      b.positions.push_back(i);
+    }
+    b.cu_seqlens.push_back(int32_t(b.tokens.size()));
+    pos_ += seq_len_;
+  }
+  return b;
+}
+
+void TokenBatcher::seek(int64_t position, int64_t epoch) {
+  SF_REQUIRE(position >= begin_ && position < end_, "resume position ", position,
+             " is outside the data range [", begin_, ", ", end_,
+             "); the checkpoint was made with other data");
+  pos_ = position;
+  epoch_ = epoch;
+}
 
 namespace {
 
@@ -129,75 +160,9 @@ class ShuffledTokenStream final : public TrainStream {
   std::vector<int64_t> order_;
 };
 
-// The JSONL format of `path` as the dataset code detects it (train/dataset.h: the first line
-// that is a JSON object; messages, then prompt + completion, then text), or "" when no line
-// tells (load_dataset then reports the problem with its line number).
-std::string peek_jsonl_format(const fs::path& path, const std::string& forced) {
-  if (forced == "text") return "text";
-  if (forced == "prompt_completion" || forced == "prompt-completion") return "prompt_completion";
-  if (forced == "messages" || forced == "chat") return "messages";
-  std::ifstream f(path, std::ios::binary);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json o = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!o.is_object()) continue;  // a bad line: skipped or reported by load_dataset
-    if (o.contains("messages")) return "messages";
-    if (o.contains("prompt") && o.contains("completion")) return "prompt_completion";
-    if (o.contains("text")) return "text";
-    return "";
-  }
-  return "";
-}
-
-// "auto": plain text is usually long documents, which split keeps whole across rows; a prompt
-// or conversation cut into pieces would lose its context, so those are truncated.
-std::string resolve_overflow(const DataRequest& r) {
-  if (r.overflow != "auto") return r.overflow;
-  return peek_jsonl_format(r.path, r.format) == "text" ? "split" : "truncate";
-}
-
-DataSource open_jsonl_source(const DataRequest& r) {
-  SF_REQUIRE(!r.tokenizer_dir.empty(), r.path.string(),
-             ": a JSONL dataset is tokenized with the model's tokenizer, but no tokenizer "
-             "directory was given (--model DIR holding tokenizer.json)");
-  SF_REQUIRE(fs::exists(r.tokenizer_dir / "tokenizer.json") ||
-                 fs::is_regular_file(r.tokenizer_dir),
-             r.tokenizer_dir.string(), ": no tokenizer.json here; the JSONL dataset ",
-             r.path.string(), " needs the model's tokenizer (or pass a token file to --data)");
-  const Tokenizer tok = Tokenizer::load(r.tokenizer_dir);
-  DatasetSourceOptions o;
-  o.data.format = r.format;
-  o.data.chat_format = r.chat_format;
-  o.data.chat_date = r.chat_date;
-  o.data.overflow = resolve_overflow(r);
-  o.data.skip_bad_lines = r.skip_bad_lines;
-  o.data.eval_file = r.eval_file;
-  o.data.tokenizer_dir = r.tokenizer_dir;
-  o.shuffle = r.shuffle;
-  o.pad_rows = false;  // the executors take rows of any length up to seq_len
-  return open_dataset_source(r, &tok, o);
-}
-
 }  // namespace
 
-const std::vector<std::string>& data_format_names() {
-  static const std::vector<std::string> v = {"auto", "text", "prompt_completion", "messages",
-                                             "tokens"};
-  return v;
-}
-
-const std::vector<std::string>& overflow_names() {
-  static const std::vector<std::string> v = {"auto", "truncate", "split", "drop"};
-  return v;
-}
-
-DataSource open_data_source(const DataRequest& r) {
-  SF_REQUIRE(!r.path.empty(), "no training data: pass --data FILE (JSONL or a token file)");
-  SF_REQUIRE(fs::exists(r.path), r.path.string(), ": training data not found (--data)");
-  SF_REQUIRE(r.eval_file.empty() || fs::exists(r.eval_file), r.eval_file.string(),
-             ": evaluation data not found (--eval-file)");
-  if (is_dataset_file(r.path, r.format)) return open_jsonl_source(r);
+DataSource open_token_file_source(const DataRequest& r) {
   {
     SF_REQUIRE(r.format == "auto" || r.format == "tokens", "--data-format ", r.format,
                " is not known; use auto, text, prompt_completion, messages or tokens");
@@ -249,19 +214,6 @@ DataSource open_data_source(const DataRequest& r) {
   else
     d.train = std::make_unique<TokenStream>(f, n - n_eval, r.seq_len);
   return d;
-}
-
-std::string data_identity_mismatch(const nlohmann::json& saved, const nlohmann::json& now) {
-  if (!saved.is_object()) return "the checkpoint records no training data";
-  for (auto& [key, value] : now.items()) {
-    if (key == "path") continue;
-    if (!saved.contains(key))
-      return cat("the checkpoint's data record lacks \"", key, "\"");
-    if (saved.at(key) != value)
-      return cat("the data's ", key, " is ", value.dump(), " but the checkpoint was trained with ",
-                 saved.at(key).dump(), " (", saved.value("path", std::string("?")), ")");
-  }
-  return {};
 }
 
 }  // namespace sf

@@ -1,13 +1,13 @@
-// The trainer's DataSource (train/data_source.h) for datasets: JSONL text, prompt/completion and
-// chat files (and token files, shuffled by window) through train/dataset.h and
-// train/dataset_loader.h. Owns nothing beyond the DataSource it returns.
+// The trainer's DataSource (data/data_source.h) for datasets held as a SampleSet: JSONL text,
+// prompt/completion and chat files (and token files, shuffled by window) through
+// data/sample_set.h and data/data_loader.h. Owns nothing beyond the DataSource it returns.
 #pragma once
 #include <filesystem>
 #include <string>
 
+#include "data/data_loader.h"
+#include "data/data_source.h"
 #include "text/tokenizer.h"
-#include "train/data_source.h"
-#include "train/dataset_loader.h"
 
 namespace sf {
 
@@ -31,5 +31,10 @@ bool is_dataset_file(const std::filesystem::path& path, const std::string& forma
 // on a token id outside r.vocab_size.
 DataSource open_dataset_source(const DataRequest& r, const Tokenizer* tok,
                                const DatasetSourceOptions& o);
+
+// open_data_source() for a JSONL dataset: loads the tokenizer of r.tokenizer_dir (Error(input)
+// when there is none), resolves overflow "auto" (split for text, truncate for prompt/completion
+// and chat) and calls open_dataset_source with the request's options (no row padding).
+DataSource open_jsonl_source(const DataRequest& r);
 
 }  // namespace sf

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/sample_set.h"
 #include "model/batch.h"
-#include "train/dataset.h"
 
 namespace sf {
 

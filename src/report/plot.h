@@ -1,7 +1,7 @@
 // The loss-curve plot written next to metrics.jsonl: training loss (raw, and smoothed when
 // there are many steps) and evaluation loss against the step, with axes, grid, tick labels
 // and a legend, drawn with a built-in 5x7 bitmap font (with descenders) into an RgbImage
-// (train/png.h).
+// (report/png.h).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/png.h"
+#include "report/png.h"
 
 namespace sf {
 

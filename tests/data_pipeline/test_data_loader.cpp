@@ -8,7 +8,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "train/dataset_loader.h"
+#include "data/data_loader.h"
 #include "dataset_test_util.h"
 
 namespace sf {

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "report/plot.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "train/dataset_loader.h"
+#include "data/data_loader.h"
 
 #include <algorithm>
 #include <cstdio>

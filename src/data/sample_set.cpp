@@ -1,4 +1,4 @@
-#include "train/dataset.h"
+#include "data/sample_set.h"
 
 #include <algorithm>
 #include <array>

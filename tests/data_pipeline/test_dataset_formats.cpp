@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "train/dataset.h"
+#include "data/sample_set.h"
 #include "dataset_test_util.h"
 
 namespace sf {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "train/dataset_source.h"
+#include "data/sample_source.h"
 #include "dataset_test_util.h"
 
 namespace sf {

@@ -5,12 +5,13 @@
 //    a content fingerprint, the split) that a checkpoint records so that resuming on other
 //    data is refused.
 // Two implementations behind open_data_source():
-//  - a TokenFile (llm.c .bin or raw uint32) whose tail is held out and whose head is cut into
-//    rows of seq_len + 1 tokens with stride seq_len: in order (TokenBatcher, llm.c style) or,
-//    with shuffle, in a seeded permutation drawn afresh every epoch;
+//  - a TokenFile (llm.c .bin or raw uint32; data/token_file_source.h) whose tail is held out
+//    and whose head is cut into rows of seq_len + 1 tokens with stride seq_len: in order
+//    (TokenBatcher, llm.c style) or, with shuffle, in a seeded permutation drawn afresh every
+//    epoch;
 //  - a JSONL dataset (text, prompt/completion, chat messages rendered with the model's chat
-//    template; train/dataset_source.h): samples tokenized with the tokenizer in tokenizer_dir,
-//    loss masks as train/dataset.h computes them, packed into rows that keep samples whole.
+//    template; data/sample_source.h): samples tokenized with the tokenizer in tokenizer_dir,
+//    loss masks as data/sample_set.h computes them, packed into rows that keep samples whole.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "train/progress.h"
+#include "report/progress.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // Training data from files: JSONL documents tokenized into samples, or a pre-tokenized token
 // stream, held as a SampleSet; a deterministic train/eval split. Packing, shuffling, epochs and
-// the resume position are DataLoader's (train/dataset_loader.h).
+// the resume position are DataLoader's (data/data_loader.h).
 //
 // Formats (auto-detected from the first non-blank JSONL line; DatasetOptions::format forces one):
 //   text               {"text": "..."}                   loss on every token
@@ -9,7 +9,7 @@
 //   messages           {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
 //                      rendered with the tokenizer's chat template (text/chat_template.h); loss on
 //                      what each assistant turn produces (content through its end-of-turn token)
-//   tokens             a .bin / .tokens file (train/token_file.h): windows of seq_len + 1 tokens
+//   tokens             a .bin / .tokens file (data/token_file.h): windows of seq_len + 1 tokens
 //                      with stride seq_len, loss on every token
 // Text and prompt/completion documents get BOS when the tokenizer's config says add_bos and EOS
 // after the document; chat samples get exactly the template's text (its BOS included).
@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "data/token_file.h"
+#include "model/batch.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
-#include "model/batch.h"
-#include "train/token_file.h"
 
 namespace sf {
 

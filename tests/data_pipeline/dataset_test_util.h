@@ -1,16 +1,19 @@
-// Helpers of the dataset tests: the tokenizers the vectors were made with, vectors.json, files.
+// Helpers of the data tests: the tokenizers the vectors were made with, vectors.json, files,
+// token files.
 #pragma once
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "text/tokenizer.h"
+#include "data/token_file.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace sf::test {
 
@@ -62,6 +65,18 @@ inline std::optional<Tokenizer> vector_tokenizer(const std::string& name) {
   }
   cache[name] = t;
   return t;
+}
+
+// n token ids below `vocab` with some structure (a noisy repeating pattern), so that a model
+// can learn something; seeded.
+inline std::filesystem::path make_tokens(const std::filesystem::path& p, int64_t n,
+                                         int vocab = 53, uint64_t seed = 11) {
+  std::mt19937_64 g(seed);
+  std::vector<uint32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[size_t(i)] = g() % 4 == 0 ? uint32_t(g() % uint64_t(vocab)) : uint32_t((i * 7) % vocab);
+  write_token_file(p, ids.data(), n);
+  return p;
 }
 
 }  // namespace sf::test

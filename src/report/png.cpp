@@ -1,4 +1,4 @@
-#include "train/png.h"
+#include "report/png.h"
 
 #include <zlib.h>
 
