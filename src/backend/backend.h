@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backend/tensor.h"
+#include "optim/adamw_step.h"  // AdamWStep: the Backend's AdamW op takes optim's step
 
 namespace sf {
 
@@ -61,14 +62,6 @@ struct AttentionShape {
   float scale = 0.f;    // usually 1/sqrt(head_dim)
   int n_seqs = 0;       // sequences in cu_seqlens
   int max_seqlen = 0;   // longest sequence (for kernel launch sizing)
-};
-
-struct AdamWStep {
-  float lr = 0.f;
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float weight_decay = 0.f;
-  int64_t step = 1;        // 1-based, for bias correction
-  float grad_scale = 1.f;  // multiplies the gradient first (clipping, averaging)
 };
 
 class Backend {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"  // BackendKind
 #include "engine/planner.h"
 #include "engine/step_executor.h"
 

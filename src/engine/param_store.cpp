@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "engine/planner.h"  // format_bytes
 #include "io/anonymous_file.h"
 
 namespace sf {

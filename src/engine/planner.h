@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"        // parse_bytes, format_bytes: the planner's users print sizes
+#include "core/dtype.h"
 #include "core/host_memory.h"  // host_available_bytes
-#include "engine/sliding_executor.h"
+#include "engine/engine_config.h"
 #include "io/model_config.h"
 
 namespace sf {
@@ -111,10 +113,6 @@ int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd);
 // reduced compute dtype, i.e. a GPU); a forced count must fit.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
                const HardwareModel& hw, bool allow_resident = true, int device_adamw_layers = -1);
-
-// "24GiB", "24G", "1.5TB", "512MiB", "1000000" (bytes). Throws Error(input) naming `flag`.
-size_t parse_bytes(const std::string& text, const std::string& flag);
-std::string format_bytes(size_t bytes);
 
 // The plan in words. summary: only the mode, the memory totals, the prediction and the bound
 // (what `train` prints before it starts; `slideformer plan` prints the whole table).

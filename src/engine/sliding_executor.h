@@ -45,6 +45,7 @@
 #include "backend/host/host_backend.h"
 #include "core/thread_pool.h"
 #include "engine/embedding_grad.h"
+#include "engine/engine_config.h"
 #include "engine/schedule.h"
 #include "engine/step_executor.h"
 #include "engine/update_pipeline.h"
@@ -52,84 +53,6 @@
 #include "model/recipes.h"
 
 namespace sf {
-
-// Elements per ring buffer of a device home's update trip (2 buffers, pinned host): small
-// enough to cost little memory, large enough that each copy runs at full PCIe speed.
-constexpr int64_t kRingPiece = int64_t(32) << 20;
-
-struct EngineConfig {
-  int n_slots = 2;                 // weight slots on the device (>= 2)
-  int64_t max_chunk_tokens = 0;    // tokens per chunk (layer scratch is sized for this)
-  int max_chunks = 1;              // chunks per step
-  int64_t head_chunk_rows = 256;   // tokens per LM-head logits chunk
-  bool activations_on_device = false;  // activation store tier (all layers)
-  // When >= 0: only the saved inputs of the first `device_act_layers` layers stay on the
-  // device, the rest go to pinned host memory (the planner's split when neither tier alone
-  // has room). -1: activations_on_device decides for every layer.
-  int device_act_layers = -1;
-  bool act_on_device(int layer) const {
-    return device_act_layers < 0 ? activations_on_device : layer < device_act_layers;
-  }
-  int n_device_act_layers(int n_layers) const {
-    return device_act_layers < 0 ? (activations_on_device ? n_layers : 0)
-                                 : std::min(device_act_layers, n_layers);
-  }
-  // Homes kept on the device: the last `resident_layers` layers and (head_resident) the head.
-  // The others live in pinned host memory and stream through the slots.
-  int resident_layers = 0;
-  bool head_resident = false;
-  // Elements per ring buffer for the update trips of device homes (tests make it small to
-  // cover many pieces).
-  int64_t ring_piece = kRingPiece;
-  // Speculative update: AdamW of each unit starts during the backward, as soon as its
-  // gradient is home, with clip coefficient 1, as long as the norm so far cannot need
-  // clipping; if the final global norm does clip (or is not finite) the speculated units are
-  // redone in one fused pass (optim/adamw_undo.h) or undone. The gradient must survive until
-  // then, so a speculated unit's new weights go to a second compute-dtype copy ("next",
-  // pinned host). Only `next_units` units get one (-1: all), as host memory allows: the first
-  // layers, then the head; the others, and whatever the backward outran, are updated after
-  // it, pipelined into the next forward like the deferred update. (The first layers because
-  // the next forward needs them first; the last ones and the head can be updated while it
-  // runs through the others.)
-  enum class Speculation { off, always } speculation = Speculation::off;
-  int next_units = -1;
-  // The first `device_adamw_layers` layers keep their fp32 master, m and v on the device and
-  // run AdamW there (their homes are resident too). Layer 0's gradient is the backward's last
-  // and the next forward needs it first: on the host its update (~80 ms at 8B) was a gap
-  // between steps; every further layer also takes its share of the CPU optimizer's work
-  // (which bounds small batches and clipped steps), for 12 B/param of device memory (16 from
-  // layer 2 on: its own f32 gradient accumulator; layers 0 and 1 keep theirs until the
-  // update, the next backward reuses them last). The host ParamStore gets their state back
-  // when params() is asked for.
-  int device_adamw_layers = 0;
-  bool device_adamw(int u) const { return u >= 1 && u <= device_adamw_layers; }
-  // The AdamW moments in a file in this directory (a fast disk) instead of RAM (see
-  // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
-  // one. Empty: in RAM.
-  std::string moments_dir;
-  // The moments do not fit in the page cache (the planner's estimate): each unit's are
-  // written back and dropped from the cache once its update is done (ParamStore), so the
-  // sweep streams them at the disk's pace instead of stalling in page reclaim.
-  bool moments_streamed = false;
-  // grads_out's casts and sums of squares on their own stream, next to the following layer's
-  // backward, instead of on the compute stream between layers. The H200 ran the GPU engine
-  // tests with it and measured 8B batch 64 at 10,322 steady tokens/s against 10,186 without
-  // (GPU idle in the backward 0.024 -> 0.007 s per step); its event ordering is checked by the
-  // lazy threaded-streams tests, both ways. `bench --no-grads-stream` turns it off for an A/B.
-  // The planner counts its workspace either way.
-  bool grads_stream = true;
-  // Tests only: the device scatter of an untied embedding gradient uses both of its row
-  // blocks (half the step's rows each) even when one would hold them all.
-  bool split_embedding_scatter = false;
-  // Tests only: phase A takes every unit before phase B starts and speculates each one it
-  // can, whatever the norm so far, so clipped steps redo every such unit deterministically.
-  bool speculate_everything = false;
-  // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
-  bool has_next(int u, int n_units) const {
-    return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);
-  }
-  bool speculative() const { return speculation != Speculation::off; }
-};
 
 class SlidingWindowExecutor final : public StepExecutor {
  public:

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <span>
 
-#include "backend/backend.h"  // AdamWStep (header only: sf_optim still links sf_core only)
+#include "optim/adamw_step.h"
 #include "optim/cpu_isa.h"
 #include "optim/param_range.h"
 
