@@ -1,8 +1,6 @@
 #include "engine/device_resident_executor.h"
 
-#include <cmath>
-
-#include "optim/grad_norm.h"
+#include "engine/clip_decision.h"
 
 namespace sf {
 
@@ -63,13 +61,11 @@ StepStats DeviceResidentExecutor::train_step(std::span<const Batch> micro, const
   float sumsq = 0;
   be_.copy_to_host(s, &sumsq, norm_->data(), 4);
   s.synchronize();
-  st.grad_norm = std::sqrt(double(sumsq));
-  if (!std::isfinite(st.grad_norm)) {
-    st.clip_coef = 0;
-    return st;
-  }
-  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  AdamWStep a = adamw_step(h, ++store_.step, float(st.clip_coef));
+  const ClipDecision d = decide_clip(double(sumsq), h.max_grad_norm);
+  d.report(st);
+  if (d.skip) return st;  // keep the weights
+  AdamWStep a = next_adamw_step(h, store_, d.coef);
+  advance_step(store_, a);
   host_stale_ = true;
   const size_t es = dtype_size(be_.compute_dtype());
   for (int u = 0; u < store_.n_units(); ++u)

@@ -1,8 +1,7 @@
 #include "engine/resident_executor.h"
 
-#include <cmath>
-
 #include "core/thread_pool.h"
+#include "engine/clip_decision.h"
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 
@@ -31,18 +30,15 @@ StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const Optim
     model_.get_unit_grads(u, grads_[size_t(u)].data());
     sumsq += sum_squares(grads_[size_t(u)].data(), store_.numel(u), &pool);
   }
-  st.grad_norm = std::sqrt(sumsq);
-  if (!std::isfinite(st.grad_norm)) {
-    st.clip_coef = 0;  // a non-finite gradient: skip the update, keep the weights
-    return st;
-  }
-  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
+  const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
+  d.report(st);
+  if (d.skip) return st;  // keep the weights
 
-  const AdamWStep s = adamw_step(h, store_.step + 1, float(st.clip_coef));
+  const AdamWStep s = next_adamw_step(h, store_, d.coef);
   for (int u = 0; u < store_.n_units(); ++u)
     adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), grads_[size_t(u)].data(),
                         nullptr, store_.numel(u), store_.ranges(u), s, &pool);
-  store_.step += 1;
+  advance_step(store_, s);
   params_changed();
   return st;
 }

@@ -7,6 +7,7 @@
 
 #include "core/stopwatch.h"
 #include "core/thread_pool.h"
+#include "engine/clip_decision.h"
 #include "engine/sliding_internal.h"
 
 namespace sf {
@@ -587,12 +588,11 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
   const float grad_scale = mean_loss_scale(st);
-  // A zero beta forgets the old moment: such a step cannot be undone, so it is not speculated.
-  const bool speculate = spec_ && h.beta1 > 0 && h.beta2 > 0;
+  const bool speculate = spec_ && step_may_speculate(h);
   emb_untouched_done_ = false;
   if (spec_) spec_->abandon();  // left running only by a step that threw
   if (speculate) {
-    const AdamWStep s = adamw_step(h, store_.step + 1, 1.f);
+    const AdamWStep s = next_adamw_step(h, store_, 1.f);  // coefficient 1 until the norm is known
     const int n_units = store_.n_units();
     spec_->ready.assign(size_t(n_units), 0);
     spec_->speculated.assign(size_t(n_units), 0);

@@ -24,6 +24,7 @@
 
 #include "core/stopwatch.h"
 #include "core/thread_pool.h"
+#include "engine/clip_decision.h"
 #include "engine/sliding_executor.h"
 #include "engine/sliding_internal.h"
 #include "optim/adamw.h"
@@ -133,10 +134,9 @@ void SlidingWindowExecutor::speculate_loop(AdamWStep s, float max_norm) {
       spec_->sumsq[size_t(u)] = sq;
       spec_->have_sq[size_t(u)] = 1;
       running += sq;
-      // Coefficient 1 is certain only if even the final norm (>= this one) stays below
-      // max_norm - 1e-6; once it cannot, nothing more is speculated.
-      const bool safe = std::isfinite(running) &&
-                        (ec_.speculate_everything || max_norm <= 0 || std::sqrt(running) + 1e-6 < max_norm);
+      // Coefficient 1 is possible only while the norm so far stays below max_norm - 1e-6;
+      // once it cannot, nothing more is speculated.
+      const bool safe = may_speculate(running, max_norm, ec_.speculate_everything);
       if (!safe || !can_speculate(u) || spec_->closing) continue;
       if (u == 0) {
         embedding_adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s);
@@ -166,13 +166,13 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     if (!spec_->have_sq[size_t(u)]) spec_->sumsq[size_t(u)] = unit_sumsq(u);
     sumsq += spec_->sumsq[size_t(u)];  // forward order, as finish_update sums
   }
-  st.grad_norm = std::sqrt(sumsq);
+  const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
+  d.report(st);
   const AdamWStep s1 = spec_->step;
   const std::vector<char> speculated = spec_->speculated;
   st.spec_units_left = int(std::count(speculated.begin(), speculated.end(), 0));
   st.spec_busy_seconds = spec_->busy_seconds;
-  if (!std::isfinite(st.grad_norm)) {  // skip the step: undo what was speculated
-    st.clip_coef = 0;
+  if (d.skip) {  // undo what was speculated
     if (emb_untouched_done_)
       embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::untouched, s1, s1);
     if (speculated[0]) embedding_adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1);
@@ -183,10 +183,9 @@ void SlidingWindowExecutor::finish_speculative(const OptimHyper& h, StepStats& s
     refresh_homes(false);  // homes hold gradients: put the unchanged weights back
     return;
   }
-  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
   AdamWStep s = s1;
-  s.grad_scale = float(st.clip_coef);
-  store_.step = s.step;
+  s.grad_scale = d.coef;
+  advance_step(store_, s);  // taken now; the update thread applies it
   // A speculated unit kept as it is touches no moment; one to update or redo does.
   const bool clipped = s.grad_scale != 1.f;
   start_updates([this, speculated, clipped](int u) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "engine/clip_decision.h"
 #include "engine/sliding_executor.h"
 #include "engine/sliding_internal.h"
 #include "optim/adamw.h"
@@ -110,14 +111,14 @@ void SlidingWindowExecutor::finish_update(const OptimHyper& h, StepStats& st) {
     sumsq += device_norm(u) ? double(dev_norms[size_t(u)])
                             : sum_squares_ranges(static_cast<const float*>(homes_[size_t(u)]->data()),
                                                  store_.numel(u), store_.ranges(u), &pool);
-  st.grad_norm = std::sqrt(sumsq);
-  if (!std::isfinite(st.grad_norm)) {
-    st.clip_coef = 0;  // skip the update; weights stay as they are
+  const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
+  d.report(st);
+  if (d.skip) {  // weights stay as they are
     refresh_homes(false);  // homes hold gradients now: put the unchanged weights back
     return;
   }
-  st.clip_coef = clip_coefficient(st.grad_norm, h.max_grad_norm);
-  const AdamWStep s = adamw_step(h, ++store_.step, float(st.clip_coef));
+  const AdamWStep s = next_adamw_step(h, store_, d.coef);
+  advance_step(store_, s);  // taken now; the update thread applies it
   start_updates([this](int u) { return !device_adamw(u); },
                 [this, s](int u) { update_unit(u, s); });
 }

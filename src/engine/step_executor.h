@@ -24,7 +24,7 @@ struct StepStats {
   int64_t n_valid = 0;     // labels that counted
   int64_t n_tokens = 0;    // tokens processed (incl. unlabelled)
   double grad_norm = 0;    // global L2 norm before clipping
-  double clip_coef = 1;    // factor applied to the gradients
+  double clip_coef = 1;    // factor applied to the gradients (0: step skipped, ClipDecision)
   // Where the step's wall time went (host clock; 0 when the executor does not say).
   double forward_seconds = 0;      // enqueue + run of the forward and head
   double backward_seconds = 0;     // the backward until every gradient has landed
@@ -57,7 +57,8 @@ inline StepStats count_step(std::span<const Batch> micro) {
 }
 // ... the gradient scale that makes the loss the mean over every label of every micro-batch ...
 inline float mean_loss_scale(const StepStats& st) { return float(1.0 / double(st.n_valid)); }
-// ... and, once the norm is known, the AdamW step of the hyper-parameters.
+// ... and, once the norm is known, the AdamW step of the hyper-parameters (executors take
+// it through next_adamw_step, engine/clip_decision.h, which also decides clip and skip).
 inline AdamWStep adamw_step(const OptimHyper& h, int64_t step, float grad_scale) {
   AdamWStep s;
   s.lr = float(h.lr);

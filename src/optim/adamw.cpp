@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "optim/kernels.h"
+#include "optim/kernel_table.h"
 
 namespace sf {
 
@@ -50,24 +50,6 @@ AdamWConstants adamw_constants(const AdamWStep& s, bool decay) {
 
 namespace {
 
-template <class G>
-using Kernel = void (*)(float*, float*, float*, const G*, uint16_t*, int64_t, const ok::Consts&);
-
-Kernel<float> pick(CpuIsa isa, const float*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_f32_avx512;
-    case CpuIsa::avx2: return ok::adamw_f32_avx2;
-    default: return ok::adamw_f32_scalar;
-  }
-}
-Kernel<uint16_t> pick(CpuIsa isa, const uint16_t*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_bf16_avx512;
-    case CpuIsa::avx2: return ok::adamw_bf16_avx2;
-    default: return ok::adamw_bf16_scalar;
-  }
-}
-
 struct Task {
   int64_t begin, end;
   bool decay;
@@ -77,7 +59,7 @@ template <class G>
 void run(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
          std::span<const ParamRange> ranges, const AdamWStep& s, ThreadPool* pool,
          CpuIsa isa) {
-  const Kernel<G> kernel = pick(isa, g);
+  const auto kernel = ok::kernels_for<G>(isa).adamw;
   const AdamWConstants cd = adamw_constants(s, true), cn = adamw_constants(s, false);
   ok::Consts consts[2];
   static_assert(sizeof(consts[0]) == sizeof(cd));

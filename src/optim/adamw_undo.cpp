@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "optim/kernels.h"
+#include "optim/kernel_table.h"
 
 namespace sf {
 
@@ -71,45 +71,10 @@ bool has_work(std::span<const ParamRange> ranges) {
 }
 
 template <class G>
-using UndoKernel = void (*)(float*, float*, float*, const G*, int64_t, const ok::Consts&);
-template <class G>
-using RedoKernel = void (*)(float*, float*, float*, const G*, uint16_t*, int64_t,
-                            const ok::Consts&, const ok::Consts&, bool);
-
-UndoKernel<float> pick_undo(CpuIsa isa, const float*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_undo_f32_avx512;
-    case CpuIsa::avx2: return ok::adamw_undo_f32_avx2;
-    default: return ok::adamw_undo_f32_scalar;
-  }
-}
-UndoKernel<uint16_t> pick_undo(CpuIsa isa, const uint16_t*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_undo_bf16_avx512;
-    case CpuIsa::avx2: return ok::adamw_undo_bf16_avx2;
-    default: return ok::adamw_undo_bf16_scalar;
-  }
-}
-RedoKernel<float> pick_redo(CpuIsa isa, const float*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_redo_f32_avx512;
-    case CpuIsa::avx2: return ok::adamw_redo_f32_avx2;
-    default: return ok::adamw_redo_f32_scalar;
-  }
-}
-RedoKernel<uint16_t> pick_redo(CpuIsa isa, const uint16_t*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::adamw_redo_bf16_avx512;
-    case CpuIsa::avx2: return ok::adamw_redo_bf16_avx2;
-    default: return ok::adamw_redo_bf16_scalar;
-  }
-}
-
-template <class G>
 void undo(float* p, float* m, float* v, const G* g, int64_t n,
           std::span<const ParamRange> ranges, const AdamWStep& s, ThreadPool* pool,
           CpuIsa isa) {
-  const UndoKernel<G> kernel = pick_undo(isa, g);
+  const auto kernel = ok::kernels_for<G>(isa).undo;
   const StepConsts k = undo_consts_of(s, ranges);
   check_param_ranges(ranges, n, "AdamW undo");
   if (!has_work(ranges)) return;
@@ -124,7 +89,7 @@ template <class G>
 void redo(float* p, float* m, float* v, const G* g, uint16_t* out, int64_t n,
           std::span<const ParamRange> ranges, const AdamWStep& done, const AdamWStep& again,
           ThreadPool* pool, CpuIsa isa, bool fresh) {
-  const RedoKernel<G> kernel = pick_redo(isa, g);
+  const auto kernel = ok::kernels_for<G>(isa).redo;
   const StepConsts kd = undo_consts_of(done, ranges), kr = consts_of(again);
   check_param_ranges(ranges, n, "AdamW redo");
   if (!has_work(ranges)) return;

@@ -8,31 +8,13 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "optim/kernels.h"
+#include "optim/kernel_table.h"
 
 namespace sf {
 
 namespace ok = optim_kernels;
 
 namespace {
-
-template <class G>
-using BlockFn = double (*)(const G*, int64_t);
-
-BlockFn<float> pick(CpuIsa isa, const float*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::sum_squares_f32_avx512;
-    case CpuIsa::avx2: return ok::sum_squares_f32_avx2;
-    default: return ok::sum_squares_f32_scalar;
-  }
-}
-BlockFn<uint16_t> pick(CpuIsa isa, const uint16_t*) {
-  switch (resolve_cpu_isa(isa)) {
-    case CpuIsa::avx512: return ok::sum_squares_bf16_avx512;
-    case CpuIsa::avx2: return ok::sum_squares_bf16_avx2;
-    default: return ok::sum_squares_bf16_scalar;
-  }
-}
 
 // Blocks per parallel task: 4 blocks = 1 MiB of f32, plenty to amortise scheduling.
 constexpr int64_t kBlocksPerTask = 4;
@@ -42,7 +24,7 @@ constexpr int64_t kBlocksPerTask = 4;
 template <class G>
 double run(const G* g, int64_t n, std::span<const ParamRange> ranges, ThreadPool* pool,
            CpuIsa isa) {
-  const BlockFn<G> block = pick(isa, g);
+  const auto block = ok::kernels_for<G>(isa).sum_squares;
   check_param_ranges(ranges, n, "sum_squares");
   struct Block {
     int64_t begin, size;

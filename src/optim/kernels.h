@@ -6,6 +6,7 @@
 // of one, emitted from an AVX-512 translation unit, could be the one the linker keeps for
 // every caller and crash CPUs without AVX-512. Tails (n not a multiple
 // of the vector width) go through the exported scalar kernels, which do the same arithmetic.
+// The front ends pick a variant's kernels only through kernel_table.h.
 #pragma once
 #include <cstdint>
 
