@@ -608,60 +608,7 @@ std::vector<float> GgufView::read_f32(std::string_view name) const {
 
 // ---- GgufFile -------------------------------------------------------------------------------
 
-GgufFile::GgufFile(const std::filesystem::path& path) : path_(path) {
-  const std::string src = path.string();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) SF_FAIL(input, src, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    SF_FAIL(input, src, ": not a regular file");
-  }
-  size_ = size_t(st.st_size);
-  if (size_ > 0) {
-    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (map_ == MAP_FAILED) {
-      map_ = nullptr;
-      SF_FAIL(io, src, ": mmap of ", size_, " bytes failed (", std::strerror(err), ")");
-    }
-  } else {
-    ::close(fd);
-  }
-  try {
-    view_ = GgufView::parse(static_cast<const uint8_t*>(map_), size_, src);
-  } catch (...) {
-    release();
-    throw;
-  }
-}
-
-void GgufFile::release() {
-  if (map_) ::munmap(map_, size_);
-  map_ = nullptr;
-  size_ = 0;
-}
-
-GgufFile::~GgufFile() { release(); }
-
-GgufFile::GgufFile(GgufFile&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), view_(std::move(o.view_)) {
-  o.map_ = nullptr;
-  o.size_ = 0;
-}
-
-GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
-  if (this != &o) {
-    release();
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    size_ = o.size_;
-    view_ = std::move(o.view_);
-    o.map_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
+GgufFile::GgufFile(const std::filesystem::path& path)
+    : file_(path), view_(GgufView::parse(file_.data(), file_.size(), path.string())) {}
 
 }  // namespace sf

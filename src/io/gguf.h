@@ -28,6 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/mapped_file.h"
+
 namespace sf {
 
 // Metadata value types (the numbering of the format).
@@ -148,20 +150,11 @@ class GgufView {
 class GgufFile {
  public:
   explicit GgufFile(const std::filesystem::path& path);
-  ~GgufFile();
-  GgufFile(GgufFile&& o) noexcept;
-  GgufFile& operator=(GgufFile&& o) noexcept;
-  GgufFile(const GgufFile&) = delete;
-  GgufFile& operator=(const GgufFile&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
   const GgufView& view() const { return view_; }
 
  private:
-  void release();
-  std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;  // moves keep the mapping in place: view_ stays valid
   GgufView view_;
 };
 

@@ -337,63 +337,8 @@ std::vector<float> SafetensorsView::read_f32(std::string_view name) const {
 
 // ---- SafetensorsFile --------------------------------------------------------------------
 
-SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
-  const std::string src = path.string();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    SF_FAIL(input, src, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    SF_FAIL(input, src, ": not a regular file");
-  }
-  size_ = size_t(st.st_size);
-  if (size_ > 0) {
-    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);
-    if (map_ == MAP_FAILED) {
-      map_ = nullptr;
-      SF_FAIL(io, src, ": mmap of ", size_, " bytes failed (", std::strerror(err), ")");
-    }
-  } else {
-    ::close(fd);
-  }
-  try {
-    static const uint8_t empty[1] = {0};
-    view_ = SafetensorsView::parse(map_ ? static_cast<const uint8_t*>(map_) : empty, size_, src);
-  } catch (...) {
-    release();
-    throw;
-  }
-}
-
-void SafetensorsFile::release() {
-  if (map_) ::munmap(map_, size_);
-  map_ = nullptr;
-  size_ = 0;
-}
-
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), view_(std::move(o.view_)) {
-  o.map_ = nullptr;
-  o.size_ = 0;
-}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
-  if (this != &o) {
-    release();
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    size_ = o.size_;
-    view_ = std::move(o.view_);
-    o.map_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
+SafetensorsFile::SafetensorsFile(const fs::path& path)
+    : file_(path), view_(SafetensorsView::parse(file_.data(), file_.size(), path.string())) {}
 
 // ---- SafetensorsModel -------------------------------------------------------------------
 

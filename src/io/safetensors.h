@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "io/mapped_file.h"
 
 namespace sf {
 
@@ -99,13 +100,7 @@ class SafetensorsView {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&& o) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& o) noexcept;
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return file_.path(); }
   const SafetensorsView& view() const { return view_; }
   const std::vector<TensorInfo>& tensors() const { return view_.tensors(); }
   const TensorInfo* find(std::string_view name) const { return view_.find(name); }
@@ -114,10 +109,7 @@ class SafetensorsFile {
   std::vector<float> read_f32(std::string_view name) const { return view_.read_f32(name); }
 
  private:
-  void release();
-  std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile file_;  // moves keep the mapping in place: view_ stays valid
   SafetensorsView view_;
 };
 

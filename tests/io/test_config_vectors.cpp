@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/model_config.h"
+#include "config_vectors.h"
 #include "test_util.h"
 
 namespace sf {
@@ -17,15 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path data_dir() { return test::source_dir() / "tests/data/configs"; }
-
-const json& vectors() {
-  static const json v = [] {
-    std::ifstream f(data_dir() / "vectors.json");
-    return json::parse(f);
-  }();
-  return v;
-}
+fs::path data_dir() { return test::config_data_dir(); }
+const json& vectors() { return test::config_vectors(); }
 
 std::vector<std::string> case_names() {
   std::vector<std::string> n;

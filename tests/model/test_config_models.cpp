@@ -13,6 +13,7 @@
 #include "model/reference_model.h"
 #include "model/weights_io.h"
 #include "model_test_util.h"
+#include "config_vectors.h"
 #include "test_util.h"
 
 namespace sf {
@@ -21,15 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path data_dir() { return test::source_dir() / "tests/data/configs"; }
-
-const json& vectors() {
-  static const json v = [] {
-    std::ifstream f(data_dir() / "vectors.json");
-    return json::parse(f);
-  }();
-  return v;
-}
+fs::path data_dir() { return test::config_data_dir(); }
+const json& vectors() { return test::config_vectors(); }
 
 std::vector<std::string> model_cases() {
   std::vector<std::string> n;
