@@ -191,17 +191,7 @@ WeightsLoadInfo load_gguf_weights(const fs::path& path, const ModelConfig& c,
     const Unit& u = layout.units[ui];
     float* base = unit_ptrs[ui];
     SF_CHECK(base || u.numel == 0, "unit ", ui, " has no buffer");
-    std::vector<std::pair<int64_t, int64_t>> filled;
-    for (auto& s : u.params)
-      for (auto& part : s.parts) filled.emplace_back(part.offset, part.offset + part.numel);
-    std::sort(filled.begin(), filled.end());
-    int64_t at = 0;
-    for (auto& [b, e] : filled) {
-      SF_CHECK(b >= at && e <= u.numel, "parts overlap or leave the unit");
-      std::fill(base + at, base + b, 0.f);
-      at = e;
-    }
-    std::fill(base + at, base + u.numel, 0.f);
+    u.zero_padding(base);
     for (auto& s : u.params)
       for (auto& part : s.parts) {
         const GgufTensorInfo& t = *by_hf.at(part.hf_name);

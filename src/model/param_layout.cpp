@@ -1,5 +1,7 @@
 #include "model/param_layout.h"
 
+#include <algorithm>
+
 #include <unordered_map>
 
 #include "core/error.h"
@@ -131,6 +133,20 @@ std::vector<std::string> ModelLayout::hf_names() const {
     for (auto& s : u.params)
       for (auto& part : s.parts) names.push_back(part.hf_name);
   return names;
+}
+
+void Unit::zero_padding(float* base) const {
+  std::vector<std::pair<int64_t, int64_t>> filled;
+  for (auto& s : params)
+    for (auto& part : s.parts) filled.emplace_back(part.offset, part.offset + part.numel);
+  std::sort(filled.begin(), filled.end());
+  int64_t at = 0;
+  for (auto& [b, e] : filled) {
+    SF_CHECK(b >= at && e <= numel, "parts overlap or leave the unit");
+    std::fill(base + at, base + b, 0.f);
+    at = e;
+  }
+  std::fill(base + at, base + numel, 0.f);
 }
 
 }  // namespace sf

@@ -60,6 +60,9 @@ struct Unit {
   int64_t numel = 0;  // flat buffer size in elements (incl. alignment padding)
   const ParamSlot* find(ParamKind k) const;
   const ParamSlot& get(ParamKind k) const;
+  // Sets the elements of `base` (numel floats) that no part covers (slot alignment padding)
+  // to zero; checks that the parts neither overlap nor leave the unit.
+  void zero_padding(float* base) const;
 };
 
 struct ModelLayout {
