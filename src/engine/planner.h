@@ -22,7 +22,7 @@ struct HardwareModel {
   // Causal flash attention, forward and backward together (FLOPs counted as 4*D*ctx per query
   // head and token forward, 2.5x that backward), at sequences of 8K and longer; shorter ones
   // run slower (attention_rate). The H200 runs slideformer's wgmma kernels at 206 / 261 / 275
-  // TFLOP/s at seq 1K / 4K / 8K (docs/BENCHMARKS.md, eighth session).
+  // TFLOP/s at seq 1K / 4K / 8K (docs/bench-log/cuda-kernels.md, eighth session).
   double attention_flops = 275e12;
   // The attention rate at a mean causal context of ctx keys per query (seq / 2): 0.75 of
   // attention_flops at seq 1K, 0.95 at 4K, 1 from 8K, log-linear in between (the H200's
@@ -31,7 +31,8 @@ struct HardwareModel {
   double h2d_bytes_per_s = 50e9;    // pinned host -> device
   double d2h_bytes_per_s = 50e9;
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
-  // machine's 16 cores, ~1.9 s per 8.03 B parameters (docs/BENCHMARKS.md).
+  // machine's 16 cores, ~1.9 s per 8.03 B parameters (docs/bench-log/engine.md, "Previous
+  // session's runs").
   double adamw_params_per_s = 4.2e9;
   // The disk of --optimizer-dir, when the AdamW moments live there: bytes per second read
   // and written together (measured by plan_run when the plan puts them there).

@@ -247,7 +247,7 @@ TEST(Planner, SaysWhatBoundsTheStep) {
   EXPECT_NE(d.find("bound      PCIe transfers"), std::string::npos) << d;
 }
 
-// The prediction against what the H200 measured (docs/BENCHMARKS.md, eighth session, c0fbdb1:
+// The prediction against what the H200 measured (docs/bench-log/engine.md, eighth session, c0fbdb1:
 // steady tokens/s, i.e. unclipped steps, 24 GiB window, 112 GiB host; the 8-layer cut resident
 // at 55 / 80 GiB). Batch 8 is bound by the CPU's AdamW, whose speed differs by lease (4.4-5.8 G
 // params/s; the plan on the GPU machine measures it): its value is the fifth session's, from a
