@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/gguf.h"
+#include "parse_refusal.h"
 #include "test_util.h"
 
 namespace sf {
@@ -91,21 +92,12 @@ std::vector<uint8_t> sample_image() {
 }
 
 std::string parse_error(const std::vector<uint8_t>& b, const std::string& src = "mem.gguf") {
-  try {
-    GgufView::parse(b.data(), b.size(), src);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
-    return e.what();
-  }
-  return "";
+  return test::parse_error_of<GgufView>(b, src);
 }
 
 // Expects the image to be refused with a message naming the source and containing `needle`.
 void expect_bad(const std::vector<uint8_t>& b, const std::string& needle) {
-  std::string msg = parse_error(b);
-  ASSERT_FALSE(msg.empty()) << "accepted; expected an error containing: " << needle;
-  EXPECT_NE(msg.find("mem.gguf"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg;
+  test::expect_parse_refused<GgufView>(b, "mem.gguf", needle);
 }
 
 uint32_t bits(float f) {

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "parse_refusal.h"
 #include "test_util.h"
 
 namespace sf {
@@ -34,21 +35,12 @@ void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
 
 // Parses an in-memory image and returns the error message ("" when it parses).
 std::string parse_error(const std::vector<uint8_t>& b, const std::string& src = "mem.safetensors") {
-  try {
-    SafetensorsView::parse(b.data(), b.size(), src);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
-    return e.what();
-  }
-  return "";
+  return test::parse_error_of<SafetensorsView>(b, src);
 }
 
 // Expects the image to be refused with a message naming the source and containing `needle`.
 void expect_bad(const std::vector<uint8_t>& b, const std::string& needle) {
-  std::string msg = parse_error(b);
-  ASSERT_FALSE(msg.empty()) << "accepted; expected an error containing: " << needle;
-  EXPECT_NE(msg.find("mem.safetensors"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg;
+  test::expect_parse_refused<SafetensorsView>(b, "mem.safetensors", needle);
 }
 
 std::string entry(const std::string& dtype, const std::string& shape, const std::string& off) {
