@@ -111,7 +111,8 @@ bool version_4(const json& j) {
 DType parse_dtype(const Reader& r, ModelConfig& c) {
   // transformers 5 reads "dtype" first and falls back to the older "torch_dtype".
   const char* key = r.find("dtype") ? "dtype" : r.find("torch_dtype") ? "torch_dtype" : nullptr;
-  if (key) c.dtype_spelling = key[0] == 'd' ? DtypeSpelling::dtype : DtypeSpelling::torch_dtype;
+  if (key) c.dtype_spelling = std::string_view(key) == "dtype" ? DtypeSpelling::dtype
+                                                              : DtypeSpelling::torch_dtype;
   else c.dtype_spelling = version_4(r.j) ? DtypeSpelling::torch_dtype : DtypeSpelling::dtype;
   if (!key) return DType::bf16;
   std::string s = r.string_or(key, "");
@@ -192,9 +193,9 @@ Rope parse_rope(const Reader& r, int64_t max_pos) {
 }
 
 RopeSpelling rope_spelling_of(const json& j) {
-  auto has = [&](const char* k) { return j.contains(k); };
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) return RopeSpelling::parameters;
-  if (has("rope_theta") || has("rope_scaling")) return RopeSpelling::legacy;
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null())
+    return RopeSpelling::parameters;
+  if (j.contains("rope_theta") || j.contains("rope_scaling")) return RopeSpelling::legacy;
   return version_4(j) ? RopeSpelling::legacy : RopeSpelling::parameters;
 }
 

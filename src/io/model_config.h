@@ -92,9 +92,10 @@ double rope_attention_scaling(const ModelConfig& c);
 // The longest sequence the configured RoPE is defined for here: max_position_embeddings for
 // dynamic scaling (beyond it transformers recomputes the frequencies per batch), else no limit (0).
 int64_t rope_max_sequence(const ModelConfig& c);
-// Refuses a run whose sequences may be longer than the model computes them as transformers
-// does (sliding_window, dynamic RoPE's range), before anything is loaded. `source` names the
-// config.json; `flag` the option that set seq_len.
+// Refuses a sequence length the model does not compute as transformers does (beyond
+// sliding_window, or dynamic RoPE's range): train and eval call it with --seq-len before
+// anything is loaded, DeviceBatch with each batch's longest sequence. `source` names the
+// config.json; `flag` what set the length (e.g. "--seq-len").
 void check_sequence_length(const ModelConfig& c, int64_t seq_len, const std::string& source,
                            const std::string& flag = "--seq-len");
 

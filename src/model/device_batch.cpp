@@ -30,17 +30,7 @@ const BatchInputs& DeviceBatch::upload(Stream& s, const Batch& b) {
   SF_REQUIRE(b.n_tokens() > 0, "empty batch");
   SF_REQUIRE(b.n_tokens() <= max_tokens_, "batch of ", b.n_tokens(),
              " tokens exceeds the capacity of ", max_tokens_, " tokens it was sized for");
-  const int64_t window = cfg_.sliding_window;
-  SF_REQUIRE(window == 0 || b.max_seqlen() <= window, "a sequence of ", b.max_seqlen(),
-             " tokens exceeds the model's sliding window of ", window,
-             " tokens (config.json: sliding_window); slideformer attends over whole sequences: "
-             "use sequences of at most ", window, " tokens");
-  const int64_t rope_limit = rope_max_sequence(cfg_);
-  SF_REQUIRE(rope_limit == 0 || b.max_seqlen() <= rope_limit, "a sequence of ", b.max_seqlen(),
-             " tokens exceeds max_position_embeddings (", rope_limit, ") of a model with "
-             "dynamic RoPE scaling (config.json: rope type \"dynamic\"), whose frequencies "
-             "transformers recomputes per batch beyond it; use sequences of at most ",
-             rope_limit, " tokens");
+  check_sequence_length(cfg_, b.max_seqlen(), "config.json", "a batch sequence of length");
   for (int i = 0; i < b.n_seqs(); ++i)
     SF_REQUIRE(b.cu_seqlens[i + 1] > b.cu_seqlens[i], "batch sequence ", i, " is empty");
   const size_t T = size_t(b.n_tokens());
