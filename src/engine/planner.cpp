@@ -13,6 +13,8 @@
 #include "core/thread_pool.h"
 #include "engine/embedding_grad.h"  // EmbeddingGrad::max_rows
 #include "engine/param_store.h"
+#include "engine/window_buffers.h"
+#include "model/device_batch.h"
 #include "model/recipes.h"
 #include "optim/adamw.h"
 
@@ -21,13 +23,6 @@ namespace sf {
 namespace {
 
 size_t dev_round(size_t b) { return (std::max<size_t>(b, 1) + 255) / 256 * 256; }
-size_t host_round(size_t b) { return (std::max<size_t>(b, 1) + 63) / 64 * 64; }
-
-size_t device_batch_bytes(const ModelConfig& cfg, int64_t max_tokens) {
-  auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
-  int64_t total = 3 * up(max_tokens) + up(max_tokens + 1) + up(cfg.head_dim / 2);
-  return dev_round(size_t(total) * 4);
-}
 
 // cuBLASLt + reduction workspaces the CUDA backend creates per stream that computes.
 constexpr size_t kBackendWorkspace = (size_t(32) << 20) + (size_t(8) << 20);
@@ -121,97 +116,25 @@ HardwareModel HardwareModel::device_default() {
 
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
   ModelLayout l = ModelLayout::build(cfg);
-  const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size), V = size_t(cfg.vocab_size);
-  const size_t Tc = size_t(ec.max_chunk_tokens), Tstep = Tc * size_t(ec.max_chunks);
-  const size_t xbytes = Tstep * C * es;
-  const size_t ML = size_t(max_layer_numel(l)), L = size_t(l.n_layers);
-  const int n_units = int(l.units.size()), head_unit = n_units - 1;
-  auto resident = [&](int u) {
-    if (u == head_unit) return ec.head_resident;
-    return ec.device_adamw(u) || (u >= 1 && u - 1 >= l.n_layers - ec.resident_layers);
-  };
   std::vector<MemoryLine> m;
-  size_t state = 0, host_homes = 0, dev_homes = 0, max_home = 0;
-  for (int u = 0; u < n_units; ++u) {
-    size_t n = size_t(l.units[size_t(u)].numel);
-    state += 3 * n * 4;
-    if (u == 0) continue;
-    if (resident(u)) {
-      dev_homes += dev_round(n * es);
-      max_home = std::max(max_home, n);
-    } else {
-      host_homes += host_round(n * es);
-    }
-  }
+  size_t state = 0;
+  for (const Unit& u : l.units) state += 3 * size_t(u.numel) * 4;
   if (ec.moments_dir.empty()) {
     m.push_back({"fp32 master + AdamW m, v", state, false});
   } else {
     m.push_back({"fp32 master", state / 3, false});
     m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(l), false, true});
   }
-  m.push_back({l.tied ? "embedding gradient (f32)" : "embedding gradient (f32, the step's rows)",
-               host_round(size_t(EmbeddingGrad::max_rows(int64_t(V), int64_t(Tstep), l.tied)) * C * 4),
-               false});
-  if (host_homes) m.push_back({"weights/gradient homes (streamed)", host_homes, false});
-  if (l.tied) {
-    size_t t = host_round(V * C * 4);
-    if (cd != DType::f32) t += host_round(size_t(l.embedding().numel) * es);
-    m.push_back({"tied table staging + gradient", t, false});
+  // The buffers, one line per label in the list's order, host lines first.
+  std::vector<MemoryLine> dev;
+  for (const BufferSpec& s : window_buffer_specs(cfg, ec, cd)) {
+    const bool on_device = s.tier == Tier::device;
+    std::vector<MemoryLine>& to = on_device ? dev : m;
+    auto it = std::find_if(to.begin(), to.end(), [&](const MemoryLine& x) { return x.what == s.line; });
+    if (it == to.end()) it = to.insert(to.end(), MemoryLine{s.line, 0, on_device});
+    it->bytes += tier_bytes(s);
   }
-  if (max_home || ec.speculative())
-    m.push_back({"update ring (2)", 2 * host_round(std::min<size_t>(max_home, size_t(ec.ring_piece)) * es), false});
-  if (ec.speculative() && cd != DType::f32) {
-    size_t next = 0;
-    int n_next = 0;
-    for (int u = 1; u < n_units; ++u)
-      if (ec.has_next(u, n_units)) {
-        next += host_round(size_t(l.units[size_t(u)].numel) * es);
-        ++n_next;
-      }
-    if (n_next > 0)
-      m.push_back({cat("next weights (speculative update, ", n_next, " units)"), next, false});
-  }
-  if (l.tied) m.push_back({"embedding gradient staging", host_round(xbytes), false});
-  // Untied: each token's gradient row, for the scatter on the device (sliding_executor.h).
-  if (!l.tied) m.push_back({"embedding rows of the tokens", host_round(size_t(2 * Tstep) * 4), false});
-  const size_t dev_acts = size_t(ec.n_device_act_layers(l.n_layers));
-  if (dev_acts > 0)
-    m.push_back({cat("activation store (", dev_acts, " layers)"), dev_acts * dev_round(xbytes), true});
-  if (dev_acts < L)
-    m.push_back({cat("activation store (", L - dev_acts, " layers)"),
-                 (L - dev_acts) * host_round(xbytes), false});
-
-  const int D = ec.device_adamw_layers;
-  if (dev_homes)
-    m.push_back({cat("weights/gradient homes (", resident_layer_count(l.n_layers, ec), " layers",
-                     ec.head_resident ? " + head" : "", ")"), dev_homes, true});
-  if (D > 0) {
-    size_t st = 0, acc = 0;
-    for (int k = 0; k < D; ++k) {
-      st += dev_round(size_t(l.layer(k).numel) * 12);
-      if (k >= 2) acc += dev_round(size_t(l.layer(k).numel) * 4);
-    }
-    m.push_back({D == 1 ? std::string("layer 0 master + AdamW m, v (its AdamW on the device)")
-                        : cat("layers 0-", D - 1, " master + AdamW m, v (their AdamW on the device)"),
-                 st, true});
-    if (acc) m.push_back({cat("gradient accumulators of layers 2-", D - 1), acc, true});
-  }
-  m.push_back({cat("weight slots (", ec.n_slots, ")"), size_t(ec.n_slots) * dev_round(ML * es), true});
-  size_t head = dev_round(size_t(l.head().numel) * 4);
-  if (!ec.head_resident || cd == DType::f32) head += dev_round(size_t(l.head().numel) * es);
-  m.push_back({"head weights / gradient accumulator", head, true});
-  if (l.tied) m.push_back({"tied table + its gradient", dev_round(V * C * es) + dev_round(V * C * 4), true});
-  size_t grads = 2 * dev_round(ML * 4);
-  if (cd != DType::f32) grads += 2 * dev_round(ML * es);
-  m.push_back({"layer gradient accumulators + casts", grads, true});
-  m.push_back({"step activations + gradient [T, C] x3", 3 * dev_round(xbytes), true});
-  m.push_back({"saved-input buffers (2)", 2 * dev_round(Tc * C * es), true});
-  int64_t rows = std::min<int64_t>(ec.head_chunk_rows, ec.max_chunk_tokens);
-  m.push_back({"layer/head scratch", dev_round(std::max(layer_acts_bytes(cfg, int64_t(Tc), cd),
-                                                         head_acts_bytes(cfg, int64_t(Tc), cd, rows))), true});
-  m.push_back({"batch inputs, loss, norms", size_t(ec.max_chunks) * device_batch_bytes(cfg, int64_t(Tc)) +
-                                                dev_round(4) + dev_round(size_t(n_units) * 4) +
-                                                (l.tied ? 0 : dev_round(size_t(2 * Tstep) * 4)), true});
+  m.insert(m.end(), dev.begin(), dev.end());
   // Streams that run compute ops: compute, grads (casts and norms, EngineConfig::grads_stream;
   // counted either way), update (device AdamW).
   m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
@@ -260,7 +183,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
                 : MemoryLine{"layer/head scratch",
                              dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))),
                              true},
-           {"batch inputs + loss", device_batch_bytes(cfg, T) + dev_round(4) * 2, true},
+           {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})
     m.push_back(line);
   return m;

@@ -1,12 +1,16 @@
 #include "engine/schedule.h"
 
+#include <set>
+
 #include "core/error.h"
 
 namespace sf {
 
 std::string_view op_kind_name(OpKind k) {
   switch (k) {
+    case OpKind::wait_update: return "wait_update";
     case OpKind::load_weights: return "load_weights";
+    case OpKind::home_weights: return "home_weights";
     case OpKind::embed_forward: return "embed_forward";
     case OpKind::layer_forward: return "layer_forward";
     case OpKind::offload_input: return "offload_input";
@@ -15,6 +19,7 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::fetch_input: return "fetch_input";
     case OpKind::layer_backward: return "layer_backward";
     case OpKind::embed_backward: return "embed_backward";
+    case OpKind::update: return "update";
   }
   return "?";
 }
@@ -26,61 +31,261 @@ std::string describe(const Op& op) {
   if (op.chunk >= 0) s += cat(" chunk=", op.chunk);
   if (op.slot >= 0 || op.kind == OpKind::load_weights) s += cat(" slot=", op.slot);
   if (op.buf >= 0) s += cat(" buf=", op.buf);
+  if (op.kind == OpKind::update) s += op.device ? " on the device" : " on the host";
   return s;
 }
 
+namespace {
+
+bool flag(const std::vector<char>& v, int u) { return size_t(u) < v.size() && v[size_t(u)]; }
+
+class Builder {
+ public:
+  explicit Builder(const StepShape& sh) : sh_(sh), slot_layer_(size_t(sh.n_slots), -1) {}
+
+  std::vector<Op> build() {
+    forward();
+    for (int c = 0; c < sh_.n_chunks; ++c) ops_.push_back({OpKind::head, head_unit(), -1, c});
+    if (!sh_.backward) return std::move(ops_);
+    ops_.push_back({OpKind::grads_out, head_unit()});
+    backward();
+    updates();
+    return std::move(ops_);
+  }
+
+ private:
+  int head_unit() const { return sh_.n_layers + 1; }
+  int slot_of(int k) const { return k % sh_.n_slots; }
+  OpKind weights_op(int u) const {
+    return flag(sh_.weights_on_device, u) ? OpKind::home_weights : OpKind::load_weights;
+  }
+  void load(int k) {
+    ops_.push_back({weights_op(k + 1), k + 1, k, -1, slot_of(k)});
+    slot_layer_[size_t(slot_of(k))] = k;
+  }
+
+  void forward() {
+    const int L = sh_.n_layers, C = sh_.n_chunks;
+    ops_.push_back({OpKind::wait_update, 1});
+    load(0);
+    ops_.push_back({OpKind::wait_update, 0});
+    for (int c = 0; c < C; ++c) ops_.push_back({OpKind::embed_forward, 0, -1, c});
+    for (int k = 0; k < L; ++k) {
+      // Overlaps with layer k's compute.
+      if (k + 1 < L) {
+        ops_.push_back({OpKind::wait_update, k + 2});
+        load(k + 1);
+      } else {
+        ops_.push_back({OpKind::wait_update, head_unit()});
+        ops_.push_back({weights_op(head_unit()), head_unit()});
+      }
+      for (int c = 0; c < C; ++c) {
+        // The input goes to the store while the layer computes on it (both only read it).
+        if (sh_.backward) ops_.push_back({OpKind::offload_input, k + 1, k, c});
+        ops_.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
+      }
+    }
+  }
+
+  // Saved inputs are fetched one chunk ahead into two alternating buffers.
+  void backward() {
+    const int L = sh_.n_layers, C = sh_.n_chunks;
+    std::vector<int> buf_of(size_t(L) * size_t(C), -1);
+    int next_buf = 0;
+    auto fetch = [&](int k, int c) {
+      ops_.push_back({OpKind::fetch_input, k + 1, k, c, -1, next_buf});
+      buf_of[size_t(k) * size_t(C) + size_t(c)] = next_buf;
+      next_buf ^= 1;
+    };
+    fetch(L - 1, 0);
+    for (int k = L - 1; k >= 0; --k) {
+      if (slot_layer_[size_t(slot_of(k))] != k) load(k);
+      // Load the next layer down into the other slot while this one computes.
+      if (k > 0 && slot_layer_[size_t(slot_of(k - 1))] != k - 1) load(k - 1);
+      for (int c = 0; c < C; ++c) {
+        if (c + 1 < C) fetch(k, c + 1);
+        else if (k > 0) fetch(k - 1, 0);
+        ops_.push_back({OpKind::layer_backward, k + 1, k, c, slot_of(k),
+                        buf_of[size_t(k) * size_t(C) + size_t(c)]});
+      }
+      ops_.push_back({OpKind::grads_out, k + 1, k});
+    }
+    for (int c = 0; c < C; ++c) ops_.push_back({OpKind::embed_backward, 0, -1, c});
+  }
+
+  // Device-AdamW layers first (each is only an enqueue: the GPU updates them while the CPU
+  // takes the embedding), then forward order: embedding, layers, head (last: the round's end
+  // is keyed on it).
+  void updates() {
+    for (int u = 0; u <= head_unit(); ++u)
+      if (flag(sh_.device_adamw, u)) ops_.push_back(update_op(u));
+    for (int u = 0; u <= head_unit(); ++u)
+      if (!flag(sh_.device_adamw, u)) ops_.push_back(update_op(u));
+  }
+  Op update_op(int u) const {
+    Op op{OpKind::update, u};
+    op.device = flag(sh_.device_adamw, u);
+    return op;
+  }
+
+  const StepShape& sh_;
+  std::vector<Op> ops_;
+  std::vector<int> slot_layer_;  // which layer each slot holds
+};
+
+// The producer/consumer check of check_schedule, op by op in list order.
+class Checker {
+ public:
+  explicit Checker(const StepShape& sh)
+      : sh_(sh), slot_layer_(size_t(sh.n_slots), -1), buf_(2, {-1, -1}),
+        waited_(size_t(sh.n_layers + 2), 0), updated_(size_t(sh.n_layers + 2), 0),
+        grads_left_(size_t(sh.n_layers + 2), 0), bwd_chunks_(size_t(sh.n_layers), 0) {}
+
+  std::string run(const std::vector<Op>& ops) {
+    for (const Op& op : ops) {
+      const std::string e = check(op);
+      if (!e.empty()) return describe(op) + ": " + e;
+    }
+    return finish();
+  }
+
+ private:
+  using Key = std::pair<int, int>;  // (layer, chunk)
+  int L() const { return sh_.n_layers; }
+  int head_unit() const { return L() + 1; }
+  bool in_units(int u) const { return u >= 0 && u <= head_unit(); }
+
+  std::string check(const Op& op) {
+    switch (op.kind) {
+      case OpKind::wait_update:
+        if (!in_units(op.unit)) return "no such unit";
+        waited_[size_t(op.unit)] = 1;
+        return {};
+      case OpKind::load_weights:
+      case OpKind::home_weights: return weights(op);
+      case OpKind::embed_forward:
+        if (!waited_[0]) return "the embedding's update was not waited for";
+        out_.insert({-1, op.chunk});
+        return {};
+      case OpKind::offload_input:
+        if (!out_.count({op.layer - 1, op.chunk})) return "its input was not produced";
+        stored_.insert({op.layer, op.chunk});
+        return {};
+      case OpKind::layer_forward:
+        if (!holds(op.slot, op.layer)) return "its slot does not hold its weights";
+        if (!out_.count({op.layer - 1, op.chunk})) return "its input was not produced";
+        if (sh_.backward && !stored_.count({op.layer, op.chunk})) return "its input was not offloaded first";
+        out_.insert({op.layer, op.chunk});
+        return {};
+      case OpKind::head:
+        if (!head_loaded_) return "the head's weights were not loaded";
+        if (!out_.count({L() - 1, op.chunk})) return "its input was not produced";
+        ++head_chunks_;
+        return {};
+      case OpKind::fetch_input:
+        if (!stored_.count({op.layer, op.chunk})) return "fetches an input never offloaded";
+        if (op.buf < 0 || op.buf > 1) return "no such input buffer";
+        if (buf_[size_t(op.buf)].first >= 0) return "overwrites an input the backward has not read";
+        buf_[size_t(op.buf)] = {op.layer, op.chunk};
+        return {};
+      case OpKind::layer_backward: return backward(op);
+      case OpKind::grads_out: return grads_out(op);
+      case OpKind::embed_backward:
+        if (bwd_chunks_[0] != sh_.n_chunks) return "layer 0's backward is not complete";
+        ++emb_chunks_;
+        return {};
+      case OpKind::update: return update(op);
+    }
+    return "unknown op";
+  }
+
+  bool holds(int slot, int layer) const {
+    return slot >= 0 && slot < sh_.n_slots && slot_layer_[size_t(slot)] == layer;
+  }
+
+  std::string weights(const Op& op) {
+    if (!in_units(op.unit)) return "no such unit";
+    if (!waited_[size_t(op.unit)]) return "its update of the previous step was not waited for";
+    const bool home = flag(sh_.weights_on_device, op.unit);
+    if (home != (op.kind == OpKind::home_weights)) return "loads a unit whose weights are home, or the reverse";
+    if (op.unit == head_unit()) {
+      head_loaded_ = true;
+      return {};
+    }
+    if (op.slot < 0 || op.slot >= sh_.n_slots) return "no such slot";
+    // The slot's layer must be done with: every chunk of its pass that has started.
+    const int old = slot_layer_[size_t(op.slot)];
+    if (old >= 0 && pending_in_slot(old)) return cat("overwrites layer ", old, " before its pass ended");
+    slot_layer_[size_t(op.slot)] = op.layer;
+    return {};
+  }
+  bool pending_in_slot(int layer) const {
+    int fwd = 0;
+    for (const Key& k : out_)
+      if (k.first == layer) ++fwd;
+    const bool fwd_open = fwd > 0 && fwd < sh_.n_chunks;
+    const bool bwd_open = bwd_chunks_[size_t(layer)] > 0 && bwd_chunks_[size_t(layer)] < sh_.n_chunks;
+    return fwd_open || bwd_open;
+  }
+
+  std::string backward(const Op& op) {
+    if (!holds(op.slot, op.layer)) return "its slot does not hold its weights";
+    if (op.buf < 0 || op.buf > 1 || buf_[size_t(op.buf)] != Key{op.layer, op.chunk})
+      return "its saved input is not in its buffer";
+    if (op.layer + 1 < L() && bwd_chunks_[size_t(op.layer + 1)] != sh_.n_chunks)
+      return "the layer above has not finished its backward";
+    if (op.layer + 1 == L() && head_chunks_ != sh_.n_chunks) return "the head has not run every chunk";
+    buf_[size_t(op.buf)] = {-1, -1};
+    ++bwd_chunks_[size_t(op.layer)];
+    return {};
+  }
+
+  std::string grads_out(const Op& op) {
+    if (!in_units(op.unit) || op.unit == 0) return "no such unit";
+    const bool done = op.unit == head_unit() ? head_chunks_ == sh_.n_chunks
+                                             : bwd_chunks_[size_t(op.unit - 1)] == sh_.n_chunks;
+    if (!done) return "its gradient is not complete";
+    if (grads_left_[size_t(op.unit)]++) return "sends its gradient twice";
+    return {};
+  }
+
+  std::string update(const Op& op) {
+    if (!in_units(op.unit)) return "no such unit";
+    if (updated_[size_t(op.unit)]++) return "updated twice";
+    if (op.device != flag(sh_.device_adamw, op.unit)) return "updated on the wrong side";
+    if (op.unit == 0 ? emb_chunks_ != sh_.n_chunks : !grads_left_[size_t(op.unit)])
+      return "its gradient has not left";
+    return {};
+  }
+
+  std::string finish() const {
+    for (int u = 0; u <= head_unit(); ++u) {
+      if (!waited_[size_t(u)]) return cat("unit ", u, ": its update was never waited for");
+      if (sh_.backward && !updated_[size_t(u)]) return cat("unit ", u, ": never updated");
+    }
+    if (head_chunks_ != sh_.n_chunks) return "the head did not run every chunk";
+    return {};
+  }
+
+  const StepShape& sh_;
+  std::vector<int> slot_layer_;
+  std::vector<Key> buf_;
+  std::set<Key> out_, stored_;  // outputs produced ({-1, c}: the embedding's), inputs stored
+  std::vector<char> waited_, updated_, grads_left_;
+  std::vector<int> bwd_chunks_;
+  bool head_loaded_ = false;
+  int head_chunks_ = 0, emb_chunks_ = 0;
+};
+
+}  // namespace
+
 std::vector<Op> build_step_schedule(const StepShape& sh) {
   SF_CHECK(sh.n_layers >= 1 && sh.n_chunks >= 1 && sh.n_slots >= 2, "bad step shape");
-  const int L = sh.n_layers, C = sh.n_chunks, S = sh.n_slots;
-  const int head_unit = L + 1;
-  std::vector<Op> ops;
-  std::vector<int> slot_layer(size_t(S), -1);  // which layer each slot holds
-  auto slot_of = [&](int k) { return k % S; };
-  auto load = [&](int k) {
-    ops.push_back({OpKind::load_weights, k + 1, k, -1, slot_of(k)});
-    slot_layer[size_t(slot_of(k))] = k;
-  };
+  return Builder(sh).build();
+}
 
-  // ---- forward
-  load(0);
-  for (int c = 0; c < C; ++c) ops.push_back({OpKind::embed_forward, 0, -1, c});
-  for (int k = 0; k < L; ++k) {
-    if (k + 1 < L) load(k + 1);  // overlaps with layer k's compute
-    else ops.push_back({OpKind::load_weights, head_unit, -1, -1, -1});
-    for (int c = 0; c < C; ++c) {
-      // The input goes to the store while the layer computes on it (both only read it).
-      if (sh.backward) ops.push_back({OpKind::offload_input, k + 1, k, c});
-      ops.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
-    }
-  }
-  // ---- head
-  for (int c = 0; c < C; ++c) ops.push_back({OpKind::head, head_unit, -1, c});
-  if (!sh.backward) return ops;
-  ops.push_back({OpKind::grads_out, head_unit});
-  // ---- backward
-  // Saved inputs are fetched one chunk ahead into two alternating buffers.
-  std::vector<int> buf_of(size_t(L) * size_t(C), -1);
-  int next_buf = 0;
-  auto fetch = [&](int k, int c) {
-    ops.push_back({OpKind::fetch_input, k + 1, k, c, -1, next_buf});
-    buf_of[size_t(k) * size_t(C) + size_t(c)] = next_buf;
-    next_buf ^= 1;
-  };
-  fetch(L - 1, 0);
-  for (int k = L - 1; k >= 0; --k) {
-    if (slot_layer[size_t(slot_of(k))] != k) load(k);
-    // Load the next layer down into the other slot while this one computes.
-    if (k > 0 && slot_layer[size_t(slot_of(k - 1))] != k - 1) load(k - 1);
-    for (int c = 0; c < C; ++c) {
-      if (c + 1 < C) fetch(k, c + 1);
-      else if (k > 0) fetch(k - 1, 0);
-      ops.push_back({OpKind::layer_backward, k + 1, k, c, slot_of(k),
-                     buf_of[size_t(k) * size_t(C) + size_t(c)]});
-    }
-    ops.push_back({OpKind::grads_out, k + 1, k});
-  }
-  for (int c = 0; c < C; ++c) ops.push_back({OpKind::embed_backward, 0, -1, c});
-  return ops;
+std::string check_schedule(const StepShape& sh, const std::vector<Op>& ops) {
+  return Checker(sh).run(ops);
 }
 
 }  // namespace sf

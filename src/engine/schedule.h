@@ -1,11 +1,14 @@
 // The schedule of one optimizer step as data: the ordered list of operations the
 // sliding-window executor performs. Built from the shape of the step (layers, chunks,
-// weight slots) alone, so it can be printed, checked and tested without running anything.
+// weight slots, which units' weights are already on the device, which layers update on the
+// device) alone, so it can be printed, checked and tested without running anything.
 //
 // Forward visits layer k for EVERY chunk before layer k+1 (many tokens per weight transfer);
-// layer k+1's weights are loaded into the next slot while layer k computes. Backward runs the
-// layers in reverse; the last n_slots layers of the forward are still resident and are not
-// reloaded. Each layer's saved inputs are fetched one chunk ahead into two input buffers.
+// layer k+1's weights are loaded into the next slot while layer k computes, after the host
+// waited for that unit's update of the previous step (wait_update). Backward runs the layers
+// in reverse; the last n_slots layers of the forward are still in their slots and are not
+// reloaded. Each layer's saved inputs are fetched one chunk ahead into two input buffers. A
+// training step ends with the units' updates, in the order the update thread runs them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,15 +17,19 @@
 namespace sf {
 
 enum class OpKind : uint8_t {
-  load_weights,    // h2d: weights of `unit` -> `slot` (slot -1: the head's own buffer)
-  embed_forward,   // host gather of embedding rows -> device layer-0 input of `chunk`
+  wait_update,     // host: unit's update of the previous step is done (its weights are current)
+  load_weights,    // h2d: weights of `unit` -> `slot` (the head: its own buffer)
+  home_weights,    // weights of `unit` are on the device already (resident home or device
+                   // master): order after their trip home; `slot` is only the ready signal
+  embed_forward,   // embedding rows (read from the host table) -> layer-0 input of `chunk`
   layer_forward,   // compute: input of `layer` for `chunk` -> output, weights in `slot`
   offload_input,   // copy the input of `layer` for `chunk` to the activation store
   head,            // compute: final norm + LM head + loss + d(head input) for `chunk`
-  grads_out,       // copy the gradients of `unit` to the host
+  grads_out,       // the gradient of `unit` leaves its accumulator for its home
   fetch_input,     // activation store -> input buffer `buf` (saved input of `layer`, `chunk`)
   layer_backward,  // compute: recompute + backward of `layer` for `chunk`
-  embed_backward,  // d(layer-0 input) of `chunk` -> host, scatter into the embedding gradient
+  embed_backward,  // d(layer-0 input) of `chunk` -> the embedding's sparse gradient
+  update,          // AdamW of `unit` (on the update thread; `device`: on the device)
 };
 std::string_view op_kind_name(OpKind k);
 
@@ -33,6 +40,7 @@ struct Op {
   int chunk = -1;
   int slot = -1;
   int buf = -1;
+  bool device = false;  // update: the unit's AdamW runs on the device
 };
 
 struct StepShape {
@@ -40,9 +48,19 @@ struct StepShape {
   int n_chunks = 0;
   int n_slots = 2;  // >= 2: one computing, one loading
   bool backward = true;  // false: forward + loss only (evaluation)
+  // Per unit (empty: none): its weights are on the device already (home_weights instead of
+  // load_weights), and its AdamW runs on the device (updated first: only an enqueue).
+  std::vector<char> weights_on_device;
+  std::vector<char> device_adamw;
 };
 
 std::vector<Op> build_step_schedule(const StepShape& shape);
 std::string describe(const Op& op);
+// Every op's producers come before it and nothing overwrites what a later op still reads:
+// weights in the slot a compute op uses, inputs offloaded before they are fetched and fetched
+// into the buffer the backward reads, gradients complete before they leave, each unit's
+// update waited for before its first load and updated once after its gradient. Empty when
+// the list is sound, else what is wrong with which op.
+std::string check_schedule(const StepShape& shape, const std::vector<Op>& ops);
 
 }  // namespace sf

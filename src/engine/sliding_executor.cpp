@@ -1,201 +1,97 @@
 #include "engine/sliding_executor.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstring>
 
 #include "core/stopwatch.h"
-#include "core/thread_pool.h"
-#include "engine/clip_decision.h"
-#include "engine/sliding_internal.h"
 
 namespace sf {
 
+SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec)
+    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
+      name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
+      store_(layout_, ec.moments_dir, ec.moments_streamed),
+      bufs_(be, checked_specs(be, layout_, cfg, ec)),
+      streams_(be),
+      ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
+      w_{be, cfg_, layout_, ec_, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
+      homes_(w_), emb_(w_), dev_adamw_(w_, homes_),
+      timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
+      updater_(w_, homes_, emb_, dev_adamw_) {
+  for (int c = 0; c < ec.max_chunks; ++c)
+    batches_.push_back(std::make_unique<DeviceBatch>(be, *streams_.h2d, cfg, ec.max_chunk_tokens,
+                                                     &bufs_.at(BufferRole::batch_inputs, c)));
+  streams_.h2d->synchronize();
+}
 
-SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg,
-                                             const EngineConfig& ec)
-    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec),
-      cd_(be.compute_dtype()), store_(layout_, ec.moments_dir, ec.moments_streamed) {
+// The settings are checked before anything is allocated.
+std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const ModelLayout& layout,
+                                                             const ModelConfig& cfg, const EngineConfig& ec) {
+  const DType cd = be.compute_dtype();
   SF_REQUIRE(ec.n_slots >= 2, "sliding window: at least 2 weight slots are needed");
   SF_REQUIRE(ec.max_chunk_tokens > 0 && ec.max_chunks >= 1, "sliding window: empty chunks");
-  SF_CHECK(cd_ == DType::f32 || cd_ == DType::bf16, "compute dtype must be f32 or bf16");
-  name_ = cat("sliding window (", ec.n_slots, " slots) on ", be.name());
-  const int64_t C = cfg.hidden_size, V = cfg.vocab_size, Tc = ec.max_chunk_tokens;
-  const size_t es = dtype_size(cd_);
-  max_step_tokens_ = Tc * ec.max_chunks;
-  const size_t xbytes = size_t(max_step_tokens_) * size_t(C) * es;
-  const int n_units = int(layout_.units.size());
-  const int head_unit = n_units - 1;
-
-  compute_ = be.create_stream("compute");
-  h2d_ = be.create_stream("h2d");
-  d2h_ = be.create_stream("d2h");
-  grads_ = be.create_stream("grads");
-  upd_d2h_ = be.create_stream("update d2h");
-  upd_h2d_ = be.create_stream("update h2d");
-  ev_ = std::make_unique<Events>(be, ec.n_slots, ec.max_chunks, n_units);
-
-  int64_t max_layer = 0;
-  for (int k = 0; k < layout_.n_layers; ++k) max_layer = std::max(max_layer, layout_.layer(k).numel);
-  SF_REQUIRE(ec.resident_layers >= 0 && ec.resident_layers <= layout_.n_layers,
+  SF_CHECK(cd == DType::f32 || cd == DType::bf16, "compute dtype must be f32 or bf16");
+  SF_REQUIRE(ec.resident_layers >= 0 && ec.resident_layers <= layout.n_layers,
              "resident_layers must be in [0, n_layers]");
-  SF_REQUIRE(ec.head_resident || cd_ == DType::f32,
+  SF_REQUIRE(ec.head_resident || cd == DType::f32,
              "with a reduced-precision compute dtype the head's home must be resident");
-
-  // Homes. [0] holds the tied table's compute-dtype weights when the head needs them.
-  home_on_device_.assign(size_t(n_units), 0);
-  for (int k = layout_.n_layers - ec.resident_layers; k < layout_.n_layers; ++k)
-    home_on_device_[size_t(k + 1)] = 1;
-  home_on_device_[size_t(head_unit)] = ec.head_resident;
-  SF_REQUIRE(ec.device_adamw_layers >= 0 && ec.device_adamw_layers <= layout_.n_layers,
+  SF_REQUIRE(ec.device_adamw_layers >= 0 && ec.device_adamw_layers <= layout.n_layers,
              "device_adamw_layers must be in [0, n_layers]");
-  dev_state_.resize(size_t(layout_.n_layers));
-  dev_grad_.resize(size_t(layout_.n_layers));
-  for (int k = 0; k < ec.device_adamw_layers; ++k) {
-    home_on_device_[size_t(k + 1)] = 1;
-    const size_t n = size_t(layout_.layer(k).numel);
-    dev_state_[size_t(k)] = be.alloc(n * 12, cat("layer ", k, " master, AdamW m and v"));
-    if (k >= 2) dev_grad_[size_t(k)] = be.alloc(n * 4, cat("layer ", k, " gradient accumulator"));
-  }
-  bool any_resident = false;
-  for (int u = 0; u < n_units; ++u) {
-    size_t n = size_t(layout_.units[size_t(u)].numel);
-    if (u == 0) {
-      homes_.push_back(layout_.tied && cd_ != DType::f32 ? be.alloc_host(n * es, "tied table staging")
-                                                          : nullptr);
-      continue;
-    }
-    any_resident |= resident(u);
-    homes_.push_back(resident(u) ? be.alloc(n * es, cat("home of unit ", u))
-                                 : be.alloc_host(n * es, cat("home of unit ", u)));
-  }
-  {
-    const auto& r0 = store_.ranges(0);
-    SF_CHECK(r0.size() == 1 && r0[0].offset == 0 && r0[0].numel == V * C,
-             "the embedding unit must hold exactly the [V, C] table");
-    const int64_t rows = EmbeddingGrad::max_rows(V, max_step_tokens_, layout_.tied);
-    emb_grad_buf_ = be.alloc_host(size_t(rows * C) * 4, "embedding gradient");
-    emb_grad_ = std::make_unique<EmbeddingGrad>(V, C, max_step_tokens_, layout_.tied,
-                                                static_cast<float*>(emb_grad_buf_->data()));
-  }
-  if (layout_.tied) table_grad_host_ = be.alloc_host(size_t(V * C) * 4, "tied table gradient");
-  // The forward gathers its rows straight from the fp32 master (the device reads them over
-  // PCIe; no host thread and no staging copy between the update and layer 0).
-  emb_table_ = be.map_host(store_.master(0), size_t(V * C) * 4, "the embedding table");
-  if (!device_scatter()) emb_stage_ = be.alloc_host(xbytes, "embedding gradient staging");
-  if (device_scatter()) {
-    emb_rows_dev_ = be.alloc(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
-    emb_rows_host_ = be.alloc_host(size_t(2 * max_step_tokens_) * 4, "embedding rows of the tokens");
-  }
-  int64_t max_home = 0;
-  for (int u = 1; u < n_units; ++u)
-    if (resident(u)) max_home = std::max(max_home, layout_.units[size_t(u)].numel);
-  SF_REQUIRE(ec.ring_piece > 0, "sliding window: ring_piece must be positive");
-  ring_piece_ = std::min(max_home, ec.ring_piece);
-  for (int i = 0; i < 2; ++i) {
-    if (any_resident) ring_[i] = be.alloc_host(size_t(ring_piece_) * es, cat("update ring ", i));
-    if (cd_ != DType::f32) gstage_[i] = be.alloc(size_t(max_layer) * es, cat("gradient cast ", i));
-  }
-  norms_ = be.alloc(size_t(n_units) * 4, "resident gradient norms");
-  upload_next_.assign(size_t(n_units), 0);
-  if (ec.speculative()) {
-    spec_ = std::make_unique<Spec>();
-    for (int u = 0; u < n_units; ++u)
-      next_.push_back(ec.has_next(u, n_units) && cd_ != DType::f32
-                          ? be.alloc_host(size_t(layout_.units[size_t(u)].numel) * es,
-                                          cat("next weights of unit ", u))
-                          : nullptr);
-    if (!ring_[0]) {  // phase A reads device-home gradients through the ring
-      for (int i = 0; i < 2 && max_home > 0; ++i)
-        ring_[i] = be.alloc_host(size_t(ring_piece_) * es, cat("update ring ", i));
-    }
-  }
-
-  for (int s = 0; s < ec.n_slots; ++s)
-    slots_.push_back(be.alloc(size_t(max_layer) * es, cat("weight slot ", s)));
-  slot_unit_.assign(size_t(ec.n_slots), -1);
-  if (!resident(head_unit) || cd_ == DType::f32) head_w_ = be.alloc(size_t(layout_.head().numel) * es, "head weights");
-  head_g_ = be.alloc(size_t(layout_.head().numel) * 4, "head gradients");
-  if (layout_.tied) {
-    table_w_ = be.alloc(size_t(V * C) * es, "tied embedding table");
-    table_g_ = be.alloc(size_t(V * C) * 4, "tied embedding table gradient");
-  }
-  for (int i = 0; i < 2; ++i) {
-    grad_[i] = be.alloc(size_t(max_layer) * 4, cat("layer gradient buffer ", i));
-    x_[i] = be.alloc(xbytes, cat("layer activations ", i));
-    xin_[i] = be.alloc(size_t(Tc * C) * es, cat("saved-input buffer ", i));
-  }
-  dx_ = be.alloc(xbytes, "activation gradient");
-  scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, Tc, cd_),
-                               head_acts_bytes(cfg, Tc, cd_, std::min(ec.head_chunk_rows, Tc))),
-                      "layer and head scratch");
-  loss_ = be.alloc(4, "loss");
-  for (int k = 0; k < layout_.n_layers; ++k)
-    act_store_.push_back(ec.act_on_device(k)
-                             ? be.alloc(xbytes, cat("saved inputs of layer ", k))
-                             : be.alloc_host(xbytes, cat("saved inputs of layer ", k)));
-  for (int c = 0; c < ec.max_chunks; ++c)
-    batches_.push_back(std::make_unique<DeviceBatch>(be, *h2d_, cfg, Tc));
-  h2d_->synchronize();
+  return window_buffer_specs(cfg, ec, cd);
 }
 
-SlidingWindowExecutor::~SlidingWindowExecutor() {
-  if (spec_) spec_->abandon();
-  try {
-    updates_.wait_all();
-  } catch (...) {
-  }
-}
+SlidingWindowExecutor::~SlidingWindowExecutor() = default;
 
 ParamStore& SlidingWindowExecutor::params() {
-  updates_.wait_all();
-  if (host_state_stale_) {  // the device-AdamW layers' state comes home
-    upd_h2d_->synchronize();
-    device_state_copy(true);
-    host_state_stale_ = false;
-  }
+  updater_.wait_all();
+  dev_adamw_.bring_home_if_stale();
   return store_;
 }
 
-void SlidingWindowExecutor::device_state_copy(bool to_host) {
-  for (int k = 0; k < ec_.device_adamw_layers; ++k) {
-    const int u = k + 1;
-    const size_t n = size_t(store_.numel(u)) * 4;
-    char* d = static_cast<char*>(dev_state_[size_t(k)]->data());
-    float* host[3] = {store_.master(u), store_.m(u), store_.v(u)};
-    for (int i = 0; i < 3; ++i) {
-      if (to_host) be_.copy_to_host(*h2d_, host[i], d + size_t(i) * n, n);
-      else be_.copy_to_device(*h2d_, d + size_t(i) * n, host[i], n);
-    }
-  }
-  h2d_->synchronize();
+void SlidingWindowExecutor::params_changed() {
+  updater_.wait_all();
+  dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
+  homes_.refresh(true);
+  // Streamed moments just loaded from a checkpoint: to disk and out of the page cache before
+  // the first sweep, which would otherwise stall in page reclaim (no-op when nothing changed).
+  for (int u = 0; u < store_.n_units(); ++u) store_.moments_done(u);
 }
 
-const void* SlidingWindowExecutor::host_weights(int unit) const {
-  if (cd_ == DType::f32) return store_.master(unit);
-  SF_CHECK(!(unit > 0 && resident(unit)), "resident unit ", unit, " has no host weights");
-  return homes_[size_t(unit)]->data();
+StepShape SlidingWindowExecutor::step_shape(int n_chunks, bool backward) const {
+  StepShape sh{layout_.n_layers, n_chunks, ec_.n_slots, backward};
+  const int n = w_.n_units();
+  sh.weights_on_device.assign(size_t(n), 0);
+  sh.device_adamw.assign(size_t(n), 0);
+  for (int u = 1; u < n; ++u) {
+    sh.weights_on_device[size_t(u)] = (homes_.resident(u) && w_.reduced()) || ec_.device_adamw(u);
+    sh.device_adamw[size_t(u)] = ec_.device_adamw(u);
+  }
+  return sh;
+}
+
+const std::vector<Op>& SlidingWindowExecutor::schedule(int n_chunks, bool backward) {
+  const auto key = std::make_pair(n_chunks, backward);
+  if (auto it = schedules_.find(key); it != schedules_.end()) return it->second;
+  const StepShape sh = step_shape(n_chunks, backward);
+  std::vector<Op> ops = build_step_schedule(sh);
+  const std::string wrong = check_schedule(sh, ops);
+  SF_CHECK(wrong.empty(), "the step schedule is unsound: ", wrong);
+  return schedules_.emplace(key, std::move(ops)).first->second;
+}
+
+Mat SlidingWindowExecutor::rows(Buffer& b, int chunk) const {
+  return Mat(b.data(), cd_, w_.max_step_tokens, cfg_.hidden_size)
+      .row_block(chunk_off_[size_t(chunk)], chunk_tokens(chunk));
+}
+
+LayerActs SlidingWindowExecutor::acts_for(int c) const {
+  Buffer& s = bufs_.at(BufferRole::scratch);
+  return bind_layer_acts(cfg_, chunk_tokens(c), cd_, s.data(), s.bytes());
 }
 
 void* SlidingWindowExecutor::weights_on_device(const Op& op) const {
-  if (device_adamw(op.unit) && cd_ == DType::f32) return dev_state_[size_t(op.unit - 1)]->data();  // the master
-  if (op.unit > 0 && resident(op.unit) && cd_ != DType::f32) return homes_[size_t(op.unit)]->data();
-  return slots_[size_t(op.slot)]->data();
-}
-
-Mat SlidingWindowExecutor::x_mat(int which, int chunk) const {
-  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
-  return Mat(x_[which]->data(), cd_, max_step_tokens_, cfg_.hidden_size).row_block(chunk_off_[size_t(chunk)], T);
-}
-Mat SlidingWindowExecutor::dx_mat(int chunk) const {
-  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
-  return Mat(dx_->data(), cd_, max_step_tokens_, cfg_.hidden_size).row_block(chunk_off_[size_t(chunk)], T);
-}
-Mat SlidingWindowExecutor::store_mat(int layer, int chunk) const {
-  int64_t T = batches_[size_t(chunk)]->inputs().n_tokens;
-  return Mat(act_store_[size_t(layer)]->data(), cd_, max_step_tokens_, cfg_.hidden_size)
-      .row_block(chunk_off_[size_t(chunk)], T);
+  if (ec_.device_adamw(op.unit) && !w_.reduced()) return dev_adamw_.master(op.unit);
+  if (op.unit > 0 && homes_.resident(op.unit) && w_.reduced()) return homes_.home(op.unit)->data();
+  return bufs_.at(BufferRole::weight_slot, op.slot).data();
 }
 
 std::vector<Batch> SlidingWindowExecutor::make_chunks(std::span<const Batch> micro) const {
@@ -232,411 +128,293 @@ std::vector<Batch> SlidingWindowExecutor::make_chunks(std::span<const Batch> mic
   return chunks;
 }
 
-void SlidingWindowExecutor::exec(const Op& op, const std::vector<Batch>& chunks,
-                                 float grad_scale) {
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const int head_unit = int(layout_.units.size()) - 1;
-  const int n_chunks = int(chunks.size());
-  Events& ev = *ev_;
-  auto acts_for = [&](int c) {
-    int64_t T = batches_[size_t(c)]->inputs().n_tokens;
-    return bind_layer_acts(cfg_, T, cd_, scratch_->data(), scratch_->bytes());
-  };
-  auto head_params = [&](Buffer& w, DType dt, Buffer* table) {
-    Mat t = table ? Mat(table->data(), dt, V, C) : Mat();
-    return bind_head(layout_.head(), w.data(), dt, t);
-  };
+// ---- the interpreter -------------------------------------------------------------------
 
+void SlidingWindowExecutor::exec(const Op& op) {
   switch (op.kind) {
-    case OpKind::load_weights: {
-      if (op.unit == head_unit) {
-        updates_.wait(head_unit);
-        if (!resident(head_unit) || cd_ == DType::f32) {
-          be_.copy_to_device(*h2d_, head_w_->data(), host_weights(head_unit),
-                             size_t(layout_.head().numel) * dtype_size(cd_));
-        } else {
-          ev.home_ready[size_t(head_unit)]->wait(*h2d_);
-          home_from_next(head_unit);
-        }
-        if (layout_.tied) {
-          updates_.wait(0);
-          be_.copy_to_device(*h2d_, table_w_->data(), host_weights(0), table_w_->bytes());
-        }
-        ev.head_ready->record(*h2d_);
-        return;
-      }
-      updates_.wait(op.unit);  // this unit's AdamW of the previous step
-      if (op.unit <= 2) trace_mark("load_weights: update ready, unit", op.unit);
-      if ((resident(op.unit) && cd_ != DType::f32) || device_adamw(op.unit)) {
-        // Weights are home already (or wait in `next`); the slot is not used. Order after
-        // their trip home.
-        ev.home_ready[size_t(op.unit)]->wait(*h2d_);
-        home_from_next(op.unit);
-        ev.slot_ready[size_t(op.slot)]->record(*h2d_);
-        return;
-      }
-      ev.slot_free[size_t(op.slot)]->wait(*h2d_);
-      size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
-      be_.copy_to_device(*h2d_, slots_[size_t(op.slot)]->data(), host_weights(op.unit), bytes);
-      ev.slot_ready[size_t(op.slot)]->record(*h2d_);
-      slot_unit_[size_t(op.slot)] = op.unit;
-      return;
-    }
-    case OpKind::embed_forward: {
-      trace_mark("embed_forward: waiting for the embedding's update");
-      updates_.wait(0);
-      trace_mark("embed_forward: update ready");
-      // The step's rows: the previous update of the table (which used the old ones) is done.
-      if (op.chunk == 0) {
-        emb_grad_->set_rows(chunks);
-        if (device_scatter()) {  // each token's gradient row, for the backward's scatter
-          const int64_t R = emb_grad_->touched_rows();
-          const int64_t B = emb_block_ =
-              ec_.split_embedding_scatter ? std::max<int64_t>(1, (R + 1) / 2) : emb_block_rows();
-          SF_CHECK(B <= emb_block_rows(), "embedding scatter: block of ", B, " rows > ", emb_block_rows());
-          int32_t* rows = static_cast<int32_t*>(emb_rows_host_->data());
-          emb_grad_->token_rows(chunks, 0, B, rows);
-          emb_grad_->token_rows(chunks, B, B, rows + max_step_tokens_);
-          be_.copy_to_device(*h2d_, emb_rows_dev_->data(), rows, emb_rows_host_->bytes());
-        }
-      }
-      const Mat table(emb_table_->data(), DType::f32, V, C);
-      be_.embedding_forward(*h2d_, x_mat(0, op.chunk), batches_[size_t(op.chunk)]->inputs().tokens,
-                            table);
-      trace_mark("embed_forward: gather enqueued");
-      ev.emb_done[size_t(op.chunk)]->record(*h2d_);
-      return;
-    }
-    case OpKind::layer_forward: {
-      const int k = op.layer, c = op.chunk;
-      ev.slot_ready[size_t(op.slot)]->wait(*compute_);
-      if (k == 0) ev.emb_done[size_t(c)]->wait(*compute_);
-      // x_out held layer k-1's input: its copy to the store must have left.
-      else ev.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(*compute_);
-      LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
-      const int t = busy_begin();
-      layer_forward(be_, *compute_, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(),
-                    x_mat(k % 2, c), x_mat((k + 1) % 2, c));
-      busy_end(t);
-      ev.slot_free[size_t(op.slot)]->record(*compute_);
-      ev.out_ready[size_t(c)]->record(*compute_);  // the next layer's input, chunk c
-      return;
-    }
-    case OpKind::offload_input: {
-      // Enqueued before layer k's forward, so the copy overlaps it: waits only for the input.
-      const int k = op.layer, c = op.chunk;
-      (k == 0 ? ev.emb_done : ev.out_ready)[size_t(c)]->wait(*d2h_);
-      Mat src = x_mat(k % 2, c), dst = store_mat(k, c);
-      if (ec_.act_on_device(k)) be_.copy_on_device(*d2h_, dst.data, src.data, src.bytes());
-      else be_.copy_to_host(*d2h_, dst.data, src.data, src.bytes());
-      ev.off_done[size_t((k % 2) * n_chunks + c)]->record(*d2h_);
-      return;
-    }
-    case OpKind::head: {
-      const int c = op.chunk;
-      ev.head_ready->wait(*compute_);
-      Buffer& hw = resident(head_unit) && cd_ != DType::f32 ? *homes_[size_t(head_unit)] : *head_w_;
-      HeadWeights w = head_params(hw, cd_, layout_.tied ? table_w_.get() : nullptr);
-      HeadGrads g = head_params(*head_g_, DType::f32, layout_.tied ? table_g_.get() : nullptr);
-      int64_t T = batches_[size_t(c)]->inputs().n_tokens;
-      int64_t rows = std::min(ec_.head_chunk_rows, ec_.max_chunk_tokens);
-      HeadActs acts = bind_head_acts(cfg_, T, cd_, rows, scratch_->data(), scratch_->bytes());
-      bool backward = !schedule_.empty() && schedule_.back().kind != OpKind::head;
-      const int t = busy_begin();
-      head_forward_backward(be_, *compute_, cfg_, w, g, acts, batches_[size_t(c)]->inputs(),
-                            x_mat(layout_.n_layers % 2, c), backward ? dx_mat(c) : Mat(),
-                            static_cast<float*>(loss_->data()), grad_scale);
-      busy_end(t);
-      if (c == n_chunks - 1) ev.head_done->record(*compute_);
-      return;
-    }
-    case OpKind::grads_out: {
-      // The unit's fp32 gradient goes home in the compute dtype, on the grads stream once the
-      // unit's last backward (or head) op is done, while the compute stream goes on with the
-      // next layer. Resident homes: a cast plus the sum of squares for the global norm. Host
-      // homes: cast into a staging buffer, then d2h. (The accumulator's next user, two layers
-      // on, waits for grads_copied; finish_update reads the norms after run() synchronised
-      // every stream.)
-      const bool is_head = op.unit == head_unit;
-      const int g = is_head ? 0 : op.layer % 2;
-      const size_t n = size_t(layout_.units[size_t(op.unit)].numel);
-      Buffer& acc = is_head ? *head_g_ : grad_acc(op.layer);
-      Mat src(acc.data(), DType::f32, 1, int64_t(n));
-      Stream& gs = ec_.grads_stream ? *grads_ : *compute_;
-      Event& done = is_head ? *ev.head_done : *ev.grads_done[g];
-      done.wait(gs);
-      if (is_head && layout_.tied) {
-        ev.head_done->wait(*d2h_);
-        be_.copy_to_host(*d2h_, table_grad_host_->data(), table_g_->data(), table_g_->bytes());
-      }
-      if (device_adamw(op.unit)) {
-        // Stays in its accumulator for the device AdamW after the norm (device_unit_adamw,
-        // which also marks the accumulator free again: grads_copied).
-        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
-        ev.grads_home[size_t(op.unit)]->record(gs);
-        mark_grad_ready(op.unit);
-        return;
-      }
-      if (resident(op.unit)) {
-        Mat dst(homes_[size_t(op.unit)]->data(), cd_, 1, int64_t(n));
-        be_.cast(gs, dst, src);
-        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
-        if (!is_head) ev.grads_copied[g]->record(gs);
-        else ev.head_grads_home->record(gs);
-        ev.grads_home[size_t(op.unit)]->record(gs);
-        mark_grad_ready(op.unit);
-        return;
-      }
-      void* from = acc.data();
-      if (cd_ != DType::f32) {
-        // Its sum of squares for the global norm, on the device like the resident homes'
-        // (f32 homes are summed on the host in double, as the reference step does).
-        be_.sum_squares(gs, static_cast<float*>(norms_->data()) + op.unit, src);
-        ev.stage_free[g]->wait(gs);
-        be_.cast(gs, Mat(gstage_[g]->data(), cd_, 1, int64_t(n)), src);
-        from = gstage_[g]->data();
-      }
-      Event& cast = is_head ? *ev.head_cast : *ev.grads_cast[g];
-      cast.record(gs);
-      cast.wait(*d2h_);
-      be_.copy_to_host(*d2h_, homes_[size_t(op.unit)]->data(), from, n * dtype_size(cd_));
-      if (!is_head) ev.grads_copied[g]->record(*d2h_);
-      ev.stage_free[g]->record(*d2h_);
-      ev.grads_home[size_t(op.unit)]->record(*d2h_);
-      mark_grad_ready(op.unit);
-      return;
-    }
-    case OpKind::fetch_input: {
-      if (op.layer == layout_.n_layers - 1 && op.chunk == 0) {
-        ev.offloads_done->record(*d2h_);  // every offload of the forward is enqueued by now
-        ev.offloads_done->wait(*h2d_);
-      }
-      ev.buf_free[op.buf]->wait(*h2d_);
-      Mat src = store_mat(op.layer, op.chunk);
-      if (ec_.act_on_device(op.layer)) be_.copy_on_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
-      else be_.copy_to_device(*h2d_, xin_[op.buf]->data(), src.data, src.bytes());
-      ev.buf_ready[op.buf]->record(*h2d_);
-      return;
-    }
-    case OpKind::layer_backward: {
-      const int k = op.layer, c = op.chunk, g = k % 2;
-      ev.slot_ready[size_t(op.slot)]->wait(*compute_);
-      ev.buf_ready[op.buf]->wait(*compute_);
-      const Unit& unit = layout_.layer(k);
-      Buffer& acc = grad_acc(k);
-      if (c == 0) {
-        // A shared accumulator was last copied out two layers ago; a device-AdamW layer's own
-        // was last read by its AdamW, which its weights' load in this step's forward followed.
-        if (&acc == grad_[g].get()) ev.grads_copied[g]->wait(*compute_);
-        be_.fill_zero(*compute_, acc.data(), size_t(unit.numel) * 4);
-      }
-      int64_t T = batches_[size_t(c)]->inputs().n_tokens;
-      LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
-      LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
-      Mat xin(xin_[op.buf]->data(), cd_, T, C);
-      if (busy_first_bwd_ < 0) busy_first_bwd_ = busy_used_;
-      const int t = busy_begin();
-      layer_backward(be_, *compute_, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(),
-                     xin, dx_mat(c), dx_mat(c));
-      busy_end(t);
-      ev.buf_free[op.buf]->record(*compute_);
-      ev.slot_free[size_t(op.slot)]->record(*compute_);
-      if (c == n_chunks - 1) {
-        ev.grads_done[g]->record(*compute_);
-        if (k == 0) ev.layer0_done->record(*compute_);
-      }
-      return;
-    }
-    case OpKind::embed_backward: {
-      const int c = op.chunk;
-      if (device_scatter()) {  // every chunk at once
-        if (c == 0) {
-          embedding_grad_on_device(chunk_off_.back() + chunks.back().n_tokens());
-          trace_mark("embed_backward: rows home");
-          embedding_grad_home();
-        }
-        return;
-      }
-      const Batch& b = chunks[size_t(c)];
-      // The host gets here long before the backward ends: an untied gradient is zeroed
-      // meanwhile (a tied one starts from the head's share, which lands with the rest).
-      if (c == 0 && !layout_.tied) emb_grad_->zero(nullptr, host_pool());
-      if (c == 0) ev.layer0_done->wait(*d2h_);
-      Mat d = dx_mat(c);
-      char* host = static_cast<char*>(emb_stage_->data()) +
-                   size_t(chunk_off_[size_t(c)] * C) * dtype_size(cd_);
-      be_.copy_to_host(*d2h_, host, d.data, d.bytes());
-      d2h_->synchronize();  // (chunk 0) and every gradient of the step has landed
-      if (c == 0 && layout_.tied)
-        emb_grad_->zero(static_cast<const float*>(table_grad_host_->data()), host_pool());
-      trace_mark("embed_backward: zeroed, dx home", c);
-      emb_grad_->scatter(b, host, cd_, host_pool());
-      trace_mark("embed_backward: scattered");
-      if (c == n_chunks - 1) embedding_grad_home();
-      return;
-    }
+    case OpKind::wait_update: return wait_update(op);
+    case OpKind::load_weights:
+    case OpKind::home_weights: return op.unit == w_.head_unit() ? load_head() : load_weights(op);
+    case OpKind::embed_forward: return embed_forward(op);
+    case OpKind::layer_forward: return layer_forward(op);
+    case OpKind::offload_input: return offload_input(op);
+    case OpKind::head: return head(op);
+    case OpKind::grads_out: return grads_out(op);
+    case OpKind::fetch_input: return fetch_input(op);
+    case OpKind::layer_backward: return layer_backward(op);
+    case OpKind::embed_backward: return embed_backward(op);
+    case OpKind::update: SF_FAIL(internal, "update ops run after the step (HostUpdater::finish)");
   }
 }
 
-int64_t SlidingWindowExecutor::emb_block_rows() const {
-  return int64_t(x_[0]->bytes() / (size_t(cfg_.hidden_size) * 4));
+void SlidingWindowExecutor::wait_update(const Op& op) {
+  updater_.wait(op.unit);  // this unit's AdamW of the previous step
+  if (op.unit <= 2) trace_mark("wait_update: update ready, unit", op.unit);
+  if (op.unit > 0) homes_.expect(op.unit, HomeState::weights, "wait_update");
 }
 
-// The sparse embedding gradient of the step's T tokens: dX (all chunks, on the device after
-// layer 0's backward) summed per row in token order by the backend's embedding_backward into
-// f32 row blocks carved from the X buffers, then copied into emb_grad_'s storage. Same bits
-// as EmbeddingGrad::scatter (zero, then += each token's row in order).
-void SlidingWindowExecutor::embedding_grad_on_device(int64_t T) {
-  const int64_t C = cfg_.hidden_size, R = emb_grad_->touched_rows(), B = emb_block_;
-  SF_CHECK(R <= 2 * B, "embedding gradient: ", R, " rows exceed the device scatter's ", 2 * B);
-  const Mat dx(dx_->data(), cd_, T, C);
-  char* home = reinterpret_cast<char*>(emb_grad_buf_->data());
-  for (int blk = 0; blk < 2; ++blk) {
-    const int64_t r0 = blk * B, n = std::min(B, R - r0);
-    if (n <= 0) break;
-    const Mat rows(x_[blk]->data(), DType::f32, n, C);
-    be_.fill_zero(*compute_, rows.data, rows.bytes());
-    be_.embedding_backward(*compute_, rows,
-                           static_cast<const int32_t*>(emb_rows_dev_->data()) + blk * max_step_tokens_, dx);
-    be_.sum_squares(*compute_, static_cast<float*>(norms_->data()), rows);  // the unit's norm
+// Layer k's weight transfer: its compute-dtype weights from the host into a slot on h2d, or,
+// when they are home on the device already, only the order after their trip home.
+void SlidingWindowExecutor::load_weights(const Op& op) {
+  Event& ready = *ev_.slot_ready[size_t(op.slot)];
+  Stream& h2d = *streams_.h2d;
+  if (op.kind == OpKind::home_weights) {
+    ev_.home_ready[size_t(op.unit)]->wait(h2d);
+    homes_.upload_next(op.unit);  // speculated weights waiting in `next`
+    ready.record(h2d);
+    return;
   }
-  ev_->emb_rows_done->record(*compute_);
-  ev_->emb_rows_done->wait(*d2h_);
-  for (int blk = 0; blk < 2; ++blk) {
-    const int64_t r0 = blk * B, n = std::min(B, R - r0);
-    if (n <= 0) break;
-    be_.copy_to_host(*d2h_, home + size_t(r0 * C) * 4, x_[blk]->data(), size_t(n * C) * 4);
-  }
-  be_.copy_to_host(*d2h_, &emb_sumsq_, norms_->data(), 4);
-  d2h_->synchronize();  // and every other gradient of the step has landed
+  ev_.slot_free[size_t(op.slot)]->wait(h2d);
+  const size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
+  be_.copy_to_device(h2d, bufs_.at(BufferRole::weight_slot, op.slot).data(), homes_.host_weights(op.unit), bytes);
+  ready.record(h2d);
 }
 
-// Timing events around one compute op on the compute stream (no-ops where the backend cannot
-// time, or past the pairs allocated for the planned schedule).
-int SlidingWindowExecutor::busy_begin() {
-  if (busy_used_ >= int(ev_->busy_start.size())) return -1;
-  ev_->busy_start[size_t(busy_used_)]->record(*compute_);
-  return busy_used_++;
-}
-void SlidingWindowExecutor::busy_end(int t) {
-  if (t >= 0) ev_->busy_end[size_t(t)]->record(*compute_);
-}
-void SlidingWindowExecutor::gpu_times(StepStats& st) {
-  if (busy_used_ == 0) return;
-  auto& b = ev_->busy_start;
-  auto& e = ev_->busy_end;
-  const int n = busy_used_, first_bwd = busy_first_bwd_ < 0 ? n : busy_first_bwd_;
-  double busy_f = 0, busy_b = 0;
-  for (int i = 0; i < n; ++i) {
-    const double d = e[size_t(i)]->seconds_since(*b[size_t(i)]);
-    if (d < 0) return;  // the backend cannot time
-    (i < first_bwd ? busy_f : busy_b) += d;
+void SlidingWindowExecutor::load_head() {
+  const int head = w_.head_unit();
+  Stream& h2d = *streams_.h2d;
+  if (Buffer* hw = bufs_.find(BufferRole::head_weights)) {
+    be_.copy_to_device(h2d, hw->data(), homes_.host_weights(head), size_t(layout_.head().numel) * dtype_size(cd_));
+  } else {
+    ev_.home_ready[size_t(head)]->wait(h2d);
+    homes_.upload_next(head);
   }
-  st.gpu_busy_seconds = busy_f + busy_b;
-  auto span = [](Event& to, Event& from) { return std::max(0.0, to.seconds_since(from)); };
-  if (first_bwd > 0) st.gpu_idle_forward_seconds = std::max(0.0, span(*e[size_t(first_bwd - 1)], *b[0]) - busy_f);
-  if (first_bwd < n)
-    st.gpu_idle_backward_seconds = std::max(0.0, span(*e[size_t(n - 1)], *b[size_t(first_bwd)]) - busy_b);
-  // The boundary: this run's end (marked by the previous call) to its first compute op, plus
-  // the previous run's tail after its last compute op.
-  if (step_end_recorded_) st.gpu_idle_before_seconds = tail_prev_ + span(*b[0], *ev_->step_end);
-  ev_->step_end->record(*compute_);  // now: the next step measures from here
-  compute_->synchronize();
-  tail_prev_ = span(*ev_->step_end, *e[size_t(n - 1)]);
-  step_end_recorded_ = true;
+  if (Buffer* table = bufs_.find(BufferRole::tied_table)) {
+    updater_.wait(0);
+    be_.copy_to_device(h2d, table->data(), homes_.host_weights(0), table->bytes());
+  }
+  ev_.head_ready->record(h2d);
 }
 
-void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks,
-                                float grad_scale) {
+void SlidingWindowExecutor::embed_forward(const Op& op) {
+  emb_.forward(*chunks_, op.chunk, x_mat(0, op.chunk), batches_[size_t(op.chunk)]->inputs().tokens);
+}
+
+void SlidingWindowExecutor::layer_forward(const Op& op) {
+  const int k = op.layer, c = op.chunk, n_chunks = int(chunks_->size());
+  Stream& compute = *streams_.compute;
+  ev_.slot_ready[size_t(op.slot)]->wait(compute);
+  if (k == 0) ev_.emb_done[size_t(c)]->wait(compute);
+  // x_out held layer k-1's input: its copy to the store must have left.
+  else ev_.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(compute);
+  LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
+  const int t = timer_.begin(false);
+  sf::layer_forward(be_, compute, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(), x_mat(k % 2, c),
+                    x_mat((k + 1) % 2, c));
+  timer_.end(t);
+  ev_.slot_free[size_t(op.slot)]->record(compute);
+  ev_.out_ready[size_t(c)]->record(compute);  // the next layer's input, chunk c
+}
+
+// Enqueued before layer k's forward, so the copy overlaps it: waits only for the input.
+void SlidingWindowExecutor::offload_input(const Op& op) {
+  const int k = op.layer, c = op.chunk, n_chunks = int(chunks_->size());
+  Stream& d2h = *streams_.d2h;
+  (k == 0 ? ev_.emb_done : ev_.out_ready)[size_t(c)]->wait(d2h);
+  Mat src = x_mat(k % 2, c), dst = store_mat(k, c);
+  if (ec_.act_on_device(k)) be_.copy_on_device(d2h, dst.data, src.data, src.bytes());
+  else be_.copy_to_host(d2h, dst.data, src.data, src.bytes());
+  ev_.off_done[size_t((k % 2) * n_chunks + c)]->record(d2h);
+}
+
+void SlidingWindowExecutor::head(const Op& op) {
+  const int c = op.chunk, head = w_.head_unit();
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  Stream& compute = *streams_.compute;
+  ev_.head_ready->wait(compute);
+  Buffer* hw = bufs_.find(BufferRole::head_weights);
+  if (!hw) hw = homes_.home(head);
+  Buffer* table_w = bufs_.find(BufferRole::tied_table);
+  Buffer* table_g = bufs_.find(BufferRole::tied_table_grad);
+  HeadWeights w = bind_head(layout_.head(), hw->data(), cd_, table_w ? Mat(table_w->data(), cd_, V, C) : Mat());
+  HeadGrads g = bind_head(layout_.head(), bufs_.at(BufferRole::head_grad).data(), DType::f32,
+                          table_g ? Mat(table_g->data(), DType::f32, V, C) : Mat());
+  Buffer& scratch = bufs_.at(BufferRole::scratch);
+  const int64_t rows = std::min(ec_.head_chunk_rows, ec_.max_chunk_tokens);
+  HeadActs acts = bind_head_acts(cfg_, chunk_tokens(c), cd_, rows, scratch.data(), scratch.bytes());
+  const int t = timer_.begin(false);
+  head_forward_backward(be_, compute, cfg_, w, g, acts, batches_[size_t(c)]->inputs(),
+                        x_mat(layout_.n_layers % 2, c), backward_ ? dx_mat(c) : Mat(),
+                        static_cast<float*>(bufs_.at(BufferRole::loss).data()), grad_scale_);
+  timer_.end(t);
+  if (c == int(chunks_->size()) - 1) ev_.head_done->record(compute);
+}
+
+// The unit's fp32 gradient goes home in the compute dtype, on the grads stream once the unit's
+// last backward (or head) op is done, while the compute stream goes on with the next layer.
+// (The accumulator's next user, two layers on, waits for grads_copied; the update reads the
+// norms after run() synchronised every stream.)
+void SlidingWindowExecutor::grads_out(const Op& op) {
+  const bool is_head = op.unit == w_.head_unit();
+  Buffer& acc = is_head ? bufs_.at(BufferRole::head_grad) : w_.layer_grad(op.layer);
+  Mat src(acc.data(), DType::f32, 1, store_.numel(op.unit));
+  Stream& gs = ec_.grads_stream ? *streams_.grads : *streams_.compute;
+  (is_head ? *ev_.head_done : *ev_.grads_done[op.layer % 2]).wait(gs);
+  if (Buffer* tg = is_head ? bufs_.find(BufferRole::tied_table_grad) : nullptr) {
+    ev_.head_done->wait(*streams_.d2h);
+    be_.copy_to_host(*streams_.d2h, bufs_.at(BufferRole::tied_table_grad_host).data(), tg->data(), tg->bytes());
+  }
+  homes_.set(op.unit, HomeState::weights, HomeState::gradient, "grads_out");
+  if (ec_.device_adamw(op.unit)) grads_stay_on_device(op, gs, src);
+  else if (homes_.resident(op.unit)) grads_to_resident_home(op, gs, src);
+  else grads_to_host_home(op, gs, src);
+  updater_.grad_ready(op.unit);
+}
+
+// Stays in its accumulator for the device AdamW after the norm (which also marks the
+// accumulator free again: grads_copied).
+void SlidingWindowExecutor::grads_stay_on_device(const Op& op, Stream& gs, Mat src) {
+  be_.sum_squares(gs, w_.norms() + op.unit, src);
+  ev_.grads_home[size_t(op.unit)]->record(gs);
+}
+
+// A cast into the home plus the sum of squares for the global norm.
+void SlidingWindowExecutor::grads_to_resident_home(const Op& op, Stream& gs, Mat src) {
+  be_.cast(gs, Mat(homes_.home(op.unit)->data(), cd_, 1, src.cols), src);
+  be_.sum_squares(gs, w_.norms() + op.unit, src);
+  if (op.unit != w_.head_unit()) ev_.grads_copied[op.layer % 2]->record(gs);
+  else ev_.head_grads_home->record(gs);
+  ev_.grads_home[size_t(op.unit)]->record(gs);
+}
+
+// Cast into a staging buffer (f32 compute: none), then d2h.
+void SlidingWindowExecutor::grads_to_host_home(const Op& op, Stream& gs, Mat src) {
+  const bool is_head = op.unit == w_.head_unit();
+  const int g = is_head ? 0 : op.layer % 2;
+  const void* from = src.data;
+  if (w_.reduced()) {
+    // Its sum of squares for the global norm, on the device like the resident homes' (f32
+    // homes are summed on the host in double, as the reference step does).
+    be_.sum_squares(gs, w_.norms() + op.unit, src);
+    ev_.stage_free[g]->wait(gs);
+    Buffer& stage = bufs_.at(BufferRole::grad_cast, g);
+    be_.cast(gs, Mat(stage.data(), cd_, 1, src.cols), src);
+    from = stage.data();
+  }
+  Stream& d2h = *streams_.d2h;
+  Event& cast = is_head ? *ev_.head_cast : *ev_.grads_cast[g];
+  cast.record(gs);
+  cast.wait(d2h);
+  be_.copy_to_host(d2h, homes_.home(op.unit)->data(), from, size_t(src.cols) * dtype_size(cd_));
+  if (!is_head) ev_.grads_copied[g]->record(d2h);
+  ev_.stage_free[g]->record(d2h);
+  ev_.grads_home[size_t(op.unit)]->record(d2h);
+}
+
+void SlidingWindowExecutor::fetch_input(const Op& op) {
+  Stream &h2d = *streams_.h2d, &d2h = *streams_.d2h;
+  if (op.layer == layout_.n_layers - 1 && op.chunk == 0) {
+    ev_.offloads_done->record(d2h);  // every offload of the forward is enqueued by now
+    ev_.offloads_done->wait(h2d);
+  }
+  ev_.buf_free[op.buf]->wait(h2d);
+  Mat src = store_mat(op.layer, op.chunk);
+  void* dst = bufs_.at(BufferRole::saved_input, op.buf).data();
+  if (ec_.act_on_device(op.layer)) be_.copy_on_device(h2d, dst, src.data, src.bytes());
+  else be_.copy_to_device(h2d, dst, src.data, src.bytes());
+  ev_.buf_ready[op.buf]->record(h2d);
+}
+
+void SlidingWindowExecutor::layer_backward(const Op& op) {
+  const int k = op.layer, c = op.chunk, g = k % 2;
+  Stream& compute = *streams_.compute;
+  ev_.slot_ready[size_t(op.slot)]->wait(compute);
+  ev_.buf_ready[op.buf]->wait(compute);
+  const Unit& unit = layout_.layer(k);
+  Buffer& acc = w_.layer_grad(k);
+  if (c == 0) {
+    // A shared accumulator was last copied out two layers ago; a device-AdamW layer's own
+    // was last read by its AdamW, which its weights' load in this step's forward followed.
+    if (&acc == &bufs_.at(BufferRole::layer_grad, g)) ev_.grads_copied[g]->wait(compute);
+    be_.fill_zero(compute, acc.data(), size_t(unit.numel) * 4);
+  }
+  LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
+  LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
+  Mat xin(bufs_.at(BufferRole::saved_input, op.buf).data(), cd_, chunk_tokens(c), cfg_.hidden_size);
+  const int t = timer_.begin(true);
+  sf::layer_backward(be_, compute, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(), xin, dx_mat(c),
+                     dx_mat(c));
+  timer_.end(t);
+  ev_.buf_free[op.buf]->record(compute);
+  ev_.slot_free[size_t(op.slot)]->record(compute);
+  if (c == int(chunks_->size()) - 1) {
+    ev_.grads_done[g]->record(compute);
+    if (k == 0) ev_.layer0_done->record(compute);
+  }
+}
+
+void SlidingWindowExecutor::embed_backward(const Op& op) {
+  if (emb_.backward(*chunks_, chunk_off_, op.chunk, dx_mat(op.chunk))) updater_.embedding_grad_home();
+}
+
+// ---- a step ------------------------------------------------------------------------------
+
+void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale) {
+  Stream& compute = *streams_.compute;
+  chunks_ = &chunks;
+  grad_scale_ = grad_scale;
   chunk_off_.assign(chunks.size(), 0);
-  for (size_t c = 1; c < chunks.size(); ++c)
-    chunk_off_[c] = chunk_off_[c - 1] + chunks[c - 1].n_tokens();
-  for (size_t c = 0; c < chunks.size(); ++c) batches_[c]->upload(*h2d_, chunks[c]);
-  ev_->batch_ready->record(*h2d_);
-  ev_->batch_ready->wait(*compute_);
-  be_.fill_zero(*compute_, loss_->data(), 4);
-  bool backward = ops.back().kind != OpKind::head;
-  if (backward) {
-    be_.fill_zero(*compute_, norms_->data(), norms_->bytes());
-    be_.fill_zero(*compute_, head_g_->data(), head_g_->bytes());
-    if (table_g_) be_.fill_zero(*compute_, table_g_->data(), table_g_->bytes());
+  for (size_t c = 1; c < chunks.size(); ++c) chunk_off_[c] = chunk_off_[c - 1] + chunks[c - 1].n_tokens();
+  for (size_t c = 0; c < chunks.size(); ++c) batches_[c]->upload(*streams_.h2d, chunks[c]);
+  ev_.batch_ready->record(*streams_.h2d);
+  ev_.batch_ready->wait(compute);
+  Buffer& loss = bufs_.at(BufferRole::loss);
+  be_.fill_zero(compute, loss.data(), 4);
+  backward_ = std::any_of(ops.begin(), ops.end(), [](const Op& o) { return o.kind == OpKind::layer_backward; });
+  if (backward_) {
+    for (BufferRole r : {BufferRole::norms, BufferRole::head_grad, BufferRole::tied_table_grad})
+      if (Buffer* b = bufs_.find(r)) be_.fill_zero(compute, b->data(), b->bytes());
   }
-  schedule_ = ops;
-  busy_used_ = 0;
-  busy_first_bwd_ = -1;
-  auto t0 = std::chrono::steady_clock::now();
-  phase_seconds_[0] = phase_seconds_[1] = 0;
+  timer_.start_run();
   for (const Op& op : ops) {
+    if (op.kind == OpKind::update) break;  // the step's device work is done
     if (op.kind == OpKind::fetch_input && op.layer == layout_.n_layers - 1 && op.chunk == 0) {
-      compute_->synchronize();  // the forward and head are done: split the timing here
-      auto t1 = std::chrono::steady_clock::now();
-      phase_seconds_[0] = std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
+      compute.synchronize();  // the forward and head are done: split the timing here
+      timer_.forward_done();
     }
-    exec(op, chunks, grad_scale);
+    exec(op);
   }
-  compute_->synchronize();
-  grads_->synchronize();
-  h2d_->synchronize();
-  d2h_->synchronize();
-  double rest = seconds_since(t0);
-  (phase_seconds_[0] == 0 ? phase_seconds_[0] : phase_seconds_[1]) = rest;
+  for (Stream* s : {streams_.compute.get(), streams_.grads.get(), streams_.h2d.get(), streams_.d2h.get()})
+    s->synchronize();
+  timer_.run_done();
+}
+
+float SlidingWindowExecutor::read_loss() {
+  float loss = 0;
+  be_.copy_to_host(*streams_.compute, &loss, bufs_.at(BufferRole::loss).data(), 4);
+  streams_.compute->synchronize();
+  return loss;
 }
 
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
   trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
-  const float grad_scale = mean_loss_scale(st);
-  const bool speculate = spec_ && step_may_speculate(h);
-  emb_untouched_done_ = false;
-  if (spec_) spec_->abandon();  // left running only by a step that threw
-  if (speculate) {
-    const AdamWStep s = next_adamw_step(h, store_, 1.f);  // coefficient 1 until the norm is known
-    const int n_units = store_.n_units();
-    spec_->ready.assign(size_t(n_units), 0);
-    spec_->speculated.assign(size_t(n_units), 0);
-    spec_->sumsq.assign(size_t(n_units), 0.0);
-    spec_->have_sq.assign(size_t(n_units), 0);
-    spec_->closing = false;
-    spec_->busy_seconds = 0;
-    spec_->error = nullptr;
-    spec_->step = s;
-    spec_->active = true;
-    // The previous step's phase B may still be running (it overlaps this forward); it works
-    // from its own copy of the flags, and phase A touches nothing before this backward,
-    // which starts only after the forward waited for every unit's update.
-    spec_->thread = std::thread([this, s, m = h.max_grad_norm] { speculate_loop(s, m); });
-  }
-  run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, true}), chunks,
-      grad_scale);
-  float loss = 0;
-  be_.copy_to_host(*compute_, &loss, loss_->data(), 4);
-  compute_->synchronize();
-  st.loss_sum = loss;
-  st.forward_seconds = phase_seconds_[0];
-  st.backward_seconds = phase_seconds_[1];
-  st.update_wait_seconds = updates_.take_wait_seconds();
-  st.update_seconds = updates_.last_round_seconds();
-  gpu_times(st);
+  const std::vector<Op>& ops = schedule(int(chunks.size()), true);
+  updater_.begin_step(h);
+  run(ops, chunks, mean_loss_scale(st));
+  st.loss_sum = read_loss();
+  st.forward_seconds = timer_.forward_seconds();
+  st.backward_seconds = timer_.backward_seconds();
+  st.update_wait_seconds = updater_.take_wait_seconds();
+  st.update_seconds = updater_.last_round_seconds();
+  timer_.report(st);
   trace_mark("train_step: run done");
   const auto t0 = std::chrono::steady_clock::now();
-  if (speculate) finish_speculative(h, st);
-  else finish_update(h, st);
+  std::vector<int> order;  // the schedule's update ops, in their order
+  for (const Op& op : ops)
+    if (op.kind == OpKind::update) order.push_back(op.unit);
+  updater_.finish(h, st, std::move(order));
   st.finish_seconds = seconds_since(t0);
   trace_mark("train_step: update started");
   return st;
 }
 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {
-  step_end_recorded_ = false;  // an evaluation between steps is not idle time
+  timer_.forget_step_end();  // an evaluation between steps is not idle time
   std::vector<Batch> chunks = make_chunks(std::span<const Batch>(&b, 1));
-  run(build_step_schedule({layout_.n_layers, int(chunks.size()), ec_.n_slots, false}), chunks,
-      0.f);
-  float loss = 0;
-  be_.copy_to_host(*compute_, &loss, loss_->data(), 4);
-  compute_->synchronize();
-  return loss;
+  run(schedule(int(chunks.size()), false), chunks, 0.f);
+  return read_loss();
 }
 
 }  // namespace sf

@@ -7,8 +7,37 @@
 
 namespace sf {
 
+UpdatePipeline::UpdatePipeline() : thread_([this] { loop(); }) {}
+
 UpdatePipeline::~UpdatePipeline() {
-  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+void UpdatePipeline::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      work_cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopped, and nothing left
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+void UpdatePipeline::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  work_cv_.notify_all();
 }
 
 void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> update) {
@@ -20,24 +49,26 @@ void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> upda
     finished_ = false;
     error_ = nullptr;
   }
-  thread_ = std::thread([this, order = std::move(order), update = std::move(update)] {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int u : order) {
-      try {
-        update(u);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
+  post([this, order = std::move(order), update = std::move(update)] { run_round(order, update); });
+}
+
+void UpdatePipeline::run_round(const std::vector<int>& order, const std::function<void(int)>& update) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (int u : order) {
+    try {
+      update(u);
+    } catch (...) {
       std::lock_guard<std::mutex> lk(mu_);
-      done_[size_t(u)] = 1;
-      cv_.notify_all();
+      if (!error_) error_ = std::current_exception();
     }
     std::lock_guard<std::mutex> lk(mu_);
-    round_seconds_ = seconds_since(t0);
-    finished_ = true;
+    done_[size_t(u)] = 1;
     cv_.notify_all();
-  });
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  round_seconds_ = seconds_since(t0);
+  finished_ = true;
+  cv_.notify_all();
 }
 
 double UpdatePipeline::take_wait_seconds() {
@@ -55,16 +86,14 @@ void UpdatePipeline::wait(int unit) {
   });
   wait_seconds_ += seconds_since(t0);
   if (error_) {
-    auto e = error_;
     lk.unlock();
-    wait_all();
-    std::rethrow_exception(e);
+    wait_all();  // the round ends, then its error is rethrown (and cleared)
   }
 }
 
 void UpdatePipeline::wait_all() {
-  if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return finished_; });
   if (error_) {
     auto e = error_;
     error_ = nullptr;

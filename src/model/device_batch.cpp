@@ -5,17 +5,29 @@
 
 namespace sf {
 
-DeviceBatch::DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens)
+namespace {
+int64_t up64(int64_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
+
+size_t DeviceBatch::storage_bytes(const ModelConfig& cfg, int64_t max_tokens) {
+  return size_t(3 * up64(max_tokens) + up64(max_tokens + 1) + up64(int64_t(rope_inv_freq(cfg).size()))) * 4;
+}
+
+DeviceBatch::DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens,
+                         Buffer* storage)
     : be_(be), cfg_(cfg), max_tokens_(max_tokens) {
   SF_CHECK(max_tokens > 0, "DeviceBatch for ", max_tokens, " tokens");
   inv_freq_host_ = rope_inv_freq(cfg);
   // 4 int32 arrays (cu_seqlens has max_tokens + 1 entries) then the f32 frequencies; each
   // array starts 64-element aligned.
-  auto up = [](int64_t n) { return (n + 63) / 64 * 64; };
-  const int64_t a = up(max_tokens), c = up(max_tokens + 1);
-  const int64_t total = 3 * a + c + up(int64_t(inv_freq_host_.size()));
-  buf_ = be.alloc(size_t(total) * 4, "batch inputs");
-  auto* p = static_cast<int32_t*>(buf_->data());
+  const int64_t a = up64(max_tokens), c = up64(max_tokens + 1);
+  const size_t bytes = storage_bytes(cfg, max_tokens);
+  if (!storage) {
+    own_ = be.alloc(bytes, "batch inputs");
+    storage = own_.get();
+  }
+  SF_CHECK(storage->bytes() >= bytes, "batch inputs: ", storage->bytes(), " bytes < ", bytes);
+  auto* p = static_cast<int32_t*>(storage->data());
   in_.tokens = p;
   in_.labels = p + a;
   in_.positions = p + 2 * a;

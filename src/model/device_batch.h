@@ -17,7 +17,11 @@ namespace sf {
 class DeviceBatch {
  public:
   // Room for up to max_tokens tokens (and as many sequences). Uploads inv_freq on `s`.
-  DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens);
+  // storage: a device buffer of at least storage_bytes() that the caller allocated (the
+  // sliding window's buffer list); null: the batch allocates its own.
+  DeviceBatch(Backend& be, Stream& s, const ModelConfig& cfg, int64_t max_tokens,
+              Buffer* storage = nullptr);
+  static size_t storage_bytes(const ModelConfig& cfg, int64_t max_tokens);
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
@@ -32,7 +36,7 @@ class DeviceBatch {
   Backend& be_;
   ModelConfig cfg_;
   int64_t max_tokens_;
-  std::unique_ptr<Buffer> buf_;
+  std::unique_ptr<Buffer> own_;  // when no storage was given
   std::vector<float> inv_freq_host_;  // kept alive for the asynchronous first copy
   BatchInputs in_;
 };

@@ -2,11 +2,13 @@
 // window otherwise, and refuses a budget that is too small before allocating anything.
 #include <gtest/gtest.h>
 
+#include "backend/forwarding_backend.h"
 #include "backend/host/host_backend.h"
 #include "engine/executor_factory.h"
 #include "engine/planner.h"
 #include "engine/resident_executor.h"
 #include "engine/sliding_executor.h"
+#include "engine/window_buffers.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
 
@@ -20,29 +22,82 @@ size_t sum_device(const std::vector<MemoryLine>& lines) {
   return n;
 }
 
-TEST(Planner, SlidingExecutorAllocatesNoMoreThanPlanned) {
-  ModelConfig cfg = tiny_config(Arch::qwen3, true);
-  cfg.num_hidden_layers = 4;
-  for (int resident : {0, 1, 2})
-    for (int dev_adamw : {0, 1, 3}) {  // device-AdamW layers: their state, accumulators, homes
-      SCOPED_TRACE(cat("resident ", resident, ", device AdamW layers ", dev_adamw));
-      EngineConfig ec;
-      ec.max_chunk_tokens = 40;
-      ec.max_chunks = 3;
-      ec.activations_on_device = true;
-      ec.resident_layers = resident;
-      ec.device_adamw_layers = dev_adamw;
-      HostBackend be;
-      {
-        SlidingWindowExecutor ex(be, cfg, ec);
-        // The host backend rounds to 64 bytes, the plan to 256 (CUDA's rounding) and it counts
-        // the CUDA backend's per-stream workspaces: the plan is an upper bound, and a tight one.
-        size_t planned = sum_device(sliding_memory(cfg, ec, DType::f32));
-        EXPECT_LE(be.peak_bytes_in_use(), planned);
-        EXPECT_GE(be.peak_bytes_in_use() + (size_t(121) << 20), planned);
-      }
-      EXPECT_EQ(be.bytes_in_use(), 0u);
-    }
+// Records every allocation (name, bytes, tier) and forwards everything to the host backend.
+class RecordingBackend final : public ForwardingBackend {
+ public:
+  struct Alloc {
+    std::string what;
+    size_t bytes;
+    Tier tier;
+  };
+  explicit RecordingBackend(Backend& inner) : ForwardingBackend(inner) {}
+  std::string name() const override { return in_.name(); }
+  std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) override {
+    allocs.push_back({what, bytes, Tier::device});
+    return in_.alloc(bytes, what);
+  }
+  std::unique_ptr<Buffer> alloc_host(size_t bytes, const std::string& what) override {
+    allocs.push_back({what, bytes, Tier::host});
+    return in_.alloc_host(bytes, what);
+  }
+  std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what) override {
+    return in_.map_host(p, bytes, what);
+  }
+  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
+  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
+  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
+  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
+  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
+  Stream& default_stream() override { return in_.default_stream(); }
+  std::vector<Alloc> allocs;
+
+ private:
+  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
+};
+
+// The executor allocates exactly the buffer list the planner sums, buffer by buffer and to
+// the byte, and the plan's lines add up to that list (tier-rounded) plus the state and the
+// backend's workspaces.
+TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
+  for (bool tied : {false, true})
+    for (int resident : {0, 1, 2})
+      for (int dev_adamw : {0, 1, 3})  // device-AdamW layers: their state, accumulators, homes
+        for (bool spec : {false, true}) {
+          ModelConfig cfg = tiny_config(Arch::qwen3, tied);
+          cfg.num_hidden_layers = 4;
+          SCOPED_TRACE(cat("tied ", tied, ", resident ", resident, ", device AdamW layers ", dev_adamw,
+                           ", speculative ", spec));
+          EngineConfig ec;
+          ec.max_chunk_tokens = 40;
+          ec.max_chunks = 3;
+          ec.device_act_layers = 2;  // both tiers of the activation store
+          ec.resident_layers = resident;
+          ec.device_adamw_layers = dev_adamw;
+          ec.head_resident = resident > 0;
+          if (spec) ec.speculation = EngineConfig::Speculation::always;
+          HostBackend host;
+          RecordingBackend be(host);
+          { SlidingWindowExecutor ex(be, cfg, ec); }
+          const std::vector<BufferSpec> specs = window_buffer_specs(cfg, ec, DType::f32);
+          ASSERT_EQ(be.allocs.size(), specs.size());
+          size_t dev = 0, host_bytes = 0;
+          for (size_t i = 0; i < specs.size(); ++i) {
+            EXPECT_EQ(be.allocs[i].what, specs[i].what);
+            EXPECT_EQ(be.allocs[i].bytes, specs[i].bytes) << specs[i].what;
+            EXPECT_EQ(be.allocs[i].tier, specs[i].tier) << specs[i].what;
+            (specs[i].tier == Tier::device ? dev : host_bytes) += tier_bytes(specs[i]);
+          }
+          size_t planned_dev = 0, planned_host = 0, state = 0, workspaces = 0;
+          for (const MemoryLine& l : sliding_memory(cfg, ec, DType::f32)) {
+            (l.device ? planned_dev : planned_host) += l.bytes;
+            if (l.what == "fp32 master + AdamW m, v") state = l.bytes;
+            if (l.what == "backend workspaces") workspaces = l.bytes;
+          }
+          EXPECT_EQ(planned_dev, dev + workspaces);
+          EXPECT_EQ(planned_host, host_bytes + state);
+          EXPECT_EQ(state, size_t(ModelLayout::build(cfg).total_numel()) * 12);
+          EXPECT_EQ(host.bytes_in_use(), 0u);
+        }
 }
 
 // The resident executors keep every layer's activations when the plan says so, and allocate

@@ -685,3 +685,76 @@ TEST(SlidingWindow, LazyStreamsCatchAnOmittedWaitOrSynchronize) {
 }
 
 }  // namespace
+
+namespace {
+
+// The shapes the executor builds: resident homes and device-AdamW layers among them.
+std::vector<StepShape> checked_shapes() {
+  std::vector<StepShape> v;
+  for (int slots : {2, 3})
+    for (int chunks : {1, 3})
+      for (int home : {0, 1, 2}) {  // none, the last two layers + head, device-AdamW layers 0-1
+        StepShape sh{5, chunks, slots, true};
+        sh.weights_on_device.assign(7, 0);
+        sh.device_adamw.assign(7, 0);
+        if (home == 1) sh.weights_on_device[4] = sh.weights_on_device[5] = sh.weights_on_device[6] = 1;
+        if (home == 2) sh.weights_on_device[1] = sh.weights_on_device[2] = sh.device_adamw[1] = sh.device_adamw[2] = 1;
+        v.push_back(sh);
+        sh.backward = false;
+        v.push_back(sh);
+      }
+  return v;
+}
+
+TEST(Schedule, BuiltSchedulesPassTheProducerConsumerCheck) {
+  for (const StepShape& sh : checked_shapes()) {
+    const std::vector<Op> ops = build_step_schedule(sh);
+    EXPECT_EQ(check_schedule(sh, ops), "") << sh.n_slots << " slots, " << sh.n_chunks << " chunks";
+    // A training step ends with every unit's update, device-AdamW layers first.
+    if (!sh.backward) continue;
+    std::vector<int> order;
+    for (const Op& op : ops)
+      if (op.kind == OpKind::update) order.push_back(op.unit);
+    ASSERT_EQ(order.size(), 7u);
+    if (sh.device_adamw[1]) EXPECT_EQ(order[0], 1);
+    EXPECT_EQ(order.back(), 6);  // the head last: the round's end is keyed on it
+  }
+}
+
+// Each kind of broken list is caught, with the op named.
+TEST(Schedule, CheckCatchesBrokenSchedules) {
+  const StepShape sh{4, 2, 2, true};
+  const std::vector<Op> good = build_step_schedule(sh);
+  auto first = [&](OpKind k, int layer = -1) {
+    for (size_t i = 0; i < good.size(); ++i)
+      if (good[i].kind == k && (layer < 0 || good[i].layer == layer)) return i;
+    return good.size();
+  };
+  auto broken = [&](auto edit) {
+    std::vector<Op> ops = good;
+    edit(ops);
+    return check_schedule(sh, ops);
+  };
+  // Dropping an update wait, a load, an offload; a fetch into the wrong buffer; a layer
+  // backward before the one above it; an update before its gradient left; two updates.
+  EXPECT_NE(broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::wait_update))); }), "");
+  EXPECT_NE(broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::load_weights))); }), "");
+  EXPECT_NE(broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::offload_input, 2))); }), "");
+  EXPECT_NE(broken([&](auto& o) { o[first(OpKind::fetch_input)].buf ^= 1; }), "");
+  EXPECT_NE(broken([&](auto& o) {
+              const size_t a = first(OpKind::layer_backward, 3), b = first(OpKind::layer_backward, 2);
+              std::swap(o[a], o[b]);
+            }), "");
+  EXPECT_NE(broken([&](auto& o) {
+              const size_t u = first(OpKind::update), g = first(OpKind::grads_out);
+              Op op = o[u];
+              op.unit = 4;
+              o.insert(o.begin() + long(g), op);  // before the head's gradient left
+            }), "");
+  EXPECT_NE(broken([&](auto& o) { o.push_back(o.back()); }), "");
+  EXPECT_NE(broken([&](auto& o) { o[first(OpKind::load_weights)].kind = OpKind::home_weights; }), "");
+  const std::string msg = broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::offload_input, 2))); });
+  EXPECT_NE(msg.find("layer=2"), std::string::npos) << msg;
+}
+
+}  // namespace

@@ -1,0 +1,58 @@
+#include "engine/device_adamw_layers.h"
+
+namespace sf {
+
+float* DeviceAdamWLayers::master(int u) const {
+  return static_cast<float*>(w_.bufs.at(BufferRole::device_adamw_state, u - 1).data());
+}
+
+// Per decay range, as adamw_update_ranges does on the host.
+void DeviceAdamWLayers::adamw(int u, const AdamWStep& s) {
+  Stream& st = *w_.streams.upd_h2d;
+  const int k = u - 1;
+  const int64_t n = w_.store.numel(u);
+  float* p = master(u);
+  float *m = p + n, *v = p + 2 * n;
+  const float* g = static_cast<const float*>(w_.layer_grad(k).data());
+  char* out = w_.reduced() ? static_cast<char*>(homes_.home(u)->data()) : nullptr;
+  w_.ev.grads_home[size_t(u)]->wait(st);
+  for (const ParamRange& r : w_.store.ranges(u)) {
+    AdamWStep sr = s;
+    if (!r.decay) sr.weight_decay = 0.f;
+    w_.be.adamw(st, p + r.offset, m + r.offset, v + r.offset, g + r.offset,
+                out ? out + size_t(r.offset) * dtype_size(w_.cd) : nullptr, r.numel, sr);
+  }
+  w_.ev.home_ready[size_t(u)]->record(st);
+  // A shared accumulator is free for the next backward's layer k + 2 (layers 0 and 1).
+  if (k < 2) w_.ev.grads_copied[k % 2]->record(st);
+  host_stale_ = true;
+}
+
+void DeviceAdamWLayers::copy_state(bool to_host) {
+  Stream& h2d = *w_.streams.h2d;
+  for (int k = 0; k < w_.ec.device_adamw_layers; ++k) {
+    const int u = k + 1;
+    const size_t n = size_t(w_.store.numel(u)) * 4;
+    char* d = reinterpret_cast<char*>(master(u));
+    float* host[3] = {w_.store.master(u), w_.store.m(u), w_.store.v(u)};
+    for (int i = 0; i < 3; ++i) {
+      if (to_host) w_.be.copy_to_host(h2d, host[i], d + size_t(i) * n, n);
+      else w_.be.copy_to_device(h2d, d + size_t(i) * n, host[i], n);
+    }
+  }
+  h2d.synchronize();
+}
+
+void DeviceAdamWLayers::bring_home_if_stale() {
+  if (!host_stale_) return;
+  w_.streams.upd_h2d->synchronize();
+  copy_state(true);
+  host_stale_ = false;
+}
+
+void DeviceAdamWLayers::host_is_truth() {
+  copy_state(false);
+  host_stale_ = false;
+}
+
+}  // namespace sf

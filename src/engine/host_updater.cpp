@@ -1,0 +1,249 @@
+#include "engine/host_updater.h"
+
+#include "engine/speculation_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/stopwatch.h"
+#include "engine/clip_decision.h"
+#include "optim/adamw.h"
+#include "optim/adamw_undo.h"
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev)
+    : w_(w), homes_(homes), emb_(emb), dev_(dev) {
+  ring_piece_ = std::min(homes.max_resident_numel(), w.ec.ring_piece);
+  if (w.ec.speculative()) spec_ = std::make_unique<SpeculationState>();
+}
+
+HostUpdater::~HostUpdater() {
+  abandon_speculation();
+  try {
+    updates_.wait_all();
+  } catch (...) {
+  }
+}
+
+// Stops a phase A that is still running because its step threw. Units it already updated
+// keep that update: a step that throws ends training, and a resume starts from the last
+// checkpoint.
+void HostUpdater::abandon_speculation() {
+  if (!spec_) return;
+  {
+    std::lock_guard<std::mutex> lk(spec_->mu);
+    if (!spec_->running) return;
+    spec_->stop = true;
+  }
+  spec_->cv.notify_all();
+  spec_->wait_returned();
+  spec_->stop = false;
+  spec_->active = false;
+}
+
+// The CPU optimizer's threads: every core but one, so that the thread driving the GPU (and
+// the host-side embedding work) is not starved while AdamW runs under the forward or backward.
+ThreadPool& HostUpdater::opt_pool() {
+  if (!opt_pool_) opt_pool_ = std::make_unique<ThreadPool>(std::max(1, host_pool().size() - 1));
+  return *opt_pool_;
+}
+
+bool HostUpdater::begin_step(const OptimHyper& h) {
+  emb_untouched_done_ = false;
+  abandon_speculation();  // left running only by a step that threw
+  if (!spec_ || !step_may_speculate(h)) return false;
+  const AdamWStep s = next_adamw_step(h, w_.store, 1.f);  // coefficient 1 until the norm is known
+  const size_t n = size_t(w_.n_units());
+  SpeculationState& sp = *spec_;
+  sp.ready.assign(n, 0);
+  sp.speculated.assign(n, 0);
+  sp.sumsq.assign(n, 0.0);
+  sp.have_sq.assign(n, 0);
+  sp.closing = false;
+  sp.busy_seconds = 0;
+  sp.error = nullptr;
+  sp.step = s;
+  sp.active = true;
+  sp.running = true;
+  // Behind the previous step's phase B on the update thread: that round ends before this
+  // step's backward starts (the forward waits for every unit's update), and phase A has
+  // nothing to do before the backward.
+  updates_.post([this, s, m = h.max_grad_norm] {
+    speculate_loop(s, m);
+    {
+      std::lock_guard<std::mutex> lk(spec_->mu);
+      spec_->running = false;
+    }
+    spec_->cv.notify_all();
+  });
+  return true;
+}
+
+void HostUpdater::grad_ready(int u) {
+  if (!spec_ || !spec_->active) return;
+  {
+    std::lock_guard<std::mutex> lk(spec_->mu);
+    spec_->ready[size_t(u)] = 1;
+  }
+  spec_->cv.notify_all();
+}
+
+// Speculating, the embedding's sum of squares is taken here at once, while phase A may still
+// be busy with layer 0's update, and phase A leaves the unit to phase B: the backward is over,
+// and the norm is ready as soon as phase A's last unit is. (The tests' speculate-everything
+// mode still hands it to phase A.)
+void HostUpdater::embedding_grad_home() {
+  if (!spec_ || !spec_->active || w_.ec.speculate_everything) {
+    grad_ready(0);
+    return;
+  }
+  const double sq = emb_.sum_squares(host_pool());  // host_pool: phase A owns opt_pool
+  std::lock_guard<std::mutex> lk(spec_->mu);
+  spec_->sumsq[0] = sq;
+  spec_->have_sq[0] = 1;
+}
+
+void HostUpdater::finish(const OptimHyper& h, StepStats& st, std::vector<int> order) {
+  SF_CHECK(int(order.size()) == w_.n_units(), "the schedule updates ", order.size(), " of ", w_.n_units(), " units");
+  order_ = std::move(order);
+  if (spec_ && spec_->active) finish_speculative(h, st);
+  else finish_deferred(h, st);
+}
+
+void HostUpdater::finish_deferred(const OptimHyper& h, StepStats& st) {
+  ThreadPool& pool = opt_pool();
+  const int n_units = w_.n_units();
+  std::vector<float> dev_norms(size_t(n_units), 0.f);
+  w_.be.copy_to_host(*w_.streams.compute, dev_norms.data(), w_.norms(), size_t(n_units) * 4);
+  w_.streams.compute->synchronize();
+  double sumsq = emb_.sum_squares(pool);
+  for (int u = 1; u < n_units; ++u)
+    sumsq += device_norm(u) ? double(dev_norms[size_t(u)])
+                            : sum_squares_ranges(static_cast<const float*>(homes_.home(u)->data()),
+                                                 w_.store.numel(u), w_.store.ranges(u), &pool);
+  const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
+  d.report(st);
+  if (d.skip) {  // weights stay as they are
+    homes_.refresh(false);  // homes hold gradients now: put the unchanged weights back
+    return;
+  }
+  const AdamWStep s = next_adamw_step(h, w_.store, d.coef);
+  advance_step(w_.store, s);  // taken now; the update thread applies it
+  start_updates([this](int u) { return !w_.ec.device_adamw(u); },
+                [this, s](int u) { update_unit(u, s); });
+}
+
+void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update) {
+  std::vector<int> order = order_;
+  const int n_units = w_.n_units();
+  ParamStore& store = w_.store;
+  std::vector<int> next_of(size_t(n_units), -1);
+  if (store.moments_on_disk()) {
+    int next = -1;
+    for (size_t i = order.size(); i-- > 0;) {
+      next_of[size_t(order[i])] = next;
+      if (touches_moments(order[i])) next = order[i];
+    }
+    if (next >= 0) store.prefetch_moments(next);
+  }
+  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of),
+                                    update = std::move(update)](int u) {
+    if (next_of[size_t(u)] >= 0) w_.store.prefetch_moments(next_of[size_t(u)]);
+    if (u > 0) homes_.set(u, HomeState::gradient, HomeState::updating, "update");
+    update(u);
+    if (u > 0) homes_.set(u, HomeState::updating, HomeState::weights, "update");
+    w_.store.moments_done(u);
+    if (u == n_units - 1) w_.streams.upd_h2d->synchronize();  // the round ends with nothing in flight
+  });
+}
+
+void HostUpdater::update_unit(int u, const AdamWStep& s, bool untouched_done) {
+  if (w_.ec.device_adamw(u)) {
+    dev_.adamw(u, s);
+    return;
+  }
+  if (u == 0) {  // embedding: sparse f32 gradient on the host; tied bf16 refreshes the table
+    emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s, opt_pool());
+    if (!untouched_done)
+      emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s, opt_pool());
+    return;
+  }
+  // The new compute-dtype weights overwrite the gradient in place (element i is read before
+  // it is written) and go home with it.
+  unit_adamw(EmbeddingGrad::Kind::update, u, nullptr, true, s, s);
+}
+
+void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, bool in_place,
+                             const AdamWStep& s, const AdamWStep& done) {
+  const bool f32 = !w_.reduced();
+  ParamStore& store = w_.store;
+  ThreadPool* pool = &opt_pool();
+  grad_pieces(u, in_place && !f32, [&](void* g, int64_t off, int64_t len) {
+    const std::vector<ParamRange> r = clip_ranges(store.ranges(u), off, len);
+    float *p = store.master(u) + off, *m = store.m(u) + off, *v = store.v(u) + off;
+    uint16_t* o = f32 ? nullptr : in_place ? static_cast<uint16_t*>(g) : out ? out + off : nullptr;
+    const float* gf = static_cast<const float*>(g);
+    const uint16_t* gh = static_cast<const uint16_t*>(g);
+    switch (kind) {
+      case EmbeddingGrad::Kind::update:
+        if (f32) adamw_update_ranges(p, m, v, gf, o, len, r, s, pool);
+        else adamw_update_ranges(p, m, v, gh, o, len, r, s, pool);
+        break;
+      case EmbeddingGrad::Kind::undo:
+        if (f32) adamw_undo_ranges(p, m, v, gf, len, r, s, pool);
+        else adamw_undo_ranges(p, m, v, gh, len, r, s, pool);
+        break;
+      case EmbeddingGrad::Kind::redo:
+        if (f32) adamw_redo_ranges(p, m, v, gf, o, len, r, done, s, pool);
+        else adamw_redo_ranges(p, m, v, gh, o, len, r, done, s, pool);
+        break;
+      case EmbeddingGrad::Kind::update_redo:
+        if (f32) adamw_update_redo_ranges(p, m, v, gf, o, len, r, done, s, pool);
+        else adamw_update_redo_ranges(p, m, v, gh, o, len, r, done, s, pool);
+        break;
+    }
+  });
+}
+
+void HostUpdater::grad_pieces(int u, bool upload, const std::function<void(void*, int64_t, int64_t)>& fn) {
+  const int64_t n = w_.store.numel(u);
+  if (!homes_.resident(u)) {
+    fn(homes_.home(u)->data(), 0, n);
+    return;
+  }
+  WindowEvents& ev = w_.ev;
+  Stream &d2h = *w_.streams.upd_d2h, &h2d = *w_.streams.upd_h2d;
+  const size_t es = dtype_size(w_.cd);
+  char* home = static_cast<char*>(homes_.home(u)->data());
+  Buffer* ring[2] = {&w_.bufs.at(BufferRole::update_ring, 0), &w_.bufs.at(BufferRole::update_ring, 1)};
+  const int64_t P = ring_piece_;
+  const int64_t pieces = (n + P - 1) / P;
+  auto download = [&](int64_t k, int r) {
+    const int64_t off = k * P, len = std::min(P, n - off);
+    ev.grads_home[size_t(u)]->wait(d2h);
+    ev.ring_up[r]->wait(d2h);  // the buffer's previous upload has left
+    w_.be.copy_to_host(d2h, ring[r]->data(), home + size_t(off) * es, size_t(len) * es);
+    ev.ring_down[r]->record(d2h);
+  };
+  int r = ring_next_;
+  download(0, r);
+  for (int64_t k = 0; k < pieces; ++k) {
+    if (k + 1 < pieces) download(k + 1, r ^ 1);
+    ev.ring_down[r]->synchronize();
+    const int64_t off = k * P, len = std::min(P, n - off);
+    fn(ring[r]->data(), off, len);
+    if (upload) {
+      w_.be.copy_to_device(h2d, home + size_t(off) * es, ring[r]->data(), size_t(len) * es);
+      ev.ring_up[r]->record(h2d);
+    }
+    r ^= 1;
+  }
+  ring_next_ = r;
+  // Not waited for here: the next forward orders after home_ready, and a ring buffer's next
+  // download after its ring_up, so AdamW of the next piece overlaps this upload.
+  if (upload) ev.home_ready[size_t(u)]->record(h2d);
+}
+
+}  // namespace sf

@@ -1,0 +1,101 @@
+// The sliding window's optimizer update on the host (and the enqueueing of the device-AdamW
+// layers'), all of it on one persistent update thread (UpdatePipeline).
+//
+// Deferred: after the backward the global norm is summed (device-reduced sums of squares for
+// layers and head, host sums for the embedding and f32 homes), decide_clip decides, and the
+// units are updated in forward order, pipelined into the next forward: loading unit k waits
+// only for update k. Each gradient is read in the compute dtype from its home and the new
+// weights are written over it in place; resident homes make the trip through a pinned ring.
+//
+// Speculative (EngineConfig::speculation): phase A runs during the backward. As units'
+// gradients come home (head, last layer ... first, embedding; the newest first) it takes each
+// unit's sum of squares and, while the norm so far cannot need clipping (may_speculate) and
+// the unit has a "next" buffer, applies AdamW with coefficient 1 at once. It stops taking
+// units when the backward ends. Phase B, once the norm is known, runs like the deferred
+// update: a speculated unit is final when the coefficient is 1, else it is redone in one fused
+// pass (optim/adamw_undo.h); a unit phase A could have speculated but did not reach gets the
+// one-pass update-then-redo that gives the speculated bits, so a clipped step's result does
+// not depend on how far phase A got. A non-finite norm skips the step: speculated units are
+// undone (to within a few ulps).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/device_adamw_layers.h"
+#include "engine/embedding_path.h"
+#include "engine/step_executor.h"
+#include "engine/unit_homes.h"
+#include "engine/update_pipeline.h"
+#include "engine/window_context.h"
+
+namespace sf {
+
+struct SpeculationState;
+
+class HostUpdater {
+ public:
+  HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev);
+  ~HostUpdater();
+
+  // Before the step's run: whether this step speculates (phase A is then posted).
+  bool begin_step(const OptimHyper& h);
+  void grad_ready(int u);      // grads_out has enqueued u's gradient's trip home
+  void embedding_grad_home();  // the embedding's gradient is complete
+  // After the run: the norm, the clip decision, and the updates started on the update thread
+  // in `order` (the schedule's update ops: device-AdamW layers first, then forward order).
+  void finish(const OptimHyper& h, StepStats& st, std::vector<int> order);
+
+  void wait(int u) { updates_.wait(u); }  // unit u's update of the previous step
+  void wait_all() { updates_.wait_all(); }
+  double take_wait_seconds() { return updates_.take_wait_seconds(); }
+  double last_round_seconds() const { return updates_.last_round_seconds(); }
+
+ private:
+  // Whose gradient's sum of squares the device reduces (into norms[u]): every streamed or
+  // resident layer and the head in a reduced compute dtype, and an untied embedding.
+  bool device_norm(int u) const { return u == 0 ? emb_.device_norm() : homes_.resident(u) || w_.reduced(); }
+  ThreadPool& opt_pool();
+  void finish_deferred(const OptimHyper& h, StepStats& st);
+  void finish_speculative(const OptimHyper& h, StepStats& st);
+  // Starts update(u) over order_; with the moments on disk, each update first asks
+  // for the moments of the next unit that touches_moments(), so the kernel reads them while
+  // this one runs.
+  void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update);
+  void update_unit(int u, const AdamWStep& s, bool untouched_done = false);
+  // One AdamW operation on layer or head unit u over its gradient's pieces: new weights to
+  // `out` (may be null), or over the gradient in place and back home (in_place).
+  void unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, bool in_place, const AdamWStep& s,
+                  const AdamWStep& done);
+  // fn(g, off, len) over unit u's gradient (compute dtype, host memory) in pieces: the home
+  // itself (host homes) or pieces through the two ring buffers, the next piece's download
+  // overlapping fn on this one. upload: fn rewrote the piece into weights, which go home.
+  void grad_pieces(int u, bool upload, const std::function<void(void*, int64_t, int64_t)>& fn);
+  void speculate_loop(AdamWStep s, float max_norm);
+  double unit_sumsq(int u);
+  uint16_t* spec_out(int u);
+  bool can_speculate(int u) const;
+  void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, bool untouched_done);
+  void abandon_speculation();
+
+  WindowContext& w_;
+  UnitHomes& homes_;
+  EmbeddingPath& emb_;
+  DeviceAdamWLayers& dev_;
+  std::unique_ptr<ThreadPool> opt_pool_;
+  int64_t ring_piece_ = 0;  // elements per ring buffer
+  int ring_next_ = 0;       // the ring buffer the next piece uses
+  // Phase A updated this step's untouched embedding rows. Phase B reads its own copy: the
+  // next step resets this while phase B may still run.
+  bool emb_untouched_done_ = false;
+  std::vector<int> order_;  // this step's update order
+  std::unique_ptr<SpeculationState> spec_;
+  UpdatePipeline updates_;  // last: its thread stops first
+};
+
+}  // namespace sf

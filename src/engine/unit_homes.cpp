@@ -1,0 +1,111 @@
+#include "engine/unit_homes.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace sf {
+
+namespace {
+const char* state_name(HomeState s) {
+  switch (s) {
+    case HomeState::weights: return "weights";
+    case HomeState::gradient: return "its gradient";
+    case HomeState::updating: return "an update in progress";
+  }
+  return "?";
+}
+}  // namespace
+
+UnitHomes::UnitHomes(WindowContext& w) : w_(w) {
+  const int n = w.n_units(), L = w.layout.n_layers;
+  on_device_.assign(size_t(n), 0);
+  for (int k = L - w.ec.resident_layers; k < L; ++k) on_device_[size_t(k + 1)] = 1;
+  for (int k = 0; k < w.ec.device_adamw_layers; ++k) on_device_[size_t(k + 1)] = 1;
+  on_device_[size_t(n - 1)] = w.ec.head_resident;
+  for (int u = 0; u < n; ++u) {
+    home_.push_back(w.bufs.find(BufferRole::home, u));
+    next_.push_back(w.bufs.find(BufferRole::next_weights, u));
+  }
+  upload_pending_.assign(size_t(n), 0);
+  state_ = std::make_unique<std::atomic<uint8_t>[]>(size_t(n));
+  for (int u = 0; u < n; ++u) state_[size_t(u)] = uint8_t(HomeState::weights);
+}
+
+const void* UnitHomes::host_weights(int u) const {
+  if (!w_.reduced()) return w_.store.master(u);
+  SF_CHECK(!(u > 0 && resident(u)), "resident unit ", u, " has no host weights");
+  return home_[size_t(u)]->data();
+}
+
+int64_t UnitHomes::max_resident_numel() const {
+  int64_t m = 0;
+  for (int u = 1; u < w_.n_units(); ++u)
+    if (resident(u)) m = std::max(m, w_.layout.units[size_t(u)].numel);
+  return m;
+}
+
+HomeState UnitHomes::state(int u) const {
+  return HomeState(state_[size_t(u)].load(std::memory_order_acquire));
+}
+
+void UnitHomes::expect(int u, HomeState s, const char* by) const {
+  const HomeState now = state(u);
+  SF_CHECK(now == s, by, ": the home of unit ", u, " holds ", state_name(now), ", expected ", state_name(s));
+}
+
+void UnitHomes::set(int u, HomeState from, HomeState to, const char* by) {
+  expect(u, from, by);
+  state_[size_t(u)].store(uint8_t(to), std::memory_order_release);
+}
+
+void UnitHomes::take_next(int u) {
+  if (!w_.reduced()) return;
+  if (resident(u)) {
+    // The next forward copies `next` home when it loads the unit; `next` is rewritten only
+    // after this unit's next backward.
+    upload_pending_[size_t(u)] = 1;
+  } else {
+    std::swap(home_[size_t(u)], next_[size_t(u)]);
+  }
+}
+
+// A resident unit's speculated weights wait in `next` until the forward loads the unit: the
+// copy goes on h2d in forward order, one layer ahead, instead of all units' copies queueing
+// at the step boundary ahead of the embedding and the first layer.
+void UnitHomes::upload_next(int u) {
+  if (!upload_pending_[size_t(u)]) return;
+  w_.be.copy_to_device(*w_.streams.h2d, home_[size_t(u)]->data(), next_[size_t(u)]->data(),
+                       size_t(w_.store.numel(u)) * dtype_size(w_.cd));
+  upload_pending_[size_t(u)] = 0;
+}
+
+void UnitHomes::refresh(bool with_device_units) {
+  std::fill(upload_pending_.begin(), upload_pending_.end(), 0);  // the master is the truth now
+  // A skipped step leaves device-AdamW layers' weights as they were too.
+  for (int u = 0; u < w_.n_units(); ++u)
+    state_[size_t(u)].store(uint8_t(HomeState::weights), std::memory_order_release);
+  if (!w_.reduced()) return;  // weights load straight from the master
+  const size_t es = dtype_size(w_.cd);
+  std::vector<char> tmp;
+  for (int u = 0; u < w_.n_units(); ++u) {
+    if (!home_[size_t(u)] || (w_.ec.device_adamw(u) && !with_device_units)) continue;
+    const float* src = w_.store.master(u);
+    const size_t n = size_t(w_.store.numel(u));
+    void* dst = home_[size_t(u)]->data();
+    if (u > 0 && resident(u)) {
+      tmp.resize(n * es);
+      dst = tmp.data();
+    }
+    host_pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+      convert_from_f32(src + b, static_cast<char*>(dst) + size_t(b) * es, w_.cd, size_t(e - b));
+    }, 1 << 16);
+    if (u > 0 && resident(u)) {
+      w_.be.copy_to_device(*w_.streams.h2d, home_[size_t(u)]->data(), tmp.data(), tmp.size());
+      w_.streams.h2d->synchronize();
+    }
+  }
+}
+
+}  // namespace sf

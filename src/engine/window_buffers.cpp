@@ -1,0 +1,203 @@
+#include "engine/window_buffers.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/embedding_grad.h"  // EmbeddingGrad::max_rows
+#include "model/device_batch.h"
+#include "model/param_layout.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+namespace {
+
+// Builds the list in the executor's allocation order.
+class SpecList {
+ public:
+  SpecList(const ModelConfig& cfg, const EngineConfig& ec, DType cd)
+      : cfg_(cfg), ec_(ec), l_(ModelLayout::build(cfg)), cd_(cd), es_(dtype_size(cd)) {
+    n_units_ = int(l_.units.size());
+    for (int k = 0; k < l_.n_layers; ++k) max_layer_ = std::max(max_layer_, l_.layer(k).numel);
+    Tc_ = ec.max_chunk_tokens;
+    Tstep_ = Tc_ * ec.max_chunks;
+    xbytes_ = size_t(Tstep_) * size_t(cfg.hidden_size) * es_;
+    for (int u = 1; u < n_units_; ++u)
+      if (resident(u)) max_home_ = std::max(max_home_, numel(u));
+  }
+
+  std::vector<BufferSpec> build() {
+    device_adamw();
+    homes();
+    embedding();
+    update_buffers();
+    window();
+    return std::move(specs_);
+  }
+
+ private:
+  bool resident(int u) const {
+    if (u == n_units_ - 1) return ec_.head_resident;
+    return ec_.device_adamw(u) || (u >= 1 && u - 1 >= l_.n_layers - ec_.resident_layers);
+  }
+  int64_t numel(int u) const { return l_.units[size_t(u)].numel; }
+  void add(BufferRole r, int index, Tier t, size_t bytes, std::string what, std::string line) {
+    specs_.push_back({r, index, t, bytes, std::move(what), std::move(line)});
+  }
+
+  void device_adamw() {
+    const int D = ec_.device_adamw_layers;
+    const std::string line = D == 1 ? std::string("layer 0 master + AdamW m, v (its AdamW on the device)")
+                                    : cat("layers 0-", D - 1, " master + AdamW m, v (their AdamW on the device)");
+    for (int k = 0; k < D; ++k) {
+      const size_t n = size_t(l_.layer(k).numel);
+      add(BufferRole::device_adamw_state, k, Tier::device, n * 12, cat("layer ", k, " master, AdamW m and v"), line);
+      if (k >= 2)
+        add(BufferRole::device_adamw_grad, k, Tier::device, n * 4, cat("layer ", k, " gradient accumulator"),
+            cat("gradient accumulators of layers 2-", D - 1));
+    }
+  }
+
+  // [0] holds the tied table's compute-dtype weights when the head needs them.
+  void homes() {
+    int dev_layers = 0;
+    for (int u = 1; u + 1 < n_units_; ++u) dev_layers += resident(u);
+    const std::string dev_line = cat("weights/gradient homes (", dev_layers, " layers",
+                                     ec_.head_resident ? " + head" : "", ")");
+    for (int u = 0; u < n_units_; ++u) {
+      const size_t bytes = size_t(numel(u)) * es_;
+      if (u == 0) {
+        if (l_.tied && cd_ != DType::f32)
+          add(BufferRole::home, 0, Tier::host, bytes, "tied table staging", "tied table staging + gradient");
+        continue;
+      }
+      if (resident(u)) add(BufferRole::home, u, Tier::device, bytes, cat("home of unit ", u), dev_line);
+      else add(BufferRole::home, u, Tier::host, bytes, cat("home of unit ", u), "weights/gradient homes (streamed)");
+    }
+  }
+
+  void embedding() {
+    const int64_t V = cfg_.vocab_size, C = cfg_.hidden_size;
+    const int64_t rows = EmbeddingGrad::max_rows(V, Tstep_, l_.tied);
+    add(BufferRole::embedding_grad, 0, Tier::host, size_t(rows * C) * 4, "embedding gradient",
+        l_.tied ? "embedding gradient (f32)" : "embedding gradient (f32, the step's rows)");
+    if (l_.tied) {
+      add(BufferRole::tied_table_grad_host, 0, Tier::host, size_t(V * C) * 4, "tied table gradient",
+          "tied table staging + gradient");
+      add(BufferRole::embedding_grad_stage, 0, Tier::host, xbytes_, "embedding gradient staging",
+          "embedding gradient staging");
+    } else {
+      const size_t rows_bytes = size_t(2 * Tstep_) * 4;
+      add(BufferRole::embedding_rows_device, 0, Tier::device, rows_bytes, "embedding rows of the tokens",
+          "batch inputs, loss, norms");
+      add(BufferRole::embedding_rows_host, 0, Tier::host, rows_bytes, "embedding rows of the tokens",
+          "embedding rows of the tokens");
+    }
+  }
+
+  void update_buffers() {
+    SF_REQUIRE(ec_.ring_piece > 0, "sliding window: ring_piece must be positive");
+    const size_t ring = size_t(std::min(max_home_, ec_.ring_piece)) * es_;
+    for (int i = 0; i < 2; ++i) {
+      if (max_home_ > 0) add(BufferRole::update_ring, i, Tier::host, ring, cat("update ring ", i), "update ring (2)");
+      if (cd_ != DType::f32)
+        add(BufferRole::grad_cast, i, Tier::device, size_t(max_layer_) * es_, cat("gradient cast ", i),
+            "layer gradient accumulators + casts");
+    }
+    add(BufferRole::norms, 0, Tier::device, size_t(n_units_) * 4, "resident gradient norms",
+        "batch inputs, loss, norms");
+    if (!ec_.speculative() || cd_ == DType::f32) return;
+    int n_next = 0;
+    for (int u = 0; u < n_units_; ++u) n_next += ec_.has_next(u, n_units_);
+    for (int u = 0; u < n_units_; ++u)
+      if (ec_.has_next(u, n_units_))
+        add(BufferRole::next_weights, u, Tier::host, size_t(numel(u)) * es_, cat("next weights of unit ", u),
+            cat("next weights (speculative update, ", n_next, " units)"));
+  }
+
+  void window() {
+    const int64_t V = cfg_.vocab_size, C = cfg_.hidden_size;
+    const size_t layer_bytes = size_t(max_layer_) * es_;
+    for (int s = 0; s < ec_.n_slots; ++s)
+      add(BufferRole::weight_slot, s, Tier::device, layer_bytes, cat("weight slot ", s),
+          cat("weight slots (", ec_.n_slots, ")"));
+    const size_t head = size_t(l_.head().numel);
+    const std::string head_line = "head weights / gradient accumulator";
+    if (!resident(n_units_ - 1) || cd_ == DType::f32)
+      add(BufferRole::head_weights, 0, Tier::device, head * es_, "head weights", head_line);
+    add(BufferRole::head_grad, 0, Tier::device, head * 4, "head gradients", head_line);
+    if (l_.tied) {
+      add(BufferRole::tied_table, 0, Tier::device, size_t(V * C) * es_, "tied embedding table", "tied table + its gradient");
+      add(BufferRole::tied_table_grad, 0, Tier::device, size_t(V * C) * 4, "tied embedding table gradient",
+          "tied table + its gradient");
+    }
+    const std::string x_line = "step activations + gradient [T, C] x3";
+    for (int i = 0; i < 2; ++i) {
+      add(BufferRole::layer_grad, i, Tier::device, size_t(max_layer_) * 4, cat("layer gradient buffer ", i),
+          "layer gradient accumulators + casts");
+      add(BufferRole::activations, i, Tier::device, xbytes_, cat("layer activations ", i), x_line);
+      add(BufferRole::saved_input, i, Tier::device, size_t(Tc_ * C) * es_, cat("saved-input buffer ", i),
+          "saved-input buffers (2)");
+    }
+    add(BufferRole::activation_grad, 0, Tier::device, xbytes_, "activation gradient", x_line);
+    const int64_t rows = std::min(ec_.head_chunk_rows, Tc_);
+    add(BufferRole::scratch, 0, Tier::device,
+        std::max(layer_acts_bytes(cfg_, Tc_, cd_), head_acts_bytes(cfg_, Tc_, cd_, rows)),
+        "layer and head scratch", "layer/head scratch");
+    add(BufferRole::loss, 0, Tier::device, 4, "loss", "batch inputs, loss, norms");
+    const int dev_acts = ec_.n_device_act_layers(l_.n_layers);
+    for (int k = 0; k < l_.n_layers; ++k) {
+      const bool dev = ec_.act_on_device(k);
+      add(BufferRole::act_store, k, dev ? Tier::device : Tier::host, xbytes_, cat("saved inputs of layer ", k),
+          cat("activation store (", dev ? dev_acts : l_.n_layers - dev_acts, " layers)"));
+    }
+    for (int c = 0; c < ec_.max_chunks; ++c)
+      add(BufferRole::batch_inputs, c, Tier::device, DeviceBatch::storage_bytes(cfg_, Tc_), "batch inputs",
+          "batch inputs, loss, norms");
+  }
+
+  const ModelConfig& cfg_;
+  const EngineConfig& ec_;
+  ModelLayout l_;
+  DType cd_;
+  size_t es_;
+  int n_units_ = 0;
+  int64_t max_layer_ = 0, max_home_ = 0, Tc_ = 0, Tstep_ = 0;
+  size_t xbytes_ = 0;
+  std::vector<BufferSpec> specs_;
+};
+
+}  // namespace
+
+std::vector<BufferSpec> window_buffer_specs(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
+  SF_REQUIRE(ec.max_chunk_tokens > 0 && ec.max_chunks >= 1, "sliding window: empty chunks");
+  return SpecList(cfg, ec, cd).build();
+}
+
+size_t tier_bytes(const BufferSpec& s) {
+  const size_t g = s.tier == Tier::device ? 256 : 64;
+  return (std::max<size_t>(s.bytes, 1) + g - 1) / g * g;
+}
+
+WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs)
+    : bufs_(size_t(BufferRole::count_)) {
+  for (const BufferSpec& s : specs) {
+    auto& v = bufs_[size_t(s.role)];
+    if (v.size() <= size_t(s.index)) v.resize(size_t(s.index) + 1);
+    SF_CHECK(!v[size_t(s.index)], "buffer spec listed twice: ", s.what);
+    v[size_t(s.index)] = s.tier == Tier::device ? be.alloc(s.bytes, s.what) : be.alloc_host(s.bytes, s.what);
+  }
+}
+
+Buffer* WindowBuffers::find(BufferRole r, int index) const {
+  const auto& v = bufs_[size_t(r)];
+  return size_t(index) < v.size() ? v[size_t(index)].get() : nullptr;
+}
+
+Buffer& WindowBuffers::at(BufferRole r, int index) const {
+  Buffer* b = find(r, index);
+  SF_CHECK(b, "the sliding window has no buffer of role ", int(r), " index ", index);
+  return *b;
+}
+
+}  // namespace sf
