@@ -6,11 +6,11 @@
 #      (scripts/check_hf_configs.sh),
 #   3. engine benchmarks: `slideformer bench` on the shapes given in SF_BENCH (one per line:
 #      "<size> <layers|0> <batch> <seq> <gpu-memory> [further bench flags]").
-# Usage: scripts/gpu_engine.sh [build-dir]   Logs under $OUT (default ./gpu_engine_out).
+# Usage: scripts/gpu.sh engine [build-dir]   Logs under $OUT (default ./gpu_engine_out).
 #   SF_COMMIT=hash names the binaries' commit (the copied tree's git may not match them).
 #   SF_TRACE_STEPS=1 adds the engine's host timeline to each bench log (stderr).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 B=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu_engine_out}
 mkdir -p "$OUT"
