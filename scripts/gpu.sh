@@ -7,7 +7,7 @@
 # header states its arguments, env variables and logs.
 set -uo pipefail
 here=$(dirname "$0")
-verbs=(pack unpack check engine train-check try ab)
+verbs=(pack unpack check engine train-check try ab engine-ab)
 
 # One line per verb: its arguments, then what it does.
 summary() {
@@ -19,6 +19,7 @@ summary() {
     train-check) echo "[slideformer]|train resident + sliding, Ctrl-C + resume, a larger preset" ;;
     try) echo "A_PACK B_PACK|B's GPU tests, kernel A/B, one layer of each, one call" ;;
     ab) echo "A_DIR B_DIR [flags]|kernel benchmarks of two builds interleaved, B/A" ;;
+    engine-ab) echo "A_DIR B_DIR|slideformer bench SF_BENCH of two builds interleaved" ;;
   esac
 }
 
