@@ -509,7 +509,7 @@ void forward_mt(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 }
 
 // 128 query rows per block (MT 2). Measured on the H200 against the 64-row kernel in one call
-// (scripts/gpu_ab.sh, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
+// (scripts/gpu.sh ab, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
 // D 128), although ptxas reports 156 B of spill stores at D 128.
 template <int D>
 void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
