@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baselines for bench_cuda_kernels, same shapes (Llama-3.1-8B, 16K tokens per call).
 
-Run on the GPU machine next to bench_cuda_kernels (scripts/gpu_check.sh does both):
+Run on the GPU machine next to bench_cuda_kernels (scripts/gpu.sh check does both):
   python3 bench/torch_ref.py [--only attention]
 Prints one line per op: median ms and GB/s or TFLOP/s, counted exactly as the C++ benchmark
 counts them. Attention uses SDPA restricted to the flash backend; the LM head is

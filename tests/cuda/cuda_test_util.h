@@ -163,7 +163,7 @@ inline Err measure(const std::vector<float>& got, const std::vector<float>& ref)
 }
 
 // Checks got against ref: no NaN/Inf mismatch, relative L2 error <= tol. Prints one
-// "[ERR]" line per check (scripts/gpu_check.sh collects them into the report table).
+// "[ERR]" line per check (scripts/gpu.sh check collects them into the report table).
 inline void expect_close(const std::string& what, const std::vector<float>& got,
                          const std::vector<float>& ref, double tol) {
   ASSERT_EQ(got.size(), ref.size()) << what;

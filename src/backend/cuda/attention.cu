@@ -8,7 +8,8 @@
 //    shared operand once where four mma.sync warps read it four times: the mma.sync backward
 //    was bound by shared-memory wavefronts (ncu: 63% of peak, short-scoreboard stalls first);
 //    on the H200 the wgmma backward is 1.5x / 1.8x / 1.85x faster at seq 1K / 4K / 8K.
-//  Every kernel takes its (tile, sequence, head) from heavy_first() (attention_tiles.cuh).
+//  Every kernel takes its (tile, sequence, head) from heavy_first() and the common part of its
+//  prologue (block indices, work items, row statistics) from attention_tiles.cuh.
 //  - mma.sync (m16n8k16, sm_80+): every other GPU, and SF_ATTN_WGMMA=0.
 // Both backwards are deterministic (no atomics; the same bits every call).
 //
@@ -103,11 +104,8 @@ __global__ void __launch_bounds__(kThreads, (fwd_blocks_per_sm<D, MT>()))
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
   bf16* Ks = Qs + BQ * D;
   bf16* Vs = Ks + kTile * D;
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, h = bt.head, hk = h / p.group;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int tile = gridDim.x - 1 - bt.rank;
-  const int q0 = tile * BQ;
+  const QueryBlock blk = query_block<BQ>(p);
+  const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
   if (q0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
@@ -264,10 +262,8 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
   bf16* dObuf = Qbuf + 2 * BQ * D;                                // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * BQ * D);  // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, hk = bt.head;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int k0 = bt.rank * kTile;
+  const KeyBlock blk = key_block<kTile>(p);
+  const int start = blk.start, len = blk.len, hk = blk.hk, k0 = blk.k0;
   if (k0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
 
@@ -277,24 +273,17 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
                       min(kTile, len - k0), p.v);
   cp_async_commit();
 
-  // Work items: (query head gi of the group, query tile) with gi outer.
-  const int q_first = (k0 / BQ) * BQ;
-  const int n_qt = (len - q_first + BQ - 1) / BQ;
-  const int n_items = p.group * n_qt;
+  const DkdvItems items = dkdv_items<BQ>(p, (k0 / BQ) * BQ, len);
+  const int n_items = items.n_items;
   auto prefetch = [&](int it, int buf) {
-    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    int gi, q0;
+    dkdv_item<BQ>(items, it, gi, q0);
     const int h = hk * p.group + gi, nq = min(BQ, len - q0);
     load_tile<D, BQ>(Qbuf + buf * BQ * D, p.q + int64_t(start + q0) * p.ldq + h * D, p.ldq, nq,
                      p.q);
     load_tile<D, BQ>(dObuf + buf * BQ * D, p.dout + int64_t(start + q0) * p.lddo + h * D,
                      p.lddo, nq, p.dout);
-    for (int i = threadIdx.x; i < BQ; i += kThreads) {
-      const bool ok = i < nq;
-      const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
-      cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
-      cp_async4(smem_addr(dl_buf + buf * BQ + i),
-                reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
-    }
+    load_row_stats<BQ, kThreads>(lse_buf + buf * BQ, dl_buf + buf * BQ, p, start, q0, h, nq);
     cp_async_commit();
   };
 
@@ -313,7 +302,8 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
       cp_async_wait<0>();
     }
     __syncthreads();  // item it (and K, V) landed for every thread
-    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    int gi, q0;
+    dkdv_item<BQ>(items, it, gi, q0);
     const int nq = min(BQ, len - q0);
     const bf16* Qs = Qbuf + buf * BQ * D;
     const bf16* dOs = dObuf + buf * BQ * D;
@@ -369,10 +359,8 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
   bf16* Kbuf = dOs + kTile * D;                          // [2][BK, D]
   bf16* Vbuf = Kbuf + 2 * BK * D;                        // [2][BK, D]
   float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * BK * D);  // [kTile]
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, h = bt.head, hk = h / p.group;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - bt.rank) * kTile;
+  const QueryBlock blk = query_block<kTile>(p);
+  const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
   if (q0 >= len) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int nq = min(kTile, len - q0);
@@ -391,34 +379,11 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
   const int kend = min(len, q0 + kTile);
   const int n_kt = (kend + BK - 1) / BK;
   prefetch(0, 0);
-  {
-    // delta for the tile's rows: two threads per row, each half of D, from global memory.
-    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
-    float acc = 0.f;
-    if (r < nq) {
-      const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
-      const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
-#pragma unroll
-      for (int c = 0; c < D / 2; c += 8) {
-        float a[8], b[8];
-        load8(o + c, a);
-        load8(d + c, b);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
-      }
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    if (half == 0) dl_s[r] = acc;
-  }
+  dq_tile_delta<D>(p, start, q0, h, nq, dl_s);
   __syncthreads();
   float lse2[2], delta[2];
   const int row0 = q0 + warp * 16 + g;
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    const int r = row0 + ri * 8;
-    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
-    delta[ri] = dl_s[warp * 16 + g + ri * 8];
-  }
+  dq_row_stats(p, start, len, h, row0, warp * 16 + g, dl_s, lse2, delta);
 
   float dq[D / 8][4];
   zero(dq);
@@ -544,7 +509,7 @@ void forward_mt(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
 }
 
 // 128 query rows per block (MT 2). Measured on the H200 against the 64-row kernel in one call
-// (scripts/gpu_ab.sh, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
+// (scripts/gpu.sh ab, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
 // D 128), although ptxas reports 156 B of spill stores at D 128.
 template <int D>
 void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {

@@ -37,10 +37,8 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
                                      ~uintptr_t(1023));
   bf16* Kbuf = Qs + BQ * D;  // [2][BK, D]
   bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, h = bt.head, hk = h / p.group;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - bt.rank) * BQ;
+  const QueryBlock blk = query_block<BQ>(p);
+  const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
   if (q0 >= len) return;
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -173,10 +171,8 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
   bf16* Kbuf = dOs + QE;       // [2][BK, D]
   bf16* Vbuf = Kbuf + 2 * KE;  // [2][BK, D]
   float* dl_s = reinterpret_cast<float*>(Vbuf + 2 * KE);  // [BQ]
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, h = bt.head, hk = h / p.group;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int q0 = (gridDim.x - 1 - bt.rank) * BQ;
+  const QueryBlock blk = query_block<BQ>(p);
+  const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
   if (q0 >= len) return;
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -197,35 +193,12 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
   const int kend = min(len, q0 + BQ);
   const int n_kt = (kend + BK - 1) / BK;
   prefetch(0, 0);
-  {
-    // delta for the tile's rows: two threads per row, each half of D, from global memory.
-    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
-    float acc = 0.f;
-    if (r < nq) {
-      const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
-      const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
-#pragma unroll
-      for (int c = 0; c < D / 2; c += 8) {
-        float a[8], b[8];
-        load8(o + c, a);
-        load8(d + c, b);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
-      }
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    if (half == 0) dl_s[r] = acc;
-  }
+  dq_tile_delta<D>(p, start, q0, h, nq, dl_s);
   __syncthreads();
   const int qw = q0 + wgi * 64;         // the warpgroup's first row
   const int row0 = qw + warp * 16 + g;  // query index of accumulator rows g (and +8)
   float lse2[2], delta[2];
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    const int r = row0 + ri * 8;
-    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
-    delta[ri] = dl_s[wgi * 64 + warp * 16 + g + ri * 8];
-  }
+  dq_row_stats(p, start, len, h, row0, wgi * 64 + warp * 16 + g, dl_s, lse2, delta);
   const uint32_t qs = smem_addr(Qs) + uint32_t(wgi * 64 * 128),  // its 64 rows (8 KiB in)
       dos = smem_addr(dOs) + uint32_t(wgi * 64 * 128);
 
@@ -300,10 +273,8 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
   bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
-  const BlockTile bt = heavy_first();
-  const int seq = bt.seq, hk = bt.head;
-  const int start = p.cu[seq], len = p.cu[seq + 1] - start;
-  const int k0 = bt.rank * KB;
+  const KeyBlock blk = key_block<KB>(p);
+  const int start = blk.start, len = blk.len, hk = blk.hk, k0 = blk.k0;
   if (k0 >= len) return;
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int t4 = lane & 3;
@@ -314,24 +285,17 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
                               min(KB, len - k0), p.v);
   cp_async_commit();
 
-  // Work items: (query head gi of the group, query tile) with gi outer.
-  const int q_first = k0;  // KB is a multiple of BQ
-  const int n_qt = (len - q_first + BQ - 1) / BQ;
-  const int n_items = p.group * n_qt;
+  const DkdvItems items = dkdv_items<BQ>(p, k0, len);  // (the first query tile: KB % BQ == 0)
+  const int n_items = items.n_items;
   auto prefetch = [&](int it, int buf) {
-    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    int gi, q0;
+    dkdv_item<BQ>(items, it, gi, q0);
     const int h = hk * p.group + gi, nq = min(BQ, len - q0);
     load_tile_sw128<D, BQ, NTH>(Qbuf + buf * QE, p.q + int64_t(start + q0) * p.ldq + h * D,
                                 p.ldq, nq, p.q);
     load_tile_sw128<D, BQ, NTH>(dObuf + buf * QE, p.dout + int64_t(start + q0) * p.lddo + h * D,
                                 p.lddo, nq, p.dout);
-    for (int i = threadIdx.x; i < BQ; i += NTH) {
-      const bool ok = i < nq;
-      const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
-      cp_async4(smem_addr(lse_buf + buf * BQ + i), p.lse + int64_t(h) * p.T + tq, ok);
-      cp_async4(smem_addr(dl_buf + buf * BQ + i),
-                reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
-    }
+    load_row_stats<BQ, NTH>(lse_buf + buf * BQ, dl_buf + buf * BQ, p, start, q0, h, nq);
     cp_async_commit();
   };
 
@@ -351,7 +315,8 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     cp_async_wait<0>();       // item it (prefetched during item it - 1) landed
     wg::fence_proxy_async();  // this thread's copies, visible to the MMAs' async proxy
     __syncthreads();          // ... for every thread; every warp is done with item it - 1
-    const int gi = it / n_qt, q0 = q_first + (it - gi * n_qt) * BQ;
+    int gi, q0;
+    dkdv_item<BQ>(items, it, gi, q0);
     const int nq = min(BQ, len - q0);
     const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
     const float* lse_s = lse_buf + buf * BQ;

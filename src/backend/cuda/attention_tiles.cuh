@@ -1,6 +1,7 @@
 // Shared by the two attention kernel families (attention.cu: mma.sync; attention_sm90.cu:
-// wgmma): the kernels' argument block, tile constants, cp.async / ldmatrix / mma.sync PTX
-// wrappers, the swizzled shared-memory tile helpers and the row store. Internal to
+// wgmma): the kernels' argument block, tile constants, block order, cp.async / ldmatrix /
+// mma.sync PTX wrappers, the swizzled shared-memory tile helpers, the row store and the
+// kernels' common prologue (block indices, work items, row statistics). Internal to
 // backend/cuda's attention; the contract is in attention.cuh.
 #pragma once
 #include <cuda_bf16.h>
@@ -221,6 +222,109 @@ __device__ __forceinline__ void store_rows(bf16* dst, int64_t ld, int r0, int n_
   }
 }
 
+// ---- block prologue ---------------------------------------------------------------------------
+
+// What every kernel of both families works out before its main loop: its (tile, sequence,
+// head) from heavy_first(), the sequence's place in the packed batch (cu_seqlens) and the GQA
+// kv head. A block whose tile starts at or past its sequence's end has nothing to do: the
+// kernel returns on `q0 >= len` / `k0 >= len` itself (a helper cannot end it).
+
+// Query-tile blocks (forward, dq): grid (query tiles, sequences, query heads); rank 0 is the
+// last query tile, the one with the most key tiles.
+struct QueryBlock {
+  int start, len;  // the sequence's first token in the packed batch, its length
+  int h, hk;       // query head, its kv head (h / group)
+  int q0;          // the tile's first query row, within the sequence
+};
+template <int BQ>
+__device__ __forceinline__ QueryBlock query_block(const AttnArgs& p) {
+  const BlockTile bt = heavy_first();
+  QueryBlock b;
+  b.h = bt.head;
+  b.hk = b.h / p.group;
+  b.start = p.cu[bt.seq];
+  b.len = p.cu[bt.seq + 1] - b.start;
+  b.q0 = (gridDim.x - 1 - bt.rank) * BQ;
+  return b;
+}
+
+// Key-tile blocks (dk/dv): grid (key tiles, sequences, kv heads); rank 0 is the first key
+// tile, the one that the most query tiles see.
+struct KeyBlock {
+  int start, len;  // as QueryBlock
+  int hk;          // kv head; its query heads are hk * group .. hk * group + group - 1
+  int k0;          // the tile's first key, within the sequence
+};
+template <int KB>
+__device__ __forceinline__ KeyBlock key_block(const AttnArgs& p) {
+  const BlockTile bt = heavy_first();
+  const int start = p.cu[bt.seq];
+  return {start, p.cu[bt.seq + 1] - start, bt.head, bt.rank * KB};
+}
+
+// The dq kernels' row statistics. delta = dout . out for the tile's rows into dl_s[r], r <
+// blockDim.x / 2 (0 from row nq on): two threads per row, each half of D, from global memory.
+// The caller syncs before reading dl_s.
+template <int D>
+__device__ __forceinline__ void dq_tile_delta(const AttnArgs& p, int start, int q0, int h,
+                                              int nq, float* dl_s) {
+  const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+  float acc = 0.f;
+  if (r < nq) {
+    const bf16* o = p.out + int64_t(start + q0 + r) * p.ldo + h * D + half * (D / 2);
+    const bf16* d = p.dout + int64_t(start + q0 + r) * p.lddo + h * D + half * (D / 2);
+#pragma unroll
+    for (int c = 0; c < D / 2; c += 8) {
+      float a[8], b[8];
+      load8(o + c, a);
+      load8(d + c, b);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc += a[k] * b[k];
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  if (half == 0) dl_s[r] = acc;
+}
+// Then per thread, for its accumulator rows row0 and row0 + 8 (query indices; tile-local
+// lrow0, lrow0 + 8): the lse in log2 units (INFINITY past the end: P = 0) and delta.
+__device__ __forceinline__ void dq_row_stats(const AttnArgs& p, int start, int len, int h,
+                                             int row0, int lrow0, const float* dl_s,
+                                             float (&lse2)[2], float (&delta)[2]) {
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int r = row0 + ri * 8;
+    lse2[ri] = r < len ? p.lse[int64_t(h) * p.T + start + r] * kLog2e : INFINITY;
+    delta[ri] = dl_s[lrow0 + ri * 8];
+  }
+}
+
+// The dk/dv kernels' work items: (query head gi of the group, BQ-row query tile) with gi
+// outer, over the query tiles from q_first (the first that sees the block's keys) to the end.
+struct DkdvItems {
+  int q_first, n_qt, n_items;
+};
+template <int BQ>
+__device__ __forceinline__ DkdvItems dkdv_items(const AttnArgs& p, int q_first, int len) {
+  const int n_qt = (len - q_first + BQ - 1) / BQ;
+  return {q_first, n_qt, p.group * n_qt};
+}
+template <int BQ>
+__device__ __forceinline__ void dkdv_item(const DkdvItems& w, int it, int& gi, int& q0) {
+  gi = it / w.n_qt;
+  q0 = w.q_first + (it - gi * w.n_qt) * BQ;
+}
+// Copies item (head h, rows q0 .. q0 + nq) statistics into smem: the forward's lse (natural
+// log) and delta (the dq stash, p.o), zero past nq. Threads 0 .. NTH - 1.
+template <int BQ, int NTH>
+__device__ __forceinline__ void load_row_stats(float* lse_s, float* dl_s, const AttnArgs& p,
+                                               int start, int q0, int h, int nq) {
+  for (int i = threadIdx.x; i < BQ; i += NTH) {
+    const bool ok = i < nq;
+    const int64_t tq = start + q0 + (ok ? i : 0);  // a valid address for the masked copy
+    cp_async4(smem_addr(lse_s + i), p.lse + int64_t(h) * p.T + tq, ok);
+    cp_async4(smem_addr(dl_s + i), reinterpret_cast<const float*>(p.o + tq * p.ld_o) + h, ok);
+  }
+}
 
 // Lets a kernel take `bytes` of dynamic shared memory (above the default 48 KiB).
 template <class K>

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries of a commit here (no GPU needed) and packs them for the device
 # machine: .carry/gpu.tar.xz (pass it to the device tool's `carry`), then on that machine
-# `scripts/gpu_unpack.sh` puts them where gpu_check.sh / gpu_engine.sh look.
+# `scripts/gpu.sh unpack` puts them where `gpu.sh check` / `gpu.sh engine` look.
 #
-# Usage: scripts/gpu_pack.sh [commit]     (default HEAD)
+# Usage: scripts/gpu.sh pack [commit]     (default HEAD)
 #   SF_PACK_NAME=name packs into .carry/<name>.tar.xz instead of gpu.tar.xz, so that two
-#   commits can travel together for an A/B in one call (scripts/gpu_ab.sh).
+#   commits can travel together for an A/B in one call (`gpu.sh ab`, `try`, `engine-ab`).
 #   The build runs in a git worktree of the commit (../wt-gpu, build dir kept between runs),
 #   so uncommitted edits in this checkout (yours or a helper's) never leak into the binaries.
 #   SF_CUDA_ARCHS (default 90a) picks the architectures; Release, stripped.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 COMMIT=$(git rev-parse --short "${1:-HEAD}")
 WT=${SF_GPU_WORKTREE:-$ROOT/../wt-gpu}

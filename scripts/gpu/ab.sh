@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
+# scripts/gpu.sh ab A_DIR B_DIR [bench_cuda_kernels flags]
 # A/B of two builds' kernel benchmarks in one call, interleaved (A B A B ...), so that lease-
 # to-lease variation cannot pass for a speed-up and the current kernel is always in the
 # comparison. Run on the GPU machine:
-#   SF_PACK_NAME=base scripts/gpu_pack.sh main; SF_PACK_NAME=new scripts/gpu_pack.sh <branch>
+#   SF_PACK_NAME=base scripts/gpu.sh pack main; SF_PACK_NAME=new scripts/gpu.sh pack <branch>
 #   (carry .carry/base.tar.xz and .carry/new.tar.xz), then
-#   scripts/gpu_ab.sh "$(scripts/gpu_unpack.sh /tmp/sf-base base)" \
-#                     "$(scripts/gpu_unpack.sh /tmp/sf-new new)" --only attention
+#   scripts/gpu.sh ab "$(scripts/gpu.sh unpack /tmp/sf-base base)" \
+#                     "$(scripts/gpu.sh unpack /tmp/sf-new new)" --only attention
 # Prints, per op and shape, each run's milliseconds for A and B and B's median change.
 # Env: SF_AB_ROUNDS (default 3). Logs under $OUT (default ./gpu_ab_out).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 A=$1 B=$2
 shift 2
 OUT=${OUT:-$PWD/gpu_ab_out}

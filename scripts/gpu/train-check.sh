@@ -2,9 +2,9 @@
 # `slideformer train` on a GPU machine: the bundled example on CUDA (resident and sliding
 # window), Ctrl-C + resume compared with an uninterrupted run (losses and fp32 state, bitwise
 # or the largest difference), and a larger preset for throughput and memory on the status line.
-# Usage: scripts/gpu_train_check.sh [slideformer binary]   Logs and plots under $OUT.
+# Usage: scripts/gpu.sh train-check [slideformer binary]   Logs and plots under $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SF=${1:-build-gpu/bin/slideformer}
 OUT=${OUT:-$PWD/gpu_train_out}
 W=${W:-/tmp/sf-gpu-train}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU test suite and the CUDA kernel benchmarks in one go, on a machine with a GPU.
 #
-# Usage: scripts/gpu_check.sh [build-dir]      (default: build-cuda, else build)
+# Usage: scripts/gpu.sh check [build-dir]      (default: build-cuda, else build)
 #   SF_GPU_CHECK_QUICK=1   shorter benchmark runs
 #   OUT=dir                where logs go (default: ./gpu_check_out)
 #   SF_COMMIT=hash         the commit to print when the tree has no .git
@@ -12,7 +12,7 @@
 # Logs: $OUT/summary.txt (the table printed last), test_cuda.log, tests_other.log,
 # bench.log, bench.csv, torch.log, layer.log, layer_profile.log, gpu.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${1:-}
 if [ -z "$BUILD" ]; then
   if [ -d build-cuda ]; then BUILD=build-cuda; else BUILD=build; fi

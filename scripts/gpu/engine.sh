@@ -6,11 +6,12 @@
 #      (scripts/check_hf_configs.sh),
 #   3. engine benchmarks: `slideformer bench` on the shapes given in SF_BENCH (one per line:
 #      "<size> <layers|0> <batch> <seq> <gpu-memory> [further bench flags]").
-# Usage: scripts/gpu_engine.sh [build-dir]   Logs under $OUT (default ./gpu_engine_out).
+# Usage: scripts/gpu.sh engine [build-dir]   Logs under $OUT (default ./gpu_engine_out).
 #   SF_COMMIT=hash names the binaries' commit (the copied tree's git may not match them).
 #   SF_TRACE_STEPS=1 adds the engine's host timeline to each bench log (stderr).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+. scripts/gpu/bench_shape.sh
 B=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu_engine_out}
 mkdir -p "$OUT"
@@ -49,11 +50,8 @@ llama3-8b 8 8 1024 24GiB
 llama3-8b 8 32 1024 24GiB"}
 while read -r size layers batch seq mem extra; do
   [ -z "$size" ] && continue
-  tag=$(echo "$extra" | tr -c 'A-Za-z0-9\n' '_')
-  log="$OUT/bench_${size}_${layers}_${batch}x${seq}_${mem}${tag:+_$tag}.log"
-  # shellcheck disable=SC2086  # extra: further bench flags, split on purpose
-  timeout "${SF_BENCH_TIMEOUT:-420}" "$SF" bench --size "$size" --layers "$layers" --batch-size "$batch" \
-    --seq-len "$seq" --steps "${SF_BENCH_STEPS:-12}" --gpu-memory "$mem" --backend cuda $extra > "$log" 2>&1
+  log="$OUT/$(bench_shape_name "$size" "$layers" "$batch" "$seq" "$mem" "$extra").log"
+  bench_shape "$SF" "$log" "$size" "$layers" "$batch" "$seq" "$mem" "$extra"
   say "bench $size layers=$layers ${batch}x$seq $extra rc=$?: $(grep RESULT "$log" || tail -2 "$log")"
   # Per step: time, tokens/s, norm (clipped above 1.0) and the GPU idle at the boundary.
   grep -E '^step [0-9]' "$log" | sed -E \
