@@ -95,6 +95,12 @@ class Backend {
   virtual std::unique_ptr<Event> create_event() = 0;
   // An event that can measure device time (seconds_since); null where the backend cannot.
   virtual std::unique_ptr<Event> create_timing_event() { return nullptr; }
+  // A named range on the host timeline around what is enqueued inside it (NVTX on CUDA, so
+  // that Nsight Systems shows each layer and chunk); ranges nest. No-ops where nothing
+  // records them; annotates() says whether a name is worth formatting.
+  virtual bool annotates() const { return false; }
+  virtual void range_push(const char* name) {}
+  virtual void range_pop() {}
   virtual Stream& default_stream() = 0;
 
   // ---- GEMM ---------------------------------------------------------------------------

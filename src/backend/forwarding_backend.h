@@ -19,6 +19,9 @@ class ForwardingBackend : public Backend {
   DType compute_dtype() const override { return in_.compute_dtype(); }
   size_t bytes_in_use() const override { return in_.bytes_in_use(); }
   size_t peak_bytes_in_use() const override { return in_.peak_bytes_in_use(); }
+  bool annotates() const override { return in_.annotates(); }
+  void range_push(const char* name) override { in_.range_push(name); }
+  void range_pop() override { in_.range_pop(); }
 
   void fill_zero(Stream& s, void* d, size_t n) override;
   void gemm(Stream& s, Mat c, Mat a, Trans ta, Mat b, Trans tb, float alpha, float beta) override;

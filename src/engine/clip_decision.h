@@ -42,7 +42,7 @@ ClipDecision decide_clip(double sumsq, float max_grad_norm);
 // taken so far (this one included) summing to `sumsq_so_far`: that sum is finite and its norm
 // stays below max_grad_norm - 1e-6 (or clipping is off), so the step's coefficient can still
 // be 1. Once false it stays false for the step (the sum only grows). ignore_norm (the tests'
-// EngineConfig::speculate_everything) drops the clipping condition, not the finiteness one.
+// EngineTestModes::speculate_everything) drops the clipping condition, not the finiteness one.
 // A speculated unit whose final coefficient is not 1 is redone (or undone, skipped) after.
 bool may_speculate(double sumsq_so_far, float max_grad_norm, bool ignore_norm = false);
 

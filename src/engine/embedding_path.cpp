@@ -24,7 +24,7 @@ void EmbeddingPath::forward(const std::vector<Batch>& chunks, int c, Mat x0, con
     grad_->set_rows(chunks);
     if (device_scatter()) {  // each token's gradient row, for the backward's scatter
       const int64_t R = grad_->touched_rows();
-      const int64_t B = block_ = w_.ec.split_embedding_scatter ? std::max<int64_t>(1, (R + 1) / 2) : block_rows();
+      const int64_t B = block_ = w_.test.split_embedding_scatter ? std::max<int64_t>(1, (R + 1) / 2) : block_rows();
       SF_CHECK(B <= block_rows(), "embedding scatter: block of ", B, " rows > ", block_rows());
       Buffer& host_rows = w_.bufs.at(BufferRole::embedding_rows_host);
       int32_t* rows = static_cast<int32_t*>(host_rows.data());

@@ -75,17 +75,22 @@ struct EngineConfig {
   // lazy threaded-streams tests, both ways. `bench --no-grads-stream` turns it off for an A/B.
   // The planner counts its workspace either way.
   bool grads_stream = true;
-  // Tests only: the device scatter of an untied embedding gradient uses both of its row
-  // blocks (half the step's rows each) even when one would hold them all.
-  bool split_embedding_scatter = false;
-  // Tests only: phase A takes every unit before phase B starts and speculates each one it
-  // can, whatever the norm so far, so clipped steps redo every such unit deterministically.
-  bool speculate_everything = false;
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
     return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);
   }
   bool speculative() const { return speculation != Speculation::off; }
+};
+
+// Modes only tests ask for, never a plan or a user: a separate argument of the executor, so
+// that EngineConfig holds only what a plan decides.
+struct EngineTestModes {
+  // The device scatter of an untied embedding gradient uses both of its row blocks (half the
+  // step's rows each) even when one would hold them all.
+  bool split_embedding_scatter = false;
+  // Phase A takes every unit before phase B starts and speculates each one it can, whatever
+  // the norm so far, so clipped steps redo every such unit deterministically.
+  bool speculate_everything = false;
 };
 
 }  // namespace sf

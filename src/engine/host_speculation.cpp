@@ -92,7 +92,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       running += sq;
       // Coefficient 1 is possible only while the norm so far stays below max_norm - 1e-6;
       // once it cannot, nothing more is speculated.
-      const bool safe = may_speculate(running, max_norm, w_.ec.speculate_everything);
+      const bool safe = may_speculate(running, max_norm, w_.test.speculate_everything);
       if (!safe || !can_speculate(u) || sp.closing) continue;
       if (u == 0) {
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s, opt_pool());
@@ -110,7 +110,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
 
 void HostUpdater::finish_speculative(const OptimHyper& h, StepStats& st) {
   SpeculationState& sp = *spec_;
-  if (!w_.ec.speculate_everything) sp.close();  // the backward is over (run() returned)
+  if (!w_.test.speculate_everything) sp.close();  // the backward is over (run() returned)
   sp.wait_returned();
   trace_mark("finish: phase A returned");
   sp.active = false;

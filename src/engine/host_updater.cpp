@@ -95,7 +95,7 @@ void HostUpdater::grad_ready(int u) {
 // and the norm is ready as soon as phase A's last unit is. (The tests' speculate-everything
 // mode still hands it to phase A.)
 void HostUpdater::embedding_grad_home() {
-  if (!spec_ || !spec_->active || w_.ec.speculate_everything) {
+  if (!spec_ || !spec_->active || w_.test.speculate_everything) {
     grad_ready(0);
     return;
   }

@@ -6,14 +6,15 @@
 
 namespace sf {
 
-SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec)
+SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
+                                             const EngineTestModes& test)
     : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
       name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
       store_(layout_, ec.moments_dir, ec.moments_streamed),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
-      w_{be, cfg_, layout_, ec_, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
+      w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
       homes_(w_), emb_(w_), dev_adamw_(w_, homes_),
       timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
       updater_(w_, homes_, emb_, dev_adamw_) {
@@ -130,7 +131,20 @@ std::vector<Batch> SlidingWindowExecutor::make_chunks(std::span<const Batch> mic
 
 // ---- the interpreter -------------------------------------------------------------------
 
+// Each op inside a named profiler range ("layer_forward unit=4 layer=3 chunk=0 slot=1").
 void SlidingWindowExecutor::exec(const Op& op) {
+  if (!be_.annotates()) return exec_op(op);
+  be_.range_push(describe(op).c_str());
+  try {
+    exec_op(op);
+  } catch (...) {
+    be_.range_pop();
+    throw;
+  }
+  be_.range_pop();
+}
+
+void SlidingWindowExecutor::exec_op(const Op& op) {
   switch (op.kind) {
     case OpKind::wait_update: return wait_update(op);
     case OpKind::load_weights:

@@ -64,7 +64,8 @@ namespace sf {
 
 class SlidingWindowExecutor final : public StepExecutor {
  public:
-  SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec);
+  SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
+                        const EngineTestModes& test = {});
   ~SlidingWindowExecutor() override;
 
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
@@ -87,6 +88,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   float read_loss();
   // One function per op kind (schedule.h).
   void exec(const Op& op);
+  void exec_op(const Op& op);
   void wait_update(const Op& op);
   void load_weights(const Op& op);
   void load_head();

@@ -31,6 +31,7 @@ struct WindowContext {
   const ModelConfig& cfg;
   const ModelLayout& layout;
   const EngineConfig& ec;
+  EngineTestModes test;
   DType cd;  // the compute dtype: weights, gradients on their trips, activations
   ParamStore& store;
   WindowBuffers& bufs;

@@ -69,11 +69,12 @@ TEST_P(CudaEngine, MatchesResidentStep) {
   // always: every step speculates, so the clipping cases exercise the redo.
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
-  ec.speculate_everything = tc.spec_all;
+  EngineTestModes test;
+  test.speculate_everything = tc.spec_all;
   ec.device_adamw_layers = tc.dev_adamw;
   ec.grads_stream = tc.grads_stream;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
-  SlidingWindowExecutor eng(be_eng, cfg, ec);
+  SlidingWindowExecutor eng(be_eng, cfg, ec, test);
   ModelLayout layout = ModelLayout::build(cfg);
   std::vector<std::vector<float>> w0;
   for (int u = 0; u < ref.params().n_units(); ++u) {
@@ -137,8 +138,9 @@ TEST(CudaEngineClipped, UnitsWithoutNextGetThePlainUpdate) {
     EngineConfig spec = ec;
     spec.speculation = EngineConfig::Speculation::always;
     spec.next_units = 1;  // layer 0 only
-    spec.speculate_everything = everything;
-    SlidingWindowExecutor a(be_a, cfg, spec), b(be_b, cfg, ec);
+    EngineTestModes test;
+    test.speculate_everything = everything;
+    SlidingWindowExecutor a(be_a, cfg, spec, test), b(be_b, cfg, ec);
     ModelLayout layout = ModelLayout::build(cfg);
     for (int u = 0; u < a.params().n_units(); ++u) {
       init_unit(layout.units[size_t(u)], a.params().master(u), 7);

@@ -132,13 +132,14 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   // always: every step speculates, so the clipping cases exercise the rollback.
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
-  ec.speculate_everything = tc.spec_all;
+  EngineTestModes test;
+  test.speculate_everything = tc.spec_all;
   ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
-  SlidingWindowExecutor eng(be_eng, cfg, ec);
+  SlidingWindowExecutor eng(be_eng, cfg, ec, test);
   ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
 
   same_start(cfg, ref, eng, 42, init);
@@ -251,7 +252,7 @@ INSTANTIATE_TEST_SUITE_P(ThreadedStreams, SlidingVsResident,
 
 // A 2-slot window with the last layer's and the head's homes resident (their update trips in
 // 777-element ring pieces), speculative or deferred.
-EngineConfig small_window(int64_t chunk, int max_chunks, bool speculative, bool everything) {
+EngineConfig small_window(int64_t chunk, int max_chunks, bool speculative) {
   EngineConfig ec;
   ec.n_slots = 2;
   ec.max_chunk_tokens = chunk;
@@ -260,7 +261,6 @@ EngineConfig small_window(int64_t chunk, int max_chunks, bool speculative, bool 
   ec.head_resident = true;
   ec.ring_piece = 777;
   ec.speculation = speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
-  ec.speculate_everything = everything;
   return ec;
 }
 
@@ -273,7 +273,9 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
       SCOPED_TRACE(cat(arch_name(arch), tied ? " tied" : ""));
       ModelConfig cfg = tiny_config(arch, tied);
       auto make = [&](HostBackend& be, bool all) {
-        return std::make_unique<SlidingWindowExecutor>(be, cfg, small_window(16, 8, true, all));
+        EngineTestModes test;
+        test.speculate_everything = all;
+        return std::make_unique<SlidingWindowExecutor>(be, cfg, small_window(16, 8, true), test);
       };
       HostBackend be_a, be_b;
       auto a = make(be_a, true), b = make(be_b, false);
@@ -302,9 +304,9 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
 TEST(SlidingWindow, EmbeddingScatterInTwoBlocksIsExact) {
   ModelConfig cfg = tiny_config(Arch::llama, false);
   auto make = [&](HostBackend& be, bool split) {
-    EngineConfig ec = small_window(16, 8, true, false);
-    ec.split_embedding_scatter = split;
-    return std::make_unique<SlidingWindowExecutor>(be, cfg, ec);
+    EngineTestModes test;
+    test.split_embedding_scatter = split;
+    return std::make_unique<SlidingWindowExecutor>(be, cfg, small_window(16, 8, true), test);
   };
   HostBackend be_a, be_b;
   auto a = make(be_a, true), b = make(be_b, false);
@@ -338,7 +340,7 @@ TEST(SlidingWindow, CheckpointMovesDeviceAdamWStateExactly) {
     LazyStreams lazy_a, lazy_b;  // params() and params_changed() order their copies
     Backend &be_a = lazy_a.be, &be_b = lazy_b.be;
     ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
-    EngineConfig ec = small_window(64, 2, false, false);
+    EngineConfig ec = small_window(64, 2, false);
     ec.device_adamw_layers = before;
     SlidingWindowExecutor a(be_a, cfg, ec);
     same_start(cfg, ref, a, 11);
@@ -387,9 +389,11 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
     cfg.num_hidden_layers = 4;
     LazyStreams lazy;  // the undo reads what the device-AdamW layers and phase A wrote
     Backend& be = lazy.be;
-    EngineConfig ec = small_window(64, 2, speculative, speculative);
+    EngineConfig ec = small_window(64, 2, speculative);
     ec.device_adamw_layers = dev_adamw;
-    SlidingWindowExecutor eng(be, cfg, ec);
+    EngineTestModes test;
+    test.speculate_everything = speculative;
+    SlidingWindowExecutor eng(be, cfg, ec, test);
     ModelLayout layout = ModelLayout::build(cfg);
     for (int u = 0; u < eng.params().n_units(); ++u) init_unit(layout.units[size_t(u)], eng.params().master(u), 7);
     eng.params_changed();
@@ -625,11 +629,13 @@ Forgetting train_forgetting(bool speculative, ForgetfulBackend::Pick pick) {
   ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
   LazyStreams lazy;
   ForgetfulBackend be(lazy.be, std::move(pick));
-  EngineConfig ec = small_window(64, 2, speculative, speculative);
+  EngineConfig ec = small_window(64, 2, speculative);
   ec.device_adamw_layers = 1;
+  EngineTestModes test;
+  test.speculate_everything = speculative;
   Forgetting f;
   try {
-    SlidingWindowExecutor eng(be, cfg, ec);
+    SlidingWindowExecutor eng(be, cfg, ec, test);
     same_start(cfg, ref, eng, 42);
     OptimHyper h;
     h.lr = 3e-3;
@@ -716,7 +722,9 @@ TEST(Schedule, BuiltSchedulesPassTheProducerConsumerCheck) {
     for (const Op& op : ops)
       if (op.kind == OpKind::update) order.push_back(op.unit);
     ASSERT_EQ(order.size(), 7u);
-    if (sh.device_adamw[1]) EXPECT_EQ(order[0], 1);
+    if (sh.device_adamw[1]) {
+      EXPECT_EQ(order[0], 1);
+    }
     EXPECT_EQ(order.back(), 6);  // the head last: the round's end is keyed on it
   }
 }

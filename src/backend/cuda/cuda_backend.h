@@ -60,6 +60,9 @@ class CudaBackend final : public Backend {
   static CUstream_st* cuda_stream(Stream& s);
   std::unique_ptr<Event> create_event() override;
   std::unique_ptr<Event> create_timing_event() override;
+  bool annotates() const override { return true; }
+  void range_push(const char* name) override;
+  void range_pop() override;
   Stream& default_stream() override;
 
   // GEMM algorithm tuning on or off (cuda::GemmLt; the constructor reads SF_GEMM_TUNE=1).
