@@ -1,28 +1,22 @@
+// Trainer (see trainer.h): the training loop as member functions, in the order a run calls
+// them: the start (constructor), set-up, the steps, checkpoints and the end. Owns the run's
+// counters; checkpoint bookkeeping is the Checkpointer's, metrics.jsonl and loss.png the
+// MetricsLog's, the recorded settings run_settings.h's.
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <iomanip>
-#include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
-#include "data/data_source.h"
-#include "engine/executor_factory.h"
-#include "io/atomic_file.h"
-#include "io/model_config.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "model/weights_io.h"
-#include "report/plot.h"
-#include "report/progress.h"
-#include "train/model_dir.h"
+#include "train/run_settings.h"
 
 namespace sf {
 
@@ -31,16 +25,67 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kStateVersion = 1;
+ProgressDisplay::Mode display_mode(TrainOptions::Progress p) {
+  switch (p) {
+    case TrainOptions::Progress::bar: return ProgressDisplay::Mode::bar;
+    case TrainOptions::Progress::lines: return ProgressDisplay::Mode::lines;
+    case TrainOptions::Progress::quiet: break;
+  }
+  return ProgressDisplay::Mode::quiet;
+}
 
-struct ModelSource {
-  ModelConfig config;
-  fs::path weights_dir;    // empty: random init
-  fs::path tokenizer_dir;  // copied next to saved weights
-  fs::path tokens;
-};
+// Checks the options and creates the output directory, so that it can be locked.
+fs::path prepared_out_dir(const TrainOptions& opt) {
+  validate_train_options(opt);
+  fs::create_directories(opt.out_dir);
+  return opt.out_dir;
+}
 
-ModelSource resolve_source(const TrainOptions& opt) {
+DataRequest data_request(const TrainOptions& opt, const ModelSource& src) {
+  DataRequest dr;
+  dr.path = src.tokens;
+  dr.seq_len = opt.seq_len;
+  dr.eval_fraction = opt.eval_fraction;
+  dr.eval_batches = opt.eval_batches;
+  dr.eval_rows = opt.batch_size;
+  dr.vocab_size = src.config.vocab_size;
+  dr.seed = opt.seed;
+  dr.shuffle = opt.shuffle;
+  dr.tokenizer_dir = src.tokenizer_dir;
+  dr.format = opt.data_format;
+  dr.chat_format = opt.chat_format;
+  dr.chat_date = opt.chat_date;
+  dr.overflow = opt.overflow;
+  dr.skip_bad_lines = opt.skip_bad_lines;
+  dr.eval_file = opt.eval_file;
+  return dr;
+}
+
+ExecutorRequest executor_request(const TrainOptions& opt) {
+  ExecutorRequest er;
+  er.backend = opt.backend;
+  er.engine = opt.engine;
+  er.device_adamw_layers = opt.device_adamw_layers;
+  er.gpu_memory = opt.gpu_memory;
+  er.host_memory = opt.host_memory;
+  er.optimizer_dir = opt.optimizer_dir;
+  er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
+  er.step.grad_accum = opt.grad_accum;
+  er.step.max_seq_len = opt.seq_len;
+  return er;
+}
+
+std::string plot_title(const ModelConfig& cfg, const TrainOptions& opt) {
+  std::ostringstream t;
+  t << "loss of " << arch_name(cfg.arch) << ", " << std::setprecision(3)
+    << double(cfg.num_parameters()) / 1e6 << "m parameters, " << opt.grad_accum * opt.batch_size
+    << " x " << opt.seq_len << " tokens per step";
+  return t.str();
+}
+
+}  // namespace
+
+ModelSource resolve_model_source(const TrainOptions& opt) {
   ModelSource src;
   if (opt.model_dir.empty()) {
     src.config = model_preset(opt.example_size);
@@ -61,646 +106,356 @@ ModelSource resolve_source(const TrainOptions& opt) {
   return src;
 }
 
-// ---- settings recorded in a checkpoint -------------------------------------------------
-
-struct Setting {
-  const char* flag;
-  json (*get)(const TrainOptions&);
-  void (*set)(TrainOptions&, const json&);
-};
-
-// Everything that shapes the computation of a step. (Where the model and data are read from
-// is recorded too, but compared by content: shape and data identity.)
-const std::vector<Setting>& fixed_settings() {
-  static const std::vector<Setting> s = {
-      {"batch-size", [](const TrainOptions& o) { return json(o.batch_size); },
-       [](TrainOptions& o, const json& j) { o.batch_size = j.get<int>(); }},
-      {"seq-len", [](const TrainOptions& o) { return json(o.seq_len); },
-       [](TrainOptions& o, const json& j) { o.seq_len = j.get<int>(); }},
-      {"grad-accum", [](const TrainOptions& o) { return json(o.grad_accum); },
-       [](TrainOptions& o, const json& j) { o.grad_accum = j.get<int>(); }},
-      {"lr", [](const TrainOptions& o) { return json(o.schedule.lr); },
-       [](TrainOptions& o, const json& j) { o.schedule.lr = j.get<double>(); }},
-      {"lr-schedule",
-       [](const TrainOptions& o) { return json(std::string(LrSchedule::kind_name(o.schedule.kind))); },
-       [](TrainOptions& o, const json& j) { o.schedule.kind = LrSchedule::parse_kind(j.get<std::string>()); }},
-      {"warmup-steps", [](const TrainOptions& o) { return json(o.schedule.warmup_steps); },
-       [](TrainOptions& o, const json& j) { o.schedule.warmup_steps = j.get<int64_t>(); }},
-      {"min-lr-ratio", [](const TrainOptions& o) { return json(o.schedule.min_lr_ratio); },
-       [](TrainOptions& o, const json& j) { o.schedule.min_lr_ratio = j.get<double>(); }},
-      {"weight-decay", [](const TrainOptions& o) { return json(o.hyper.weight_decay); },
-       [](TrainOptions& o, const json& j) { o.hyper.weight_decay = j.get<float>(); }},
-      {"beta1", [](const TrainOptions& o) { return json(o.hyper.beta1); },
-       [](TrainOptions& o, const json& j) { o.hyper.beta1 = j.get<float>(); }},
-      {"beta2", [](const TrainOptions& o) { return json(o.hyper.beta2); },
-       [](TrainOptions& o, const json& j) { o.hyper.beta2 = j.get<float>(); }},
-      {"adam-eps", [](const TrainOptions& o) { return json(o.hyper.eps); },
-       [](TrainOptions& o, const json& j) { o.hyper.eps = j.get<float>(); }},
-      {"max-grad-norm", [](const TrainOptions& o) { return json(o.hyper.max_grad_norm); },
-       [](TrainOptions& o, const json& j) { o.hyper.max_grad_norm = j.get<float>(); }},
-      {"seed", [](const TrainOptions& o) { return json(o.seed); },
-       [](TrainOptions& o, const json& j) { o.seed = j.get<uint64_t>(); }},
-      {"shuffle", [](const TrainOptions& o) { return json(o.shuffle); },
-       [](TrainOptions& o, const json& j) { o.shuffle = j.get<bool>(); }},
-      {"eval-fraction", [](const TrainOptions& o) { return json(o.eval_fraction); },
-       [](TrainOptions& o, const json& j) { o.eval_fraction = j.get<double>(); }},
-      {"eval-batches", [](const TrainOptions& o) { return json(o.eval_batches); },
-       [](TrainOptions& o, const json& j) { o.eval_batches = j.get<int>(); }},
-  };
-  return s;
+TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
+  Trainer trainer(opt, log);
+  return trainer.run();
 }
 
-// How the run is carried out, not what it computes: taken from the checkpoint unless given
-// again (then the new value wins), so that the printed resume command (`--out DIR --resume
-// auto`) keeps the run's evaluation and checkpoint cadence, its budgets and its backend.
-// Checkpoints of earlier versions lack them: the command line's values stay.
-std::string save_dtype_text(const TrainOptions& o) {
-  return o.save_dtype ? std::string(dtype_name(*o.save_dtype)) : std::string("auto");
-}
-void set_save_dtype(TrainOptions& o, const json& j) {
-  const std::string s = j.get<std::string>();
-  o.save_dtype.reset();
-  for (DType t : {DType::bf16, DType::f16, DType::f32})
-    if (s == dtype_name(t)) o.save_dtype = t;
+// ---- start and set-up -----------------------------------------------------------------
+
+Trainer::Trainer(const TrainOptions& requested, std::ostream& log)
+    : out_(prepared_out_dir(requested)),
+      lock_(out_),
+      progress_(log, display_mode(requested.progress), requested.log_every, requested.columns) {
+  remove_checkpoint_temporaries(out_);
+  resolve_start(requested);
 }
 
-const std::vector<Setting>& run_settings() {
-  static const std::vector<Setting> s = {
-      {"eval-every", [](const TrainOptions& o) { return json(o.eval_every); },
-       [](TrainOptions& o, const json& j) { o.eval_every = j.get<int64_t>(); }},
-      {"save-every", [](const TrainOptions& o) { return json(o.save_every); },
-       [](TrainOptions& o, const json& j) { o.save_every = j.get<int64_t>(); }},
-      {"keep-checkpoints", [](const TrainOptions& o) { return json(o.keep_checkpoints); },
-       [](TrainOptions& o, const json& j) { o.keep_checkpoints = j.get<int>(); }},
-      {"log-every", [](const TrainOptions& o) { return json(o.log_every); },
-       [](TrainOptions& o, const json& j) { o.log_every = j.get<int64_t>(); }},
-      {"backend", [](const TrainOptions& o) { return json(o.backend); },
-       [](TrainOptions& o, const json& j) { o.backend = j.get<std::string>(); }},
-      {"engine", [](const TrainOptions& o) { return json(o.engine); },
-       [](TrainOptions& o, const json& j) { o.engine = j.get<std::string>(); }},
-      {"device-adamw-layers", [](const TrainOptions& o) { return json(o.device_adamw_layers); },
-       [](TrainOptions& o, const json& j) { o.device_adamw_layers = j.get<std::string>(); }},
-      {"gpu-memory", [](const TrainOptions& o) { return json(o.gpu_memory); },
-       [](TrainOptions& o, const json& j) { o.gpu_memory = j.get<std::string>(); }},
-      {"host-memory", [](const TrainOptions& o) { return json(o.host_memory); },
-       [](TrainOptions& o, const json& j) { o.host_memory = j.get<std::string>(); }},
-      {"optimizer-dir", [](const TrainOptions& o) { return json(o.optimizer_dir); },
-       [](TrainOptions& o, const json& j) { o.optimizer_dir = j.get<std::string>(); }},
-      {"dtype", [](const TrainOptions& o) { return json(save_dtype_text(o)); }, set_save_dtype},
-  };
-  return s;
-}
-
-// How the data file is read: taken from the checkpoint unless given, and compared through the
-// data identity (formats, sample counts, fingerprints), not here: "auto" and the format it
-// detects are the same data. Checkpoints of earlier versions lack them: the defaults.
-struct DataSetting {
-  const char* flag;
-  json (*get)(const TrainOptions&);
-  void (*set)(TrainOptions&, const json&);
-  json fallback;
-};
-
-const std::vector<DataSetting>& data_settings() {
-  static const std::vector<DataSetting> s = {
-      {"data-format", [](const TrainOptions& o) { return json(o.data_format); },
-       [](TrainOptions& o, const json& j) { o.data_format = j.get<std::string>(); }, "auto"},
-      {"chat-format", [](const TrainOptions& o) { return json(o.chat_format); },
-       [](TrainOptions& o, const json& j) { o.chat_format = j.get<std::string>(); }, "auto"},
-      {"chat-date", [](const TrainOptions& o) { return json(o.chat_date); },
-       [](TrainOptions& o, const json& j) { o.chat_date = j.get<std::string>(); }, ""},
-      {"overflow", [](const TrainOptions& o) { return json(o.overflow); },
-       [](TrainOptions& o, const json& j) { o.overflow = j.get<std::string>(); }, "auto"},
-      {"skip-bad-lines", [](const TrainOptions& o) { return json(o.skip_bad_lines); },
-       [](TrainOptions& o, const json& j) { o.skip_bad_lines = j.get<bool>(); }, false},
-      {"eval-file", [](const TrainOptions& o) { return json(o.eval_file.string()); },
-       [](TrainOptions& o, const json& j) { o.eval_file = j.get<std::string>(); }, ""},
-  };
-  return s;
-}
-
-json settings_json(const TrainOptions& o) {
-  json j = json::object();
-  for (auto& s : fixed_settings()) j[s.flag] = s.get(o);
-  j["steps"] = o.steps;
-  j["model"] = o.model_dir.string();
-  j["example-size"] = o.example_size;
-  j["tokens"] = o.tokens_file.string();
-  for (auto& d : data_settings()) j[d.flag] = d.get(o);
-  for (auto& r : run_settings()) j[r.flag] = r.get(o);
-  return j;
-}
-
-// The options a resumed run uses: the checkpoint's settings, except those the user set.
-TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
-                                 const fs::path& ckpt, std::vector<std::string>& notes) {
-  TrainOptions o = opt;
-  auto given = [&](const char* flag) { return opt.explicit_options.count(flag) > 0; };
-  for (auto& s : fixed_settings()) {
-    SF_REQUIRE(saved.contains(s.flag), ckpt.string(), "/trainer_state.json: settings lack \"",
-               s.flag, "\"; the checkpoint is damaged or from another version");
-    const json& v = saved.at(s.flag);
-    if (given(s.flag) && s.get(opt) != v)
-      SF_FAIL(input, "--", s.flag, " ", s.get(opt).dump(), " differs from ", v.dump(),
-              " in the checkpoint ", ckpt.string(),
-              "; a resumed run keeps the settings it started with: drop --", s.flag,
-              ", or start a new run with another --out");
-    s.set(o, v);
-  }
-  if (!given("model")) o.model_dir = saved.value("model", std::string());
-  if (!given("example-size")) o.example_size = saved.value("example-size", o.example_size);
-  if (!given("tokens") && !given("data")) o.tokens_file = saved.value("tokens", std::string());
-  for (auto& d : data_settings())
-    if (!given(d.flag)) d.set(o, saved.contains(d.flag) ? saved.at(d.flag) : d.fallback);
-  for (auto& r : run_settings())
-    if (!given(r.flag) && saved.contains(r.flag)) r.set(o, saved.at(r.flag));
-  const int64_t saved_steps = saved.value("steps", int64_t(0));
-  if (!given("steps")) {
-    o.steps = saved_steps;
-  } else if (o.steps != saved_steps && o.schedule.kind != LrSchedule::Kind::constant) {
-    notes.push_back(cat("note: --steps ", o.steps, " differs from the checkpoint's ", saved_steps,
-                        ": the learning-rate schedule now spans ", o.steps,
-                        " steps, so the run no longer matches the original one"));
-  }
-  return o;
-}
-
-json model_json(const ModelConfig& c, const ModelLayout& layout) {
-  json units = json::array();
-  for (auto& u : layout.units) units.push_back(u.numel);
-  return {{"model_type", std::string(arch_name(c.arch))},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_hidden_layers", c.num_hidden_layers},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.num_key_value_heads},
-          {"head_dim", c.head_dim},
-          {"tie_word_embeddings", c.tie_word_embeddings},
-          {"qkv_bias", c.qkv_bias},
-          {"qk_norm", c.qk_norm},
-          {"rope_theta", c.rope_theta},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"num_parameters", c.num_parameters()},
-          {"unit_numel", units}};
-}
-
-std::string model_mismatch(const json& saved, const json& now) {
-  for (auto& [k, v] : now.items()) {
-    if (!saved.contains(k)) return cat("the checkpoint does not record the model's ", k);
-    if (saved.at(k) != v)
-      return cat("the model's ", k, " is ", v.dump(), " but the checkpoint's is ",
-                 saved.at(k).dump());
-  }
-  return {};
-}
-
-// SplitMix64: the trainer's RNG. Nothing in a step draws from it today; it advances once per
-// step so that a stochastic feature added later (dropout, sampling) resumes exactly too.
-struct Rng {
-  uint64_t state = 0;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
-
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << std::hex << std::setw(16) << std::setfill('0') << v;
-  return os.str();
-}
-
-uint64_t parse_hex64(const std::string& s) { return std::stoull(s, nullptr, 16); }
-
-double json_number(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
-}
-
-fs::path resolve_resume(const std::string& arg, const fs::path& out, std::string* note) {
-  if (arg == "auto") {
-    auto c = find_latest_checkpoint(out, note);
-    return c ? c->dir : fs::path();
-  }
-  fs::path p(arg);
-  SF_REQUIRE(fs::exists(p), "--resume ", arg, ": no such directory; pass a checkpoint-<step> "
-             "directory, an output directory, or auto");
-  if (fs::exists(p / "trainer_state.json")) return p;
-  auto c = find_latest_checkpoint(p, note);
-  SF_REQUIRE(c, "--resume ", arg, ": neither a checkpoint (no trainer_state.json) nor an output "
-             "directory holding one; pass a checkpoint-<step> directory or auto");
-  return c->dir;
-}
-
-}  // namespace
-
-void validate_train_options(const TrainOptions& o) {
-  auto need = [](bool ok, const std::string& msg) {
-    if (!ok) throw Error(ErrorKind::input, msg);
-  };
-  need(o.steps > 0, cat("--steps ", o.steps, " must be positive, e.g. --steps 1000"));
-  need(o.batch_size > 0, cat("--batch-size ", o.batch_size, " must be positive, e.g. --batch-size 8"));
-  need(o.seq_len > 1, cat("--seq-len ", o.seq_len, " must be at least 2, e.g. --seq-len 1024"));
-  need(o.grad_accum > 0, cat("--grad-accum ", o.grad_accum, " must be positive (1: no accumulation)"));
-  need(std::isfinite(o.schedule.lr) && o.schedule.lr > 0,
-       cat("--lr ", o.schedule.lr, " must be a positive number, e.g. --lr 2e-5"));
-  need(o.schedule.warmup_steps >= 0,
-       cat("--warmup-steps ", o.schedule.warmup_steps, " must be 0 or more"));
-  need(o.schedule.warmup_steps <= o.steps,
-       cat("--warmup-steps ", o.schedule.warmup_steps, " is longer than --steps ", o.steps,
-           "; use fewer warmup steps"));
-  need(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1,
-       cat("--min-lr-ratio ", o.schedule.min_lr_ratio, " must be in [0, 1], e.g. 0.1"));
-  need(o.hyper.weight_decay >= 0, cat("--weight-decay ", o.hyper.weight_decay, " must be 0 or more"));
-  need(o.hyper.beta1 >= 0 && o.hyper.beta1 < 1, cat("--beta1 ", o.hyper.beta1, " must be in [0, 1), e.g. 0.9"));
-  need(o.hyper.beta2 >= 0 && o.hyper.beta2 < 1, cat("--beta2 ", o.hyper.beta2, " must be in [0, 1), e.g. 0.999"));
-  need(o.hyper.eps > 0, cat("--adam-eps ", o.hyper.eps, " must be positive, e.g. 1e-8"));
-  need(o.hyper.max_grad_norm >= 0,
-       cat("--max-grad-norm ", o.hyper.max_grad_norm, " must be 0 (no clipping) or positive"));
-  need(o.eval_fraction >= 0 && o.eval_fraction < 1,
-       cat("--eval-fraction ", o.eval_fraction, " must be in [0, 1), e.g. 0.05 (0: no evaluation)"));
-  need(o.eval_batches > 0, cat("--eval-batches ", o.eval_batches, " must be positive"));
-  need(o.eval_every >= 0, cat("--eval-every ", o.eval_every, " must be 0 (only at the end) or positive"));
-  need(o.save_every >= 0, cat("--save-every ", o.save_every, " must be 0 (only at the end) or positive"));
-  need(o.keep_checkpoints >= 0,
-       cat("--keep-checkpoints ", o.keep_checkpoints, " must be 0 (keep all) or positive"));
-  need(o.log_every > 0, cat("--log-every ", o.log_every, " must be positive"));
-  auto one_of = [](const std::string& v, const std::vector<std::string>& names) {
-    return std::find(names.begin(), names.end(), v) != names.end();
-  };
-  auto list = [](const std::vector<std::string>& names) {
-    std::string s;
-    for (auto& n : names) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  };
-  need(one_of(o.data_format, data_format_names()) || o.data_format == "prompt-completion" ||
-           o.data_format == "chat",
-       cat("--data-format ", o.data_format, " is not known; use ", list(data_format_names())));
-  need(one_of(o.overflow, overflow_names()),
-       cat("--overflow ", o.overflow, " is not known; use ", list(overflow_names())));
-  need(!o.out_dir.empty(), "--out must name a directory");
-}
-
-TrainResult run_training(const TrainOptions& opt_in, std::ostream& log) {
-  validate_train_options(opt_in);
-  fs::create_directories(opt_in.out_dir);
-  OutDirLock lock(opt_in.out_dir);
-  remove_checkpoint_temporaries(opt_in.out_dir);
-  const fs::path out = opt_in.out_dir;
-
-  ProgressDisplay::Mode mode = opt_in.progress == TrainOptions::Progress::bar
-                                   ? ProgressDisplay::Mode::bar
-                               : opt_in.progress == TrainOptions::Progress::lines
-                                   ? ProgressDisplay::Mode::lines
-                                   : ProgressDisplay::Mode::quiet;
-  ProgressDisplay progress(log, mode, opt_in.log_every, opt_in.columns);
-  auto say = [&](const std::string& s) { progress.message(s); };
-
-  // ---- where we start from
-  std::string note;
+// The checkpoint to resume from, or a fresh start; then the options in force.
+void Trainer::resolve_start(const TrainOptions& requested) {
   fs::path resume_dir;
-  if (!opt_in.resume.empty()) {
-    resume_dir = resolve_resume(opt_in.resume, out, &note);
+  if (!requested.resume.empty()) {
+    std::string note;
+    resume_dir = resolve_resume(requested.resume, out_, &note);
     if (!note.empty()) say(note);
     if (resume_dir.empty())
-      say(cat("no checkpoint in ", out.string(), " to resume from; starting a new run"));
+      say(cat("no checkpoint in ", out_.string(), " to resume from; starting a new run"));
   }
-  // A fresh run never mixes its checkpoints with an earlier run's: refused here, or (with
-  // overwrite) deleted once the model and data have loaded.
-  std::vector<CheckpointRef> earlier;
+  opt_ = requested;
   if (resume_dir.empty()) {
-    earlier = list_checkpoints(out);
-    SF_REQUIRE(earlier.empty() || opt_in.overwrite, out.string(),
-               " holds checkpoints of an earlier run (newest: ",
-               earlier.empty() ? std::string() : earlier.back().dir.filename().string(),
-               "); pass --resume to continue it, --overwrite to delete them and start again, or "
-               "another --out");
-  }
-  json saved;
-  TrainOptions opt = opt_in;
-  if (!resume_dir.empty()) {
-    saved = read_trainer_state(resume_dir);
-    SF_REQUIRE(saved.value("format", std::string()) == "slideformer-trainer-state" &&
-                   saved.value("version", 0) == kStateVersion,
-               (resume_dir / "trainer_state.json").string(),
-               ": not a slideformer trainer state of version ", kStateVersion);
+    // A fresh run never mixes its checkpoints with an earlier run's: refused here, or (with
+    // overwrite) deleted once the model and data have loaded.
+    earlier_ = earlier_run_checkpoints(out_, requested.overwrite);
+  } else {
+    resume_ = ResumePoint::read(resume_dir);
     std::vector<std::string> notes;
-    opt = settings_for_resume(opt_in, saved.at("settings"), resume_dir, notes);
-    validate_train_options(opt);
+    opt_ = settings_for_resume(requested, resume_->settings(), resume_dir, notes);
+    validate_train_options(opt_);
     for (auto& n : notes) say(n);
   }
-  opt.schedule.total_steps = opt.steps;
-  const int64_t start_step = saved.is_null() ? 0 : saved.at("step").get<int64_t>();
-  TrainResult res;
-  res.start_step = res.end_step = start_step;
-  res.checkpoint = resume_dir;  // until this run saves one
-  if (start_step >= opt.steps) {
-    say(cat("the checkpoint ", resume_dir.string(), " is at step ", start_step,
-            ", which already reaches --steps ", opt.steps,
-            "; nothing to do (pass a larger --steps to train further)"));
-    return res;
-  }
+  opt_.schedule.total_steps = opt_.steps;
+  const int64_t start_step = resume_ ? resume_->step() : 0;
+  result_.start_step = result_.end_step = start_step;
+  result_.checkpoint = resume_dir;  // until this run saves one
+  step_ = start_step;
+  // A resumed run's start is already on disk.
+  checkpointer_ = Checkpointer(out_, opt_.keep_checkpoints, opt_.fault, resume_dir, start_step);
+}
 
-  // ---- model and data
-  ModelSource src = resolve_source(opt);
-  const ModelConfig& cfg = src.config;
-  check_sequence_length(cfg, opt.seq_len, src.weights_dir.empty()
-                                              ? std::string("the bundled example")
-                                              : (src.weights_dir / "config.json").string());
-  ModelLayout layout = ModelLayout::build(cfg);
-  const json model_now = model_json(cfg, layout);
-  if (!saved.is_null()) {
-    std::string why = model_mismatch(saved.at("model"), model_now);
-    SF_REQUIRE(why.empty(), "cannot resume from ", resume_dir.string(), ": ", why,
+TrainResult Trainer::run() {
+  if (result_.start_step >= opt_.steps) {
+    say(cat("the checkpoint ", result_.checkpoint.string(), " is at step ", result_.start_step,
+            ", which already reaches --steps ", opt_.steps,
+            "; nothing to do (pass a larger --steps to train further)"));
+    return result_;
+  }
+  set_up();
+  evaluate_at_start();
+  while (step_ < opt_.steps && !stop_requested()) one_step();
+  return finish();
+}
+
+void Trainer::set_up() {
+  load_model();
+  open_data();
+  build_executor();
+  restore_run_position();
+  open_logs();
+  announce();
+  session_start_ = std::chrono::steady_clock::now();
+  micro_.resize(size_t(opt_.grad_accum));
+}
+
+void Trainer::load_model() {
+  src_ = resolve_model_source(opt_);
+  check_sequence_length(cfg(), opt_.seq_len, src_.weights_dir.empty()
+                                                 ? std::string("the bundled example")
+                                                 : (src_.weights_dir / "config.json").string());
+  layout_ = ModelLayout::build(cfg());
+  model_record_ = model_json(cfg(), layout_);
+  if (resume_) {
+    std::string why = model_mismatch(resume_->model(), model_record_);
+    SF_REQUIRE(why.empty(), "cannot resume from ", resume_->dir().string(), ": ", why,
                "; resume with the model the checkpoint was trained from, or start a new run "
                "with another --out");
   }
-  DataRequest dr;
-  dr.path = src.tokens;
-  dr.seq_len = opt.seq_len;
-  dr.eval_fraction = opt.eval_fraction;
-  dr.eval_batches = opt.eval_batches;
-  dr.eval_rows = opt.batch_size;
-  dr.vocab_size = cfg.vocab_size;
-  dr.seed = opt.seed;
-  dr.shuffle = opt.shuffle;
-  dr.tokenizer_dir = src.tokenizer_dir;
-  dr.format = opt.data_format;
-  dr.chat_format = opt.chat_format;
-  dr.chat_date = opt.chat_date;
-  dr.overflow = opt.overflow;
-  dr.skip_bad_lines = opt.skip_bad_lines;
-  dr.eval_file = opt.eval_file;
-  DataSource data = open_data_source(dr);
+}
+
+void Trainer::open_data() {
+  data_ = open_data_source(data_request(opt_, src_));
   // The date a Llama 3.2+ template rendered (today's, unless given): recorded in the settings so
   // that a resume, on another day, renders the same conversations.
-  if (opt.chat_date.empty() && data.identity.contains("chat_date"))
-    opt.chat_date = data.identity.at("chat_date").get<std::string>();
-  if (!saved.is_null()) {
-    std::string why = data_identity_mismatch(saved.at("data").at("identity"), data.identity);
-    SF_REQUIRE(why.empty(), "cannot resume from ", resume_dir.string(), " on ",
-               src.tokens.string(), ": ", why,
+  if (opt_.chat_date.empty() && data_.identity.contains("chat_date"))
+    opt_.chat_date = data_.identity.at("chat_date").get<std::string>();
+  if (resume_) {
+    std::string why = data_identity_mismatch(resume_->data_identity(), data_.identity);
+    SF_REQUIRE(why.empty(), "cannot resume from ", resume_->dir().string(), " on ",
+               src_.tokens.string(), ": ", why,
                "; resume with the data and data settings the checkpoint was trained on (--data / "
                "--tokens, --data-format, --chat-format, --chat-date, --overflow, "
                "--skip-bad-lines, --eval-file), or start a new run with another --out");
-    data.train->restore(saved.at("data").at("state"));
+    data_.train->restore(resume_->data_state());
   }
+}
 
-  ExecutorRequest er;
-  er.backend = opt.backend;
-  er.engine = opt.engine;
-  er.device_adamw_layers = opt.device_adamw_layers;
-  er.gpu_memory = opt.gpu_memory;
-  er.host_memory = opt.host_memory;
-  er.optimizer_dir = opt.optimizer_dir;
-  er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
-  er.step.grad_accum = opt.grad_accum;
-  er.step.max_seq_len = opt.seq_len;
-  const PlannedRun planned = plan_run(cfg, er);
-  auto exec = make_executor(cfg, er, planned);
-  {
-    ParamStore& store = exec->params();
-    if (!saved.is_null()) {
-      load_resume_tensors(resume_dir, layout, store);
-      store.step = saved.at("optimizer_step").get<int64_t>();
-    } else if (src.weights_dir.empty()) {
-      for (int u = 0; u < store.n_units(); ++u)
-        init_unit(layout.units[size_t(u)], store.master(u), opt.seed);
-    } else {
-      load_model_weights(src.weights_dir, cfg, layout, store.master_ptrs());
-    }
+// The executor, with the checkpoint's weights and moments, the model's, or a random init.
+void Trainer::build_executor() {
+  const ExecutorRequest er = executor_request(opt_);
+  planned_ = plan_run(cfg(), er);
+  exec_ = make_executor(cfg(), er, planned_);
+  ParamStore& store = exec_->params();
+  if (resume_) {
+    load_resume_tensors(resume_->dir(), layout_, store);
+    store.step = resume_->optimizer_step();
+  } else if (src_.weights_dir.empty()) {
+    for (int u = 0; u < store.n_units(); ++u)
+      init_unit(layout_.units[size_t(u)], store.master(u), opt_.seed);
+  } else {
+    load_model_weights(src_.weights_dir, cfg(), layout_, store.master_ptrs());
   }
-  exec->params_changed();
+  exec_->params_changed();
+}
 
-  Rng rng{opt.seed};
-  double elapsed_before = 0;
-  int64_t tokens_seen = 0;
+void Trainer::restore_run_position() {
+  rng_ = TrainerRng{opt_.seed};
+  if (!resume_) return;
+  rng_.state = resume_->rng_state();
+  elapsed_before_ = resume_->elapsed_seconds();
+  tokens_seen_ = resume_->tokens_seen();
+}
+
+// A fresh run deletes an earlier run's checkpoints (--overwrite) and plot; metrics.jsonl then
+// holds exactly the history the run starts from.
+void Trainer::open_logs() {
   std::vector<json> history;  // metrics records so far (one per step, plus evaluations)
-  if (!saved.is_null()) {
-    rng.state = parse_hex64(saved.at("rng").at("state").get<std::string>());
-    elapsed_before = saved.value("elapsed_seconds", 0.0);
-    tokens_seen = saved.value("tokens_seen", int64_t(0));
-    for (auto& m : saved.value("metrics", json::array())) history.push_back(m);
-  }
-  if (resume_dir.empty()) {
-    for (auto& c : earlier) fs::remove_all(c.dir);
-    if (!earlier.empty())
-      say(cat("removed ", earlier.size(), " checkpoint(s) of an earlier run in ", out.string()));
+  if (resume_) {
+    history = resume_->metrics();
+  } else {
+    for (auto& c : earlier_) fs::remove_all(c.dir);
+    if (!earlier_.empty())
+      say(cat("removed ", earlier_.size(), " checkpoint(s) of an earlier run in ", out_.string()));
     std::error_code ec;
-    for (const char* f : {"latest", "loss.png"}) fs::remove(out / f, ec);
+    for (const char* f : {"latest", "loss.png"}) fs::remove(out_ / f, ec);
   }
-  // metrics.jsonl: exactly the history up to the start, then appended step by step.
-  {
-    std::string text;
-    for (auto& m : history) text += m.dump() + "\n";
-    write_file_atomic(out / "metrics.jsonl", text);
-  }
-  std::ofstream metrics(out / "metrics.jsonl", std::ios::app);
-  SF_REQUIRE(metrics.good(), (out / "metrics.jsonl").string(), ": cannot open for appending");
+  metrics_ = MetricsLog(out_, std::move(history), plot_title(cfg(), opt_));
+}
 
-  say(cat("slideformer: ", arch_name(cfg.arch), " model, ", std::setprecision(4),
-          double(cfg.num_parameters()) / 1e6, "M parameters, ", cfg.num_hidden_layers,
-          " layers; ", exec->name(), "; ", data.description, "; ", opt.steps, " steps of ",
-          opt.grad_accum, " x ", opt.batch_size, " x ", opt.seq_len, " tokens"));
+void Trainer::announce() {
+  say(cat("slideformer: ", arch_name(cfg().arch), " model, ", std::setprecision(4),
+          double(cfg().num_parameters()) / 1e6, "M parameters, ", cfg().num_hidden_layers,
+          " layers; ", exec_->name(), "; ", data_.description, "; ", opt_.steps, " steps of ",
+          opt_.grad_accum, " x ", opt_.batch_size, " x ", opt_.seq_len, " tokens"));
   {  // the plan, without its memory table (`slideformer plan` prints the table)
     std::istringstream lines(
-        describe_plan(cfg, planned.plan_request, planned.budget, planned.plan, true));
+        describe_plan(cfg(), planned_.plan_request, planned_.budget, planned_.plan, true));
     for (std::string l; std::getline(lines, l);) say(l);
   }
-  if (!saved.is_null())
-    say(cat("resuming from ", resume_dir.string(), " at step ", start_step, " (epoch ",
-            data.train->epoch(), ")"));
+  if (resume_)
+    say(cat("resuming from ", resume_->dir().string(), " at step ", result_.start_step,
+            " (epoch ", data_.train->epoch(), ")"));
+}
 
-  auto eval = [&]() -> double {
-    if (data.eval.empty()) return NAN;
-    double loss = 0;
-    int64_t n = 0;
-    for (const Batch& b : data.eval) {
-      loss += exec->eval_loss_sum(b);
-      n += b.n_valid_labels();
-    }
-    return loss / double(std::max<int64_t>(1, n));
-  };
-  auto curves = [&] {
-    LossCurves c;
-    for (auto& m : history) {
-      double x = json_number(m, "step"), l = json_number(m, "loss"), e = json_number(m, "eval_loss");
-      if (!std::isnan(l)) c.train.push_back({x, l});
-      if (!std::isnan(e)) c.eval.push_back({x, e});
-    }
-    std::ostringstream t;
-    t << "loss of " << arch_name(cfg.arch) << ", " << std::setprecision(3)
-      << double(cfg.num_parameters()) / 1e6 << "m parameters, " << opt.grad_accum * opt.batch_size
-      << " x " << opt.seq_len << " tokens per step";
-    c.title = t.str();
-    return c;
-  };
-  // What survives a failed write, for error messages.
-  auto intact = [&]() -> std::string {
-    const fs::path prev = res.checkpoint;
-    return prev.empty() ? std::string("no checkpoint was saved yet")
-                        : "the previous checkpoint " + prev.string() + " is intact";
-  };
-  auto record = [&](const json& m) {
-    history.push_back(m);
-    errno = 0;
-    metrics << m.dump() << "\n";
-    metrics.flush();
-    if (!metrics.good()) {
-      const int err = errno;
-      progress.finish();
-      SF_FAIL(io, (out / "metrics.jsonl").string(), ": write failed (",
-              err ? std::strerror(err) : "stream error", "); ", intact(),
-              "; free disk space and run again with --resume auto");
-    }
-  };
-  auto plot = [&] {
-    try {
-      write_loss_plot(out / "loss.png", curves());
-    } catch (const Error& e) {
-      say(cat("warning: no loss plot: ", e.what()));
-    }
-  };
+// ---- the loop -------------------------------------------------------------------------
 
-  const auto t_start = std::chrono::steady_clock::now();
-  auto session_seconds = [&] {
-    return seconds_since(t_start);
-  };
-  int64_t step = start_step;
-  int64_t last_saved = start_step;  // a resumed run's start is already on disk
+bool Trainer::stop_requested() const { return opt_.stop_requested && opt_.stop_requested(); }
 
-  auto save = [&](const std::string& why) {
-    auto t0 = std::chrono::steady_clock::now();
-    json state;
-    state["format"] = "slideformer-trainer-state";
-    state["version"] = kStateVersion;
-    state["step"] = step;
-    state["optimizer_step"] = exec->params().step;
-    state["tokens_seen"] = tokens_seen;
-    state["elapsed_seconds"] = elapsed_before + session_seconds();
-    state["rng"] = {{"kind", "splitmix64"}, {"seed", opt.seed}, {"state", hex64(rng.state)}};
-    state["data"] = {{"identity", data.identity}, {"state", data.train->state()}};
-    state["schedule"] = {{"kind", LrSchedule::kind_name(opt.schedule.kind)},
-                         {"lr", opt.schedule.lr},
-                         {"warmup_steps", opt.schedule.warmup_steps},
-                         {"total_steps", opt.schedule.total_steps},
-                         {"min_lr_ratio", opt.schedule.min_lr_ratio}};
-    state["settings"] = settings_json(opt);
-    state["model"] = model_now;
-    state["metrics"] = history;
-    CheckpointContents c;
-    c.config = &cfg;
-    c.layout = &layout;
-    c.store = &exec->params();  // waits for any update still in flight
-    c.trainer_state = std::move(state);
-    c.model.dtype = opt.save_dtype.value_or(cfg.torch_dtype);
-    c.model.tokenizer_dir = src.tokenizer_dir;
-    try {
-      res.checkpoint = save_checkpoint(out, step, c, opt.fault);
-    } catch (const Error& e) {
-      progress.finish();
-      SF_FAIL(io, e.what(), "; ", intact(), "; free disk space and run again with --resume auto");
-    }
-    last_saved = step;
-    prune_checkpoints(out, opt.keep_checkpoints, res.checkpoint);
-    plot();
-    double dt = seconds_since(t0);
-    say(cat("saved ", res.checkpoint.string(), " (", why, ", ", format_duration(dt), ")"));
-  };
+double Trainer::session_seconds() const { return seconds_since(session_start_); }
 
-  auto stop = [&] { return opt.stop_requested && opt.stop_requested(); };
+void Trainer::evaluate_at_start() {
+  if (result_.start_step != 0 || opt_.eval_every <= 0 || data_.eval.empty()) return;
+  double e = evaluate();
+  record({{"step", 0}, {"eval_loss", e}});
+  result_.eval_steps.push_back(0);
+  result_.eval_losses.push_back(e);
+  say(cat("eval  step 0  loss ", std::fixed, std::setprecision(4), e));
+}
 
-  if (start_step == 0 && opt.eval_every > 0 && !data.eval.empty()) {
-    double e = eval();
-    record({{"step", 0}, {"eval_loss", e}});
-    res.eval_steps.push_back(0);
-    res.eval_losses.push_back(e);
-    say(cat("eval  step 0  loss ", std::fixed, std::setprecision(4), e));
+void Trainer::one_step() {
+  const StepReport r = train_step();
+  json m = step_record(r);
+  warn_if_not_finite(r);
+  const double eval_loss = evaluate_if_due(m);
+  record(m);
+  show_progress(r);
+  if (!std::isnan(eval_loss))
+    say(cat("eval  step ", step_, "  loss ", std::fixed, std::setprecision(4), eval_loss));
+  if (opt_.fault) opt_.fault("step:" + std::to_string(step_));
+  if (opt_.save_every > 0 && step_ % opt_.save_every == 0 && step_ < opt_.steps)
+    save(SaveReason::periodic);
+}
+
+// Draws the micro-batches, runs the optimizer step and advances the run's counters.
+Trainer::StepReport Trainer::train_step() {
+  for (auto& b : micro_) b = data_.train->next(opt_.batch_size);
+  OptimHyper h = opt_.hyper;
+  h.lr = opt_.schedule.at(step_ + 1);
+  StepReport r;
+  r.lr = h.lr;
+  auto ts = std::chrono::steady_clock::now();
+  r.stats = exec_->train_step(micro_, h);
+  r.seconds = seconds_since(ts);
+  ++step_;
+  rng_.next();
+  tokens_seen_ += r.stats.n_tokens;
+  session_tokens_ += r.stats.n_tokens;
+  session_step_seconds_ += r.seconds;
+  result_.losses.push_back(r.stats.loss());
+  result_.end_step = step_;
+  r.flops = step_model_flops(cfg(), micro_);
+  return r;
+}
+
+// The step's line of metrics.jsonl (evaluate_if_due may add its eval_loss).
+json Trainer::step_record(const StepReport& r) const {
+  const StepStats& st = r.stats;
+  const double dt = r.seconds;
+  return {{"step", step_},
+          {"loss", st.loss()},
+          {"lr", r.lr},
+          {"grad_norm", st.grad_norm},
+          {"clip_coef", st.clip_coef},
+          {"tokens", st.n_tokens},
+          {"tokens_seen", tokens_seen_},
+          {"epoch", data_.train->epoch()},
+          {"step_seconds", dt},
+          {"tokens_per_second", double(st.n_tokens) / dt},
+          {"tflops", r.flops / dt / 1e12},
+          {"elapsed_seconds", elapsed_before_ + session_seconds()}};
+}
+
+void Trainer::warn_if_not_finite(const StepReport& r) {
+  if (!std::isfinite(r.stats.grad_norm))
+    say(cat("warning: step ", step_, ": the gradient is not finite, so the weights were left "
+            "unchanged; lower --lr or check the data if this repeats"));
+  else if (!std::isfinite(r.stats.loss()))
+    say(cat("warning: step ", step_, ": the loss is not finite; lower --lr or check the data"));
+}
+
+// Evaluates every eval_every steps and at the last; the loss (NaN: none) goes into `record`
+// and the result. Returns it.
+double Trainer::evaluate_if_due(json& record) {
+  if (!((opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps))
+    return NAN;
+  const double eval_loss = evaluate();
+  if (!std::isnan(eval_loss)) {
+    record["eval_loss"] = eval_loss;
+    result_.eval_steps.push_back(step_);
+    result_.eval_losses.push_back(eval_loss);
   }
+  return eval_loss;
+}
 
-  int64_t session_tokens = 0;
-  double step_seconds_total = 0;
-  std::vector<Batch> micro(size_t(opt.grad_accum));
-  while (step < opt.steps && !stop()) {
-    for (auto& b : micro) b = data.train->next(opt.batch_size);
-    OptimHyper h = opt.hyper;
-    h.lr = opt.schedule.at(step + 1);
-    auto ts = std::chrono::steady_clock::now();
-    StepStats st = exec->train_step(micro, h);
-    const double dt = seconds_since(ts);
-    ++step;
-    rng.next();
-    tokens_seen += st.n_tokens;
-    session_tokens += st.n_tokens;
-    step_seconds_total += dt;
-    res.losses.push_back(st.loss());
-    res.end_step = step;
-    const double flops = step_model_flops(cfg, micro);
-
-    json m = {{"step", step},
-              {"loss", st.loss()},
-              {"lr", h.lr},
-              {"grad_norm", st.grad_norm},
-              {"clip_coef", st.clip_coef},
-              {"tokens", st.n_tokens},
-              {"tokens_seen", tokens_seen},
-              {"epoch", data.train->epoch()},
-              {"step_seconds", dt},
-              {"tokens_per_second", double(st.n_tokens) / dt},
-              {"tflops", flops / dt / 1e12},
-              {"elapsed_seconds", elapsed_before + session_seconds()}};
-    if (!std::isfinite(st.grad_norm))
-      say(cat("warning: step ", step, ": the gradient is not finite, so the weights were left "
-              "unchanged; lower --lr or check the data if this repeats"));
-    else if (!std::isfinite(st.loss()))
-      say(cat("warning: step ", step, ": the loss is not finite; lower --lr or check the data"));
-    double eval_loss = NAN;
-    if ((opt.eval_every > 0 && step % opt.eval_every == 0) || step == opt.steps) {
-      eval_loss = eval();
-      if (!std::isnan(eval_loss)) {
-        m["eval_loss"] = eval_loss;
-        res.eval_steps.push_back(step);
-        res.eval_losses.push_back(eval_loss);
-      }
-    }
-    record(m);
-
-    ProgressSnapshot ps;
-    ps.step = step;
-    ps.total = opt.steps;
-    ps.loss = st.loss();
-    ps.lr = h.lr;
-    ps.grad_norm = st.grad_norm;
-    ps.tokens_per_second = double(session_tokens) / step_seconds_total;
-    ps.tflops = flops / dt / 1e12;
-    ps.device_bytes = exec->device_peak_bytes();
-    ps.host_bytes = host_rss_bytes();
-    ps.epoch = data.train->epoch();
-    const int64_t done = step - start_step, left = opt.steps - step;
-    ps.eta_seconds = session_seconds() / double(done) * double(left);  // evals and saves included
-    progress.update(ps);
-    if (!std::isnan(eval_loss))
-      say(cat("eval  step ", step, "  loss ", std::fixed, std::setprecision(4), eval_loss));
-    if (opt.fault) opt.fault("step:" + std::to_string(step));
-
-    if (opt.save_every > 0 && step % opt.save_every == 0 && step < opt.steps) save("periodic");
+// Mean loss over the held-out batches; NaN without evaluation data.
+double Trainer::evaluate() {
+  if (data_.eval.empty()) return NAN;
+  double loss = 0;
+  int64_t n = 0;
+  for (const Batch& b : data_.eval) {
+    loss += exec_->eval_loss_sum(b);
+    n += b.n_valid_labels();
   }
-  res.stopped = step < opt.steps;
-  if (step > last_saved) save(res.stopped ? "stopped" : "final");
-  else if (res.stopped && step == start_step && start_step == 0)
+  return loss / double(std::max<int64_t>(1, n));
+}
+
+void Trainer::show_progress(const StepReport& r) {
+  ProgressSnapshot ps;
+  ps.step = step_;
+  ps.total = opt_.steps;
+  ps.loss = r.stats.loss();
+  ps.lr = r.lr;
+  ps.grad_norm = r.stats.grad_norm;
+  ps.tokens_per_second = double(session_tokens_) / session_step_seconds_;
+  ps.tflops = r.flops / r.seconds / 1e12;
+  ps.device_bytes = exec_->device_peak_bytes();
+  ps.host_bytes = host_rss_bytes();
+  ps.epoch = data_.train->epoch();
+  const int64_t done = step_ - result_.start_step, left = opt_.steps - step_;
+  ps.eta_seconds = session_seconds() / double(done) * double(left);  // evals and saves included
+  progress_.update(ps);
+}
+
+// ---- logs, checkpoints and the end ----------------------------------------------------
+
+void Trainer::record(const json& m) {
+  try {
+    metrics_.append(m);
+  } catch (const Error& e) {
+    fail_io(e.what());
+  }
+}
+
+void Trainer::fail_io(const std::string& what) {
+  progress_.finish();
+  SF_FAIL(io, what, "; ", checkpointer_.what_survives(),
+          "; free disk space and run again with --resume auto");
+}
+
+// trainer_state.json and the tensors of a checkpoint at the current step.
+CheckpointContents Trainer::checkpoint_contents() {
+  const RunPosition at{.step = step_,
+                       .optimizer_step = exec_->params().step,
+                       .tokens_seen = tokens_seen_,
+                       .elapsed_seconds = elapsed_before_ + session_seconds(),
+                       .rng_state = rng_.state};
+  CheckpointContents c;
+  c.config = &cfg();
+  c.layout = &layout_;
+  c.trainer_state = trainer_state_json(at, opt_, data_.identity, data_.train->state(),
+                                       model_record_, metrics_.history());
+  c.store = &exec_->params();  // waits for any update still in flight
+  c.model.dtype = opt_.save_dtype.value_or(cfg().torch_dtype);
+  c.model.tokenizer_dir = src_.tokenizer_dir;
+  return c;
+}
+
+void Trainer::save(SaveReason why) {
+  auto t0 = std::chrono::steady_clock::now();
+  const CheckpointContents c = checkpoint_contents();
+  try {
+    checkpointer_.write(step_, c);
+  } catch (const Error& e) {
+    fail_io(e.what());
+  }
+  result_.checkpoint = checkpointer_.newest();
+  checkpointer_.rotate();
+  refresh_plot();
+  const char* reason = why == SaveReason::periodic  ? "periodic"
+                       : why == SaveReason::stopped ? "stopped"
+                                                    : "final";
+  double dt = seconds_since(t0);
+  say(cat("saved ", result_.checkpoint.string(), " (", reason, ", ", format_duration(dt), ")"));
+}
+
+void Trainer::refresh_plot() {
+  if (auto problem = metrics_.refresh_plot()) say(cat("warning: no loss plot: ", *problem));
+}
+
+TrainResult Trainer::finish() {
+  result_.stopped = step_ < opt_.steps;
+  if (!checkpointer_.on_disk(step_))
+    save(result_.stopped ? SaveReason::stopped : SaveReason::final);
+  else if (result_.stopped && step_ == result_.start_step && result_.start_step == 0)
     say("stopped before the first step; nothing was saved");
-  plot();
-  progress.finish();
-  res.tokens_per_second =
-      step_seconds_total > 0 ? double(session_tokens) / step_seconds_total : 0;
-  if (!res.stopped && step > start_step)
-    say(cat("done: ", step - start_step, " steps in ", format_duration(session_seconds()),
-            ", ", format_rate(res.tokens_per_second), " tokens/s; model ", res.checkpoint.string(),
-            "; metrics ", (out / "metrics.jsonl").string(), "; plot ", (out / "loss.png").string()));
-  return res;
+  refresh_plot();
+  progress_.finish();
+  result_.tokens_per_second =
+      session_step_seconds_ > 0 ? double(session_tokens_) / session_step_seconds_ : 0;
+  if (!result_.stopped && step_ > result_.start_step)
+    say(cat("done: ", step_ - result_.start_step, " steps in ", format_duration(session_seconds()),
+            ", ", format_rate(result_.tokens_per_second), " tokens/s; model ",
+            result_.checkpoint.string(), "; metrics ", metrics_.file().string(), "; plot ",
+            metrics_.plot_file().string()));
+  return result_;
 }
 
 }  // namespace sf

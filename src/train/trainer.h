@@ -1,8 +1,8 @@
 // The training loop: data (data/data_source.h), learning-rate schedule, step execution,
-// evaluation, progress display, metrics log (<out>/metrics.jsonl, one JSON object per step,
-// rewritten from the checkpoint on resume, then appended), loss plot (<out>/loss.png),
-// checkpoints (train/checkpoint.h) every save_every steps, at the end and when a stop is
-// requested, and exact resume from a checkpoint.
+// evaluation, progress display, metrics log (train/metrics_log.h: <out>/metrics.jsonl, one
+// JSON object per step, rewritten from the checkpoint on resume, then appended; the loss plot
+// <out>/loss.png), checkpoints (train/checkpointer.h) every save_every steps, at the end and
+// when a stop is requested, and exact resume from a checkpoint (train/trainer_state.h).
 //
 // Exact resume: a run resumed from checkpoint-k computes the same losses and ends with the
 // same weights (bit for bit, for a deterministic backend such as host) as the uninterrupted
@@ -10,93 +10,129 @@
 // m and v and step count, the data stream position, the RNG state, the schedule and every
 // setting that shapes the computation. Settings recorded in the checkpoint win over the
 // options unless an option is named in `explicit_options` (the user set it), in which case a
-// different value is an error naming the flag; --steps may change (it re-shapes the schedule).
+// different value is an error naming the flag; --steps may change (it re-shapes the schedule;
+// train/run_settings.h).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "data/data_source.h"
+#include "engine/executor_factory.h"
 #include "engine/step_executor.h"
+#include "io/model_config.h"
+#include "model/param_layout.h"
+#include "report/progress.h"
 #include "train/checkpoint.h"
-#include "train/lr_schedule.h"
+#include "train/checkpointer.h"
+#include "train/metrics_log.h"
+#include "train/train_options.h"
+#include "train/trainer_state.h"
 
 namespace sf {
 
-struct TrainOptions {
-  // --- what is trained on what (recorded in checkpoints)
-  std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
-  std::string example_size = "tiny";  // preset randomly initialised for the bundled example
-  // Training data (--data / --tokens): a token file (llm.c .bin or raw uint32) or a JSONL
-  // dataset (text, prompt/completion, chat messages; tokenized with the model's tokenizer).
-  // Empty with no model: the bundled token file.
-  std::filesystem::path tokens_file;
-  std::filesystem::path examples_dir;  // where the bundled example lives
-  // How a JSONL dataset is read (data/data_source.h DataRequest); recorded in checkpoints and
-  // taken from there on resume unless given. chat_date is recorded as rendered (today's date
-  // when empty), so that a resumed run renders the same text.
-  std::string data_format = "auto";  // auto | text | prompt_completion | messages | tokens
-  std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or chatml, llama3, ...
-  std::string chat_date;             // Llama 3.2+ "Today Date", e.g. "26 Jul 2024"
-  std::string overflow = "auto";     // auto | truncate | split | drop
-  bool skip_bad_lines = false;
-  std::filesystem::path eval_file;   // separate evaluation data instead of eval_fraction
-
-  // --- how (recorded in checkpoints)
-  int64_t steps = 200;
-  int batch_size = 8;   // sequences per micro-batch
-  int seq_len = 256;
-  int grad_accum = 1;   // micro-batches per optimizer step
-  LrSchedule schedule;  // total_steps is always taken from `steps`
-  OptimHyper hyper;     // lr is the schedule's
-  uint64_t seed = 1234;
-  bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
-  double eval_fraction = 0.05;  // share held out for evaluation (token file: the tail)
-  int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
-
-  // --- where and how often (free to change on resume)
-  std::filesystem::path out_dir = "slideformer-out";
-  int64_t eval_every = 0;       // steps; 0: only at the end
-  int64_t save_every = 0;       // steps; 0: only at the end (and when stopped)
-  int keep_checkpoints = 0;     // keep the newest K checkpoints; 0: keep all
-  std::string resume;           // "": fresh run; "auto": <out>'s latest if any; or a path
-  bool overwrite = false;       // a fresh run may replace an earlier run's checkpoints in out_dir
-  int64_t log_every = 10;       // plain-log lines (not on a terminal)
-  std::string backend = "auto";  // auto | host | cuda
-  std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
-  std::string device_adamw_layers = "auto";  // sliding window: the first layers' AdamW on the GPU
-  std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
-  std::string host_memory;       // budget; empty: available RAM minus a margin
-  std::string optimizer_dir;     // AdamW moments on this disk when RAM is short; empty: none
-  std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype
-  enum class Progress { bar, lines, quiet } progress = Progress::lines;
-  int columns = 0;  // terminal width for the bar (0: 100)
-
-  // Names of options the user set (flag names without "--", e.g. "lr", "batch-size").
-  std::set<std::string> explicit_options;
-  // Polled before and after every step: true stops the run after a checkpoint.
-  std::function<bool()> stop_requested;
-  FaultHook fault;  // tests: called at named points (checkpoint saves, "step:<n>")
-};
-
-struct TrainResult {
-  int64_t start_step = 0;           // the step resumed from (0: a fresh run)
-  int64_t end_step = 0;             // the last step done
-  std::vector<double> losses;       // training loss of steps start_step+1 .. end_step
-  std::vector<int64_t> eval_steps;  // evaluations of this invocation
-  std::vector<double> eval_losses;
-  double tokens_per_second = 0;
-  bool stopped = false;             // stop_requested ended the run early
-  std::filesystem::path checkpoint;  // the run's newest checkpoint: written, else resumed from
-};
-
-// Checks the options; Error(input) naming the flag and what to pass instead.
-void validate_train_options(const TrainOptions& opt);
-
+// Trains as `opt` says, writing into opt.out_dir; progress and messages go to `log`.
+// Error(input) for bad options, data or checkpoints, Error(io) when a write fails.
 TrainResult run_training(const TrainOptions& opt, std::ostream& log);
+
+// Where a run's model, tokenizer and training data come from: the bundled example (a preset
+// randomly initialised, the bundled token file) or a Hugging Face model directory.
+struct ModelSource {
+  ModelConfig config;
+  std::filesystem::path weights_dir;    // empty: random init
+  std::filesystem::path tokenizer_dir;  // copied next to saved weights
+  std::filesystem::path tokens;
+};
+ModelSource resolve_model_source(const TrainOptions& opt);
+
+// One training run from start to end; run_training is Trainer(opt, log).run().
+class Trainer {
+ public:
+  // Checks the options, creates and locks opt.out_dir (for the trainer's lifetime) and settles
+  // where the run starts: the checkpoint opt.resume names (whose settings then apply) or a
+  // fresh start (refused when out_dir holds an earlier run's checkpoints, unless overwrite).
+  Trainer(const TrainOptions& opt, std::ostream& log);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Loads the model and data, trains up to opt.steps or until a stop is requested, saves.
+  TrainResult run();
+
+ private:
+  // Why a checkpoint is written (printed with it).
+  enum class SaveReason { periodic, stopped, final };
+  // What one optimizer step did, for its metrics record and the progress line.
+  struct StepReport {
+    StepStats stats;
+    double lr = 0;
+    double seconds = 0;  // wall time of the step
+    double flops = 0;    // model FLOPs of the step
+  };
+
+  // ---- start and set-up, in this order
+  void resolve_start(const TrainOptions& requested);
+  void set_up();
+  void load_model();
+  void open_data();
+  void build_executor();
+  void restore_run_position();
+  void open_logs();
+  void announce();
+  // ---- the loop
+  bool stop_requested() const;
+  void evaluate_at_start();
+  void one_step();
+  StepReport train_step();
+  nlohmann::json step_record(const StepReport& r) const;
+  void warn_if_not_finite(const StepReport& r);
+  double evaluate_if_due(nlohmann::json& record);
+  double evaluate();
+  void show_progress(const StepReport& r);
+  // ---- logs, checkpoints and the end
+  void record(const nlohmann::json& m);
+  void save(SaveReason why);
+  CheckpointContents checkpoint_contents();
+  void refresh_plot();
+  TrainResult finish();
+  // Error(io) for a failed write: `what`, what survives on disk, and how to go on.
+  [[noreturn]] void fail_io(const std::string& what);
+  void say(const std::string& line) { progress_.message(line); }
+  const ModelConfig& cfg() const { return src_.config; }
+  double session_seconds() const;
+
+  // Declared in the order they are needed; destroyed in reverse, the lock last.
+  std::filesystem::path out_;
+  OutDirLock lock_;
+  ProgressDisplay progress_;
+  TrainOptions opt_;                    // in force: the checkpoint's settings on resume
+  std::optional<ResumePoint> resume_;   // empty: a fresh run
+  std::vector<CheckpointRef> earlier_;  // fresh run: an earlier run's, deleted after set-up
+  Checkpointer checkpointer_;
+  TrainResult result_;
+
+  ModelSource src_;
+  ModelLayout layout_;
+  nlohmann::json model_record_;  // model_json of the model, recorded in each checkpoint
+  DataSource data_;
+  PlannedRun planned_;
+  std::unique_ptr<StepExecutor> exec_;
+  MetricsLog metrics_;
+
+  TrainerRng rng_;
+  int64_t step_ = 0;                 // steps done (of the whole run)
+  int64_t tokens_seen_ = 0;          // of the whole run
+  double elapsed_before_ = 0;        // seconds of the run's earlier sessions
+  std::chrono::steady_clock::time_point session_start_;
+  int64_t session_tokens_ = 0;       // trained in this session
+  double session_step_seconds_ = 0;  // of this session's steps alone
+  std::vector<Batch> micro_;         // the micro-batches of the current step
+};
 
 }  // namespace sf

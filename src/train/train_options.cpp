@@ -1,0 +1,61 @@
+// validate_train_options: every option's value checked before anything is read or written;
+// each refusal is Error(input) naming the flag and a value that works.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/data_source.h"
+#include "train/train_options.h"
+
+namespace sf {
+
+void validate_train_options(const TrainOptions& o) {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw Error(ErrorKind::input, msg);
+  };
+  need(o.steps > 0, cat("--steps ", o.steps, " must be positive, e.g. --steps 1000"));
+  need(o.batch_size > 0, cat("--batch-size ", o.batch_size, " must be positive, e.g. --batch-size 8"));
+  need(o.seq_len > 1, cat("--seq-len ", o.seq_len, " must be at least 2, e.g. --seq-len 1024"));
+  need(o.grad_accum > 0, cat("--grad-accum ", o.grad_accum, " must be positive (1: no accumulation)"));
+  need(std::isfinite(o.schedule.lr) && o.schedule.lr > 0,
+       cat("--lr ", o.schedule.lr, " must be a positive number, e.g. --lr 2e-5"));
+  need(o.schedule.warmup_steps >= 0,
+       cat("--warmup-steps ", o.schedule.warmup_steps, " must be 0 or more"));
+  need(o.schedule.warmup_steps <= o.steps,
+       cat("--warmup-steps ", o.schedule.warmup_steps, " is longer than --steps ", o.steps,
+           "; use fewer warmup steps"));
+  need(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1,
+       cat("--min-lr-ratio ", o.schedule.min_lr_ratio, " must be in [0, 1], e.g. 0.1"));
+  need(o.hyper.weight_decay >= 0, cat("--weight-decay ", o.hyper.weight_decay, " must be 0 or more"));
+  need(o.hyper.beta1 >= 0 && o.hyper.beta1 < 1, cat("--beta1 ", o.hyper.beta1, " must be in [0, 1), e.g. 0.9"));
+  need(o.hyper.beta2 >= 0 && o.hyper.beta2 < 1, cat("--beta2 ", o.hyper.beta2, " must be in [0, 1), e.g. 0.999"));
+  need(o.hyper.eps > 0, cat("--adam-eps ", o.hyper.eps, " must be positive, e.g. 1e-8"));
+  need(o.hyper.max_grad_norm >= 0,
+       cat("--max-grad-norm ", o.hyper.max_grad_norm, " must be 0 (no clipping) or positive"));
+  need(o.eval_fraction >= 0 && o.eval_fraction < 1,
+       cat("--eval-fraction ", o.eval_fraction, " must be in [0, 1), e.g. 0.05 (0: no evaluation)"));
+  need(o.eval_batches > 0, cat("--eval-batches ", o.eval_batches, " must be positive"));
+  need(o.eval_every >= 0, cat("--eval-every ", o.eval_every, " must be 0 (only at the end) or positive"));
+  need(o.save_every >= 0, cat("--save-every ", o.save_every, " must be 0 (only at the end) or positive"));
+  need(o.keep_checkpoints >= 0,
+       cat("--keep-checkpoints ", o.keep_checkpoints, " must be 0 (keep all) or positive"));
+  need(o.log_every > 0, cat("--log-every ", o.log_every, " must be positive"));
+  auto one_of = [](const std::string& v, const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), v) != names.end();
+  };
+  auto list = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  need(one_of(o.data_format, data_format_names()) || o.data_format == "prompt-completion" ||
+           o.data_format == "chat",
+       cat("--data-format ", o.data_format, " is not known; use ", list(data_format_names())));
+  need(one_of(o.overflow, overflow_names()),
+       cat("--overflow ", o.overflow, " is not known; use ", list(overflow_names())));
+  need(!o.out_dir.empty(), "--out must name a directory");
+}
+
+}  // namespace sf

@@ -1,0 +1,90 @@
+// What a training run is asked to do (TrainOptions) and what it reports back (TrainResult),
+// and the check of the options' values. Plain data: nothing here reads files or trains; the
+// trainer (train/trainer.h) carries the options out, train/run_settings.h records them in a
+// checkpoint and takes them back on resume.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/step_executor.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+
+namespace sf {
+
+struct TrainOptions {
+  // --- what is trained on what (recorded in checkpoints)
+  std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
+  std::string example_size = "tiny";  // preset randomly initialised for the bundled example
+  // Training data (--data / --tokens): a token file (llm.c .bin or raw uint32) or a JSONL
+  // dataset (text, prompt/completion, chat messages; tokenized with the model's tokenizer).
+  // Empty with no model: the bundled token file.
+  std::filesystem::path tokens_file;
+  std::filesystem::path examples_dir;  // where the bundled example lives
+  // How a JSONL dataset is read (data/data_source.h DataRequest); recorded in checkpoints and
+  // taken from there on resume unless given. chat_date is recorded as rendered (today's date
+  // when empty), so that a resumed run renders the same text.
+  std::string data_format = "auto";  // auto | text | prompt_completion | messages | tokens
+  std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or chatml, llama3, ...
+  std::string chat_date;             // Llama 3.2+ "Today Date", e.g. "26 Jul 2024"
+  std::string overflow = "auto";     // auto | truncate | split | drop
+  bool skip_bad_lines = false;
+  std::filesystem::path eval_file;   // separate evaluation data instead of eval_fraction
+
+  // --- how (recorded in checkpoints)
+  int64_t steps = 200;
+  int batch_size = 8;   // sequences per micro-batch
+  int seq_len = 256;
+  int grad_accum = 1;   // micro-batches per optimizer step
+  LrSchedule schedule;  // total_steps is always taken from `steps`
+  OptimHyper hyper;     // lr is the schedule's
+  uint64_t seed = 1234;
+  bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
+  double eval_fraction = 0.05;  // share held out for evaluation (token file: the tail)
+  int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
+
+  // --- where and how often (free to change on resume)
+  std::filesystem::path out_dir = "slideformer-out";
+  int64_t eval_every = 0;       // steps; 0: only at the end
+  int64_t save_every = 0;       // steps; 0: only at the end (and when stopped)
+  int keep_checkpoints = 0;     // keep the newest K checkpoints; 0: keep all
+  std::string resume;           // "": fresh run; "auto": <out>'s latest if any; or a path
+  bool overwrite = false;       // a fresh run may replace an earlier run's checkpoints in out_dir
+  int64_t log_every = 10;       // plain-log lines (not on a terminal)
+  std::string backend = "auto";  // auto | host | cuda
+  std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
+  std::string device_adamw_layers = "auto";  // sliding window: the first layers' AdamW on the GPU
+  std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
+  std::string host_memory;       // budget; empty: available RAM minus a margin
+  std::string optimizer_dir;     // AdamW moments on this disk when RAM is short; empty: none
+  std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype
+  enum class Progress { bar, lines, quiet } progress = Progress::lines;
+  int columns = 0;  // terminal width for the bar (0: 100)
+
+  // Names of options the user set (flag names without "--", e.g. "lr", "batch-size").
+  std::set<std::string> explicit_options;
+  // Polled before and after every step: true stops the run after a checkpoint.
+  std::function<bool()> stop_requested;
+  FaultHook fault;  // tests: called at named points (checkpoint saves, "step:<n>")
+};
+
+struct TrainResult {
+  int64_t start_step = 0;           // the step resumed from (0: a fresh run)
+  int64_t end_step = 0;             // the last step done
+  std::vector<double> losses;       // training loss of steps start_step+1 .. end_step
+  std::vector<int64_t> eval_steps;  // evaluations of this invocation
+  std::vector<double> eval_losses;
+  double tokens_per_second = 0;
+  bool stopped = false;             // stop_requested ended the run early
+  std::filesystem::path checkpoint;  // the run's newest checkpoint: written, else resumed from
+};
+
+// Checks the options; Error(input) naming the flag and what to pass instead.
+void validate_train_options(const TrainOptions& opt);
+
+}  // namespace sf
