@@ -28,7 +28,8 @@ void DeviceAdamWLayers::adamw(int u, const AdamWStep& s) {
   host_stale_ = true;
 }
 
-void DeviceAdamWLayers::copy_state(bool to_host) {
+void DeviceAdamWLayers::copy_state(Copy direction) {
+  const bool to_host = direction == Copy::to_host;
   Stream& h2d = *w_.streams.h2d;
   for (int k = 0; k < w_.ec.device_adamw_layers; ++k) {
     const int u = k + 1;
@@ -46,12 +47,12 @@ void DeviceAdamWLayers::copy_state(bool to_host) {
 void DeviceAdamWLayers::bring_home_if_stale() {
   if (!host_stale_) return;
   w_.streams.upd_h2d->synchronize();
-  copy_state(true);
+  copy_state(Copy::to_host);
   host_stale_ = false;
 }
 
 void DeviceAdamWLayers::host_is_truth() {
-  copy_state(false);
+  copy_state(Copy::to_device);
   host_stale_ = false;
 }
 

@@ -17,12 +17,14 @@ class DeviceAdamWLayers {
   float* master(int u) const;
   // Its AdamW on upd_h2d, after its gradient is home and before its next load.
   void adamw(int u, const AdamWStep& s);
-  // Every device-AdamW layer's state to (or from) the host store, synchronously.
-  void copy_state(bool to_host);
   void bring_home_if_stale();  // params(): the host store becomes current
   void host_is_truth();        // params_changed(): the host store's state goes to the device
 
  private:
+  // Every device-AdamW layer's state to or from the host store, synchronously.
+  enum class Copy : uint8_t { to_host, to_device };
+  void copy_state(Copy direction);
+
   WindowContext& w_;
   UnitHomes& homes_;
   bool host_stale_ = false;

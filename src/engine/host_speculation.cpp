@@ -99,7 +99,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
         sp.speculated[0] = 1;
         continue;
       }
-      unit_adamw(EmbeddingGrad::Kind::update, u, spec_out(u), false, s, s);
+      unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
       w_.store.moments_done(u);
       sp.speculated[size_t(u)] = 1;
     }
@@ -132,8 +132,8 @@ void HostUpdater::finish_speculative(const OptimHyper& h, StepStats& st) {
       emb_.adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::untouched, s1, s1, opt_pool());
     if (speculated[0]) emb_.adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::touched, s1, s1, opt_pool());
     for (int u = 1; u < n_units; ++u)
-      if (speculated[size_t(u)]) unit_adamw(EmbeddingGrad::Kind::undo, u, nullptr, false, s1, s1);
-    homes_.refresh(false);  // homes hold gradients: put the unchanged weights back
+      if (speculated[size_t(u)]) unit_adamw(EmbeddingGrad::Kind::undo, u, WeightsTo::out, nullptr, s1, s1);
+    homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);  // homes hold gradients: put the unchanged weights back
     return;
   }
   AdamWStep s = s1;
@@ -169,7 +169,7 @@ void HostUpdater::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bo
       if (!untouched_done)  // gradient 0: no coefficient, no redo
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s, opt_pool());
     } else {
-      unit_adamw(EmbeddingGrad::Kind::update_redo, u, nullptr, true, s, s1);
+      unit_adamw(EmbeddingGrad::Kind::update_redo, u, WeightsTo::gradient_in_place, nullptr, s, s1);
     }
     return;
   }
@@ -181,7 +181,7 @@ void HostUpdater::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bo
     if (clipped) emb_.adamw(EmbeddingGrad::Kind::redo, EmbeddingGrad::Rows::touched, s, s1, opt_pool());
     return;
   }
-  if (clipped) unit_adamw(EmbeddingGrad::Kind::redo, u, spec_out(u), false, s, s1);  // replace it
+  if (clipped) unit_adamw(EmbeddingGrad::Kind::redo, u, WeightsTo::out, spec_out(u), s, s1);  // replace it
   homes_.take_next(u);
 }
 

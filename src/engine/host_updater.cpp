@@ -126,7 +126,7 @@ void HostUpdater::finish_deferred(const OptimHyper& h, StepStats& st) {
   const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
   d.report(st);
   if (d.skip) {  // weights stay as they are
-    homes_.refresh(false);  // homes hold gradients now: put the unchanged weights back
+    homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);  // homes hold gradients now: put the unchanged weights back
     return;
   }
   const AdamWStep s = next_adamw_step(h, w_.store, d.coef);
@@ -172,15 +172,16 @@ void HostUpdater::update_unit(int u, const AdamWStep& s, bool untouched_done) {
   }
   // The new compute-dtype weights overwrite the gradient in place (element i is read before
   // it is written) and go home with it.
-  unit_adamw(EmbeddingGrad::Kind::update, u, nullptr, true, s, s);
+  unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::gradient_in_place, nullptr, s, s);
 }
 
-void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, bool in_place,
+void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, WeightsTo to, uint16_t* out,
                              const AdamWStep& s, const AdamWStep& done) {
   const bool f32 = !w_.reduced();
   ParamStore& store = w_.store;
   ThreadPool* pool = &opt_pool();
-  grad_pieces(u, in_place && !f32, [&](void* g, int64_t off, int64_t len) {
+  const bool in_place = to == WeightsTo::gradient_in_place;
+  grad_pieces(u, in_place && !f32 ? Pieces::rewrite : Pieces::read, [&](void* g, int64_t off, int64_t len) {
     const std::vector<ParamRange> r = clip_ranges(store.ranges(u), off, len);
     float *p = store.master(u) + off, *m = store.m(u) + off, *v = store.v(u) + off;
     uint16_t* o = f32 ? nullptr : in_place ? static_cast<uint16_t*>(g) : out ? out + off : nullptr;
@@ -207,7 +208,8 @@ void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, boo
   });
 }
 
-void HostUpdater::grad_pieces(int u, bool upload, const std::function<void(void*, int64_t, int64_t)>& fn) {
+void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn) {
+  const bool upload = mode == Pieces::rewrite;
   const int64_t n = w_.store.numel(u);
   if (!homes_.resident(u)) {
     fn(homes_.home(u)->data(), 0, n);

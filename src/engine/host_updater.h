@@ -69,13 +69,15 @@ class HostUpdater {
   void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update);
   void update_unit(int u, const AdamWStep& s, bool untouched_done = false);
   // One AdamW operation on layer or head unit u over its gradient's pieces: new weights to
-  // `out` (may be null), or over the gradient in place and back home (in_place).
-  void unit_adamw(EmbeddingGrad::Kind kind, int u, uint16_t* out, bool in_place, const AdamWStep& s,
+  // `out` (null: none), or over the gradient in place and back home.
+  enum class WeightsTo : uint8_t { out, gradient_in_place };
+  void unit_adamw(EmbeddingGrad::Kind kind, int u, WeightsTo to, uint16_t* out, const AdamWStep& s,
                   const AdamWStep& done);
   // fn(g, off, len) over unit u's gradient (compute dtype, host memory) in pieces: the home
   // itself (host homes) or pieces through the two ring buffers, the next piece's download
-  // overlapping fn on this one. upload: fn rewrote the piece into weights, which go home.
-  void grad_pieces(int u, bool upload, const std::function<void(void*, int64_t, int64_t)>& fn);
+  // overlapping fn on this one. rewrite: fn turns each piece into weights, which go home.
+  enum class Pieces : uint8_t { read, rewrite };
+  void grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn);
   void speculate_loop(AdamWStep s, float max_norm);
   double unit_sumsq(int u);
   uint16_t* spec_out(int u);

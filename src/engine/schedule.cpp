@@ -46,7 +46,7 @@ class Builder {
   std::vector<Op> build() {
     forward();
     for (int c = 0; c < sh_.n_chunks; ++c) ops_.push_back({OpKind::head, head_unit(), -1, c});
-    if (!sh_.backward) return std::move(ops_);
+    if (!sh_.backward()) return std::move(ops_);
     ops_.push_back({OpKind::grads_out, head_unit()});
     backward();
     updates();
@@ -81,7 +81,7 @@ class Builder {
       }
       for (int c = 0; c < C; ++c) {
         // The input goes to the store while the layer computes on it (both only read it).
-        if (sh_.backward) ops_.push_back({OpKind::offload_input, k + 1, k, c});
+        if (sh_.backward()) ops_.push_back({OpKind::offload_input, k + 1, k, c});
         ops_.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
       }
     }
@@ -174,7 +174,7 @@ class Checker {
       case OpKind::layer_forward:
         if (!holds(op.slot, op.layer)) return "its slot does not hold its weights";
         if (!out_.count({op.layer - 1, op.chunk})) return "its input was not produced";
-        if (sh_.backward && !stored_.count({op.layer, op.chunk})) return "its input was not offloaded first";
+        if (sh_.backward() && !stored_.count({op.layer, op.chunk})) return "its input was not offloaded first";
         out_.insert({op.layer, op.chunk});
         return {};
       case OpKind::head:
@@ -261,7 +261,7 @@ class Checker {
   std::string finish() const {
     for (int u = 0; u <= head_unit(); ++u) {
       if (!waited_[size_t(u)]) return cat("unit ", u, ": its update was never waited for");
-      if (sh_.backward && !updated_[size_t(u)]) return cat("unit ", u, ": never updated");
+      if (sh_.backward() && !updated_[size_t(u)]) return cat("unit ", u, ": never updated");
     }
     if (head_chunks_ != sh_.n_chunks) return "the head did not run every chunk";
     return {};

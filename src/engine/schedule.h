@@ -43,11 +43,15 @@ struct Op {
   bool device = false;  // update: the unit's AdamW runs on the device
 };
 
+// A training step, or an evaluation: forward and loss only.
+enum class Pass : uint8_t { train, evaluate };
+
 struct StepShape {
   int n_layers = 0;
   int n_chunks = 0;
   int n_slots = 2;  // >= 2: one computing, one loading
-  bool backward = true;  // false: forward + loss only (evaluation)
+  Pass pass = Pass::train;
+  bool backward() const { return pass == Pass::train; }
   // Per unit (empty: none): its weights are on the device already (home_weights instead of
   // load_weights), and its AdamW runs on the device (updated first: only an enqueue).
   std::vector<char> weights_on_device;

@@ -51,14 +51,14 @@ ParamStore& SlidingWindowExecutor::params() {
 void SlidingWindowExecutor::params_changed() {
   updater_.wait_all();
   dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
-  homes_.refresh(true);
+  homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
   // Streamed moments just loaded from a checkpoint: to disk and out of the page cache before
   // the first sweep, which would otherwise stall in page reclaim (no-op when nothing changed).
   for (int u = 0; u < store_.n_units(); ++u) store_.moments_done(u);
 }
 
-StepShape SlidingWindowExecutor::step_shape(int n_chunks, bool backward) const {
-  StepShape sh{layout_.n_layers, n_chunks, ec_.n_slots, backward};
+StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {
+  StepShape sh{layout_.n_layers, n_chunks, ec_.n_slots, pass};
   const int n = w_.n_units();
   sh.weights_on_device.assign(size_t(n), 0);
   sh.device_adamw.assign(size_t(n), 0);
@@ -69,10 +69,10 @@ StepShape SlidingWindowExecutor::step_shape(int n_chunks, bool backward) const {
   return sh;
 }
 
-const std::vector<Op>& SlidingWindowExecutor::schedule(int n_chunks, bool backward) {
-  const auto key = std::make_pair(n_chunks, backward);
+const std::vector<Op>& SlidingWindowExecutor::schedule(int n_chunks, Pass pass) {
+  const auto key = std::make_pair(n_chunks, pass);
   if (auto it = schedules_.find(key); it != schedules_.end()) return it->second;
-  const StepShape sh = step_shape(n_chunks, backward);
+  const StepShape sh = step_shape(n_chunks, pass);
   std::vector<Op> ops = build_step_schedule(sh);
   const std::string wrong = check_schedule(sh, ops);
   SF_CHECK(wrong.empty(), "the step schedule is unsound: ", wrong);
@@ -404,7 +404,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
-  const std::vector<Op>& ops = schedule(int(chunks.size()), true);
+  const std::vector<Op>& ops = schedule(int(chunks.size()), Pass::train);
   updater_.begin_step(h);
   run(ops, chunks, mean_loss_scale(st));
   st.loss_sum = read_loss();
@@ -427,7 +427,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
 double SlidingWindowExecutor::eval_loss_sum(const Batch& b) {
   timer_.forget_step_end();  // an evaluation between steps is not idle time
   std::vector<Batch> chunks = make_chunks(std::span<const Batch>(&b, 1));
-  run(schedule(int(chunks.size()), false), chunks, 0.f);
+  run(schedule(int(chunks.size()), Pass::evaluate), chunks, 0.f);
   return read_loss();
 }
 

@@ -81,9 +81,9 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   static std::vector<BufferSpec> checked_specs(Backend& be, const ModelLayout& layout,
                                                const ModelConfig& cfg, const EngineConfig& ec);
-  StepShape step_shape(int n_chunks, bool backward) const;
+  StepShape step_shape(int n_chunks, Pass pass) const;
   // The schedule of a step of n_chunks, built and checked (check_schedule) on first use.
-  const std::vector<Op>& schedule(int n_chunks, bool backward);
+  const std::vector<Op>& schedule(int n_chunks, Pass pass);
   void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
   float read_loss();
   // One function per op kind (schedule.h).
@@ -132,7 +132,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   HostUpdater updater_;  // last: its thread stops before the rest goes
 
-  std::map<std::pair<int, bool>, std::vector<Op>> schedules_;
+  std::map<std::pair<int, Pass>, std::vector<Op>> schedules_;
   // The step being run.
   const std::vector<Batch>* chunks_ = nullptr;
   std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step

@@ -81,7 +81,8 @@ void UnitHomes::upload_next(int u) {
   upload_pending_[size_t(u)] = 0;
 }
 
-void UnitHomes::refresh(bool with_device_units) {
+void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
+  const bool with_device_units = device_homes == DeviceAdamWHomes::refresh;
   std::fill(upload_pending_.begin(), upload_pending_.end(), 0);  // the master is the truth now
   // A skipped step leaves device-AdamW layers' weights as they were too.
   for (int u = 0; u < w_.n_units(); ++u)

@@ -38,9 +38,11 @@ class UnitHomes {
   // home when the next forward loads the unit (upload_pending / upload_next).
   void take_next(int u);
   void upload_next(int u);  // on h2d; no-op unless take_next left a copy pending
-  // Every home gets the master's compute-dtype weights again (a skipped step, or new state);
-  // with_device_units: also device-AdamW layers (their state then comes from the master).
-  void refresh(bool with_device_units);
+  // Every home gets the master's compute-dtype weights again (a skipped step, or new state).
+  // Device-AdamW layers' homes too when their state comes from the master (new state); a
+  // skipped step leaves them as they are (their weights did not change).
+  enum class DeviceAdamWHomes : uint8_t { keep, refresh };
+  void refresh(DeviceAdamWHomes device_homes);
 
  private:
   WindowContext& w_;

@@ -435,7 +435,7 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
 TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
   for (int slots : {2, 3}) {
     for (int chunks : {1, 3}) {
-      StepShape sh{5, chunks, slots, true};
+      StepShape sh{5, chunks, slots, Pass::train};
       auto ops = build_step_schedule(sh);
       std::vector<int> slot_layer(size_t(slots), -1);
       std::vector<int> fwd(5, 0), bwd(5, 0);
@@ -479,7 +479,7 @@ TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
 }
 
 TEST(Schedule, EvaluationHasNoBackward) {
-  auto ops = build_step_schedule({4, 2, 2, false});
+  auto ops = build_step_schedule({4, 2, 2, Pass::evaluate});
   for (auto& op : ops) {
     EXPECT_NE(op.kind, OpKind::layer_backward);
     EXPECT_NE(op.kind, OpKind::offload_input);
@@ -700,13 +700,13 @@ std::vector<StepShape> checked_shapes() {
   for (int slots : {2, 3})
     for (int chunks : {1, 3})
       for (int home : {0, 1, 2}) {  // none, the last two layers + head, device-AdamW layers 0-1
-        StepShape sh{5, chunks, slots, true};
+        StepShape sh{5, chunks, slots, Pass::train};
         sh.weights_on_device.assign(7, 0);
         sh.device_adamw.assign(7, 0);
         if (home == 1) sh.weights_on_device[4] = sh.weights_on_device[5] = sh.weights_on_device[6] = 1;
         if (home == 2) sh.weights_on_device[1] = sh.weights_on_device[2] = sh.device_adamw[1] = sh.device_adamw[2] = 1;
         v.push_back(sh);
-        sh.backward = false;
+        sh.pass = Pass::evaluate;
         v.push_back(sh);
       }
   return v;
@@ -717,7 +717,7 @@ TEST(Schedule, BuiltSchedulesPassTheProducerConsumerCheck) {
     const std::vector<Op> ops = build_step_schedule(sh);
     EXPECT_EQ(check_schedule(sh, ops), "") << sh.n_slots << " slots, " << sh.n_chunks << " chunks";
     // A training step ends with every unit's update, device-AdamW layers first.
-    if (!sh.backward) continue;
+    if (!sh.backward()) continue;
     std::vector<int> order;
     for (const Op& op : ops)
       if (op.kind == OpKind::update) order.push_back(op.unit);
@@ -731,7 +731,7 @@ TEST(Schedule, BuiltSchedulesPassTheProducerConsumerCheck) {
 
 // Each kind of broken list is caught, with the op named.
 TEST(Schedule, CheckCatchesBrokenSchedules) {
-  const StepShape sh{4, 2, 2, true};
+  const StepShape sh{4, 2, 2, Pass::train};
   const std::vector<Op> good = build_step_schedule(sh);
   auto first = [&](OpKind k, int layer = -1) {
     for (size_t i = 0; i < good.size(); ++i)
