@@ -10,7 +10,7 @@
 //             (torch's clip_grad_norm_: min(1, max / (norm + 1e-6)); 1 when max <= 0), the
 //             step number next_adamw_step() gives, then advance_step().
 //
-// may_speculate() is the gate of the speculative update (sliding_speculation.cpp): whether a
+// may_speculate() is the gate of the speculative update (host_speculation.cpp): whether a
 // unit may be updated with coefficient 1 before the global norm is known.
 //
 // In engine, not optim: the step counter lives in ParamStore and the hyper-parameters and

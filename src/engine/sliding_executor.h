@@ -26,7 +26,7 @@
 // device-AdamW layers are only enqueued, first); the next step's forward waits only for the
 // unit it is about to use, so the CPU optimizer
 // overlaps the next forward instead of stalling it. Speculative mode (the planner's choice;
-// sliding_speculation.cpp) also overlaps the backward: units are updated with coefficient 1
+// host_speculation.cpp) also overlaps the backward: units are updated with coefficient 1
 // as their gradients land and redone in one pass if the final norm clips. The result equals
 // the plain resident step (ResidentExecutor) up to fp32 summation order, the compute-dtype
 // rounding of gradients and, for a clipped speculative step, the undo's rounding.
