@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "engine/executor_factory.h"
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "io/model_config.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
@@ -63,7 +63,7 @@ void add_init_command(CLI::App& app) {
   cmd->callback([o] {
     ModelConfig cfg = o->config.empty() ? model_preset(o->size) : load_config(o->config);
     ModelLayout layout = ModelLayout::build(cfg);
-    ParamStore store(layout);  // reuses the trainer's memory type; m/v stay untouched
+    ParamStore store(state_units(layout));  // reuses the trainer's memory type; m/v stay untouched
     for (int u = 0; u < store.n_units(); ++u)
       init_unit(layout.units[size_t(u)], store.master(u), o->seed);
     SaveModelOptions so;

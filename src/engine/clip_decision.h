@@ -18,7 +18,8 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/param_store.h"
+#include "optim/adamw_step.h"
+#include "optim/param_store.h"
 #include "engine/step_executor.h"
 
 namespace sf {

@@ -6,7 +6,7 @@
 #include "backend/host/host_backend.h"
 #include "backend/threaded_streams_backend.h"
 #include "core/error.h"
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "engine/device_resident_executor.h"
 #include "engine/hardware_probe.h"
 #include "engine/resident_executor.h"

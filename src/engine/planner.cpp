@@ -12,7 +12,7 @@
 #include "core/stopwatch.h"
 #include "core/thread_pool.h"
 #include "engine/embedding_grad.h"  // EmbeddingGrad::max_rows
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "engine/window_buffers.h"
 #include "model/device_batch.h"
 #include "model/recipes.h"
@@ -123,7 +123,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
     m.push_back({"fp32 master + AdamW m, v", state, false});
   } else {
     m.push_back({"fp32 master", state / 3, false});
-    m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(l), false, true});
+    m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(state_units(l)), false, true});
   }
   // The buffers, one line per label in the list's order, host lines first.
   std::vector<MemoryLine> dev;
@@ -489,7 +489,7 @@ Plan plan_step(const ModelConfig& cfg, const StepRequest& req, const Budget& bud
   predict(cfg, req, hw, best);
   std::ostringstream a;
   const ModelLayout layout = ModelLayout::build(cfg);
-  const size_t moments = moments_file_bytes(layout);
+  const size_t moments = moments_file_bytes(state_units(layout));
   // The host backend's "device" is host memory too: one pool (Budget::unified).
   const size_t host_need = best.host_bytes + (budget.unified ? best.device_bytes : 0);
   if (host_need > budget.host_bytes) {

@@ -9,7 +9,7 @@ namespace sf {
 
 ResidentExecutor::ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
                          bool keep_activations, int64_t head_chunk_rows)
-    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(model_.layout()),
+    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout())),
       name_("resident on " + be.name()) {
   for (int u = 0; u < store_.n_units(); ++u) grads_.emplace_back(size_t(store_.numel(u)));
 }

@@ -7,7 +7,8 @@
 #include <span>
 
 #include "core/error.h"
-#include "engine/param_store.h"
+#include "optim/adamw_step.h"
+#include "optim/param_store.h"
 #include "model/batch.h"
 
 namespace sf {

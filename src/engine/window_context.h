@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine_config.h"
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "engine/window_buffers.h"
 #include "engine/window_events.h"
 #include "io/model_config.h"

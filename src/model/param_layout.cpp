@@ -149,4 +149,22 @@ void Unit::zero_padding(float* base) const {
   std::fill(base + at, base + numel, 0.f);
 }
 
+std::vector<StateUnit> state_units(const ModelLayout& layout) {
+  std::vector<StateUnit> out;
+  for (const Unit& unit : layout.units) {
+    StateUnit s;
+    s.numel = unit.numel;
+    for (const ParamSlot& slot : unit.params) {
+      // Merge with the previous range when contiguous and of the same decay group.
+      if (!s.ranges.empty() && s.ranges.back().decay == slot.decay &&
+          s.ranges.back().offset + s.ranges.back().numel == slot.offset)
+        s.ranges.back().numel += slot.numel();
+      else
+        s.ranges.push_back({slot.offset, slot.numel(), slot.decay});
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 }  // namespace sf

@@ -8,6 +8,7 @@
 // gate/up into one [2F, C] matrix, so each fused projection is a single GEMM; the Hugging
 // Face tensors are row blocks of these ("parts").
 #pragma once
+#include "optim/param_range.h"  // StateUnit, ParamRange: header-only types
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -86,6 +87,10 @@ struct ModelLayout {
   // Every HF tensor name in file order.
   std::vector<std::string> hf_names() const;
 };
+
+// The optimizer's view of the units (optim/param_store.h): each unit's length and its decay
+// groups, contiguous slots of one group merged into one range.
+std::vector<StateUnit> state_units(const ModelLayout& layout);
 
 constexpr int64_t kParamAlign = 64;  // elements; keeps every slot 128-byte aligned in bf16
 

@@ -16,6 +16,12 @@ struct ParamRange {
   bool decay = true;  // false: norms and biases (weight_decay treated as 0)
 };
 
+// One unit's flat fp32 buffer as the optimizer's state sees it: its length and its ranges.
+struct StateUnit {
+  int64_t numel = 0;
+  std::vector<ParamRange> ranges;
+};
+
 // Throws Error(internal) unless the ranges are sorted by offset, disjoint and inside [0, n).
 void check_param_ranges(std::span<const ParamRange> ranges, int64_t n, const char* who);
 

@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "io/model_config.h"
 #include "model/param_layout.h"
 #include "train/model_dir.h"

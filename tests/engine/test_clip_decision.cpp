@@ -156,7 +156,7 @@ TEST(StepMaySpeculate, OnlyWithNonZeroBetas) {
 
 TEST(StepCounter, NextStepIsOneBasedAndAdvanceTakesExactlyIt) {
   const ModelLayout layout = ModelLayout::build(model_preset("tiny"));
-  ParamStore store(layout);
+  ParamStore store(state_units(layout));
   OptimHyper h;
   h.lr = 2e-3;
   h.beta1 = 0.8f;

@@ -380,7 +380,7 @@ TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
   ASSERT_TRUE(p.fits) << p.advice;
   EXPECT_EQ(p.engine.moments_dir, "/nvme/sf");
   EXPECT_LE(p.host_bytes, disk.host_bytes);
-  const size_t moments = moments_file_bytes(ModelLayout::build(cfg));
+  const size_t moments = moments_file_bytes(state_units(ModelLayout::build(cfg)));
   EXPECT_EQ(p.disk_bytes, moments);
   EXPECT_GT(moments, size_t(59) << 30);  // 2 x 4 B x 8.03 B parameters
   // The optimizer at the disk's pace: 16 B per parameter and step.
@@ -440,7 +440,7 @@ TEST(Planner, MomentsOnDiskAreNotCountedAsRam) {
     if (l.disk) disk += l.bytes;
     if (l.what == "fp32 master") host_state = l.bytes;
   }
-  EXPECT_EQ(disk, moments_file_bytes(ModelLayout::build(cfg)));
+  EXPECT_EQ(disk, moments_file_bytes(state_units(ModelLayout::build(cfg))));
   EXPECT_EQ(host_state, eng.params().host_bytes());
 }
 

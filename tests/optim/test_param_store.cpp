@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 #include "model/model_presets.h"
+#include "model/param_layout.h"
 #include "test_util.h"
 
 using namespace sf;
@@ -30,7 +31,7 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
   TempDir dir;
   const ModelLayout layout = tiny_layout();
   {
-    ParamStore ram(layout), disk(layout, dir.path.string());
+    ParamStore ram(state_units(layout)), disk(state_units(layout), dir.path.string());
     EXPECT_FALSE(ram.moments_on_disk());
     EXPECT_TRUE(disk.moments_on_disk());
     // Only the master counts as RAM when the moments are on disk.
@@ -52,7 +53,7 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
         ASSERT_EQ(disk.m(u)[i], float(u) + float(i) * 1e-3f) << u << " " << i;
         ASSERT_EQ(disk.v(u)[i], -float(u) - float(i) * 1e-3f) << u << " " << i;
       }
-    EXPECT_GE(moments_file_bytes(layout), 2 * sizeof(float) * size_t(layout.total_numel()));
+    EXPECT_GE(moments_file_bytes(state_units(layout)), 2 * sizeof(float) * size_t(layout.total_numel()));
     // The file has no name: the directory stays empty while it is in use.
     EXPECT_TRUE(fs::is_empty(dir.path));
   }
@@ -62,7 +63,7 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
 TEST(ParamStore, ClearErrorsForADirectoryThatCannotHoldTheMoments) {
   const ModelLayout layout = tiny_layout();
   try {
-    ParamStore s(layout, "/nonexistent/sf-moments");
+    ParamStore s(state_units(layout), "/nonexistent/sf-moments");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::input);
@@ -81,7 +82,7 @@ TEST(ParamStore, ClearErrorsForADirectoryThatCannotHoldTheMoments) {
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
     std::string msg;
     try {
-      ParamStore s(layout, dir.path.string());
+      ParamStore s(state_units(layout), dir.path.string());
     } catch (const Error& e) {
       msg = e.what();
     }
@@ -104,7 +105,7 @@ namespace {
 TEST(ParamStore, StreamedMomentsAreWrittenAndDroppedBehindTheSweep) {
   TempDir dir;
   const ModelLayout layout = tiny_layout();
-  ParamStore s(layout, dir.path.string(), true);
+  ParamStore s(state_units(layout), dir.path.string(), true);
   ASSERT_TRUE(s.moments_on_disk());
   for (int u = 0; u < s.n_units(); ++u) {
     s.prefetch_moments(u);

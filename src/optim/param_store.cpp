@@ -1,4 +1,4 @@
-#include "engine/param_store.h"
+#include "optim/param_store.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -75,9 +75,9 @@ int open_moments_file(const std::string& dir, size_t bytes) {
 
 }  // namespace
 
-size_t moments_file_bytes(const ModelLayout& layout) {
+size_t moments_file_bytes(const std::vector<StateUnit>& units) {
   size_t n = 0;
-  for (auto& unit : layout.units) n += 2 * page_round(size_t(unit.numel) * sizeof(float));
+  for (auto& unit : units) n += 2 * page_round(size_t(unit.numel) * sizeof(float));
   return n;
 }
 
@@ -87,11 +87,11 @@ size_t disk_free_bytes(const std::string& dir) {
   return size_t(s.f_bavail) * size_t(s.f_frsize);
 }
 
-ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir, bool streamed) {
-  if (!moments_dir.empty()) fd_ = open_moments_file(moments_dir, moments_file_bytes(layout));
+ParamStore::ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir, bool streamed) {
+  if (!moments_dir.empty()) fd_ = open_moments_file(moments_dir, moments_file_bytes(units));
   streamed_ = fd_ >= 0 && streamed;
   size_t file_off = 0;
-  for (auto& unit : layout.units) {
+  for (auto& unit : units) {
     UnitState s;
     s.numel = unit.numel;
     size_t bytes = size_t(unit.numel) * sizeof(float);
@@ -114,14 +114,8 @@ ParamStore::ParamStore(const ModelLayout& layout, const std::string& moments_dir
         }, int64_t(1) << 21);
       }
     }
-    for (auto& slot : unit.params) {
-      // Merge with the previous range when contiguous and of the same decay group.
-      if (!s.ranges.empty() && s.ranges.back().decay == slot.decay &&
-          s.ranges.back().offset + s.ranges.back().numel == slot.offset)
-        s.ranges.back().numel += slot.numel();
-      else
-        s.ranges.push_back({slot.offset, slot.numel(), slot.decay});
-    }
+    check_param_ranges(unit.ranges, unit.numel, "parameter store");
+    s.ranges = unit.ranges;
     units_.push_back(std::move(s));
   }
 }

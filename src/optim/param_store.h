@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "model/param_layout.h"
-#include "optim/adamw.h"  // ParamRange
+#include "optim/param_range.h"
 
 namespace sf {
 
@@ -47,7 +46,8 @@ class ParamStore {
  public:
   // moments_dir empty: everything in RAM; else m and v in a file in that directory,
   // `streamed` when the page cache cannot hold them (see moments_done).
-  explicit ParamStore(const ModelLayout& layout, const std::string& moments_dir = "",
+  // One entry per unit (model/param_layout.h: state_units builds them from a ModelLayout).
+  explicit ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir = "",
                       bool streamed = false);
   ~ParamStore();
   ParamStore(const ParamStore&) = delete;
@@ -92,7 +92,7 @@ class ParamStore {
 
 // Bytes free for an unprivileged user on the filesystem of `dir` (0 if it cannot be read).
 size_t disk_free_bytes(const std::string& dir);
-// The moments' file size for a layout (m and v of every unit, each page-aligned).
-size_t moments_file_bytes(const ModelLayout& layout);
+// The moments' file size for these units (m and v of every unit, each page-aligned).
+size_t moments_file_bytes(const std::vector<StateUnit>& units);
 
 }  // namespace sf
