@@ -41,26 +41,6 @@ fs::path prepared_out_dir(const TrainOptions& opt) {
   return opt.out_dir;
 }
 
-DataRequest data_request(const TrainOptions& opt, const ModelSource& src) {
-  DataRequest dr;
-  dr.path = src.tokens;
-  dr.seq_len = opt.seq_len;
-  dr.eval_fraction = opt.eval_fraction;
-  dr.eval_batches = opt.eval_batches;
-  dr.eval_rows = opt.batch_size;
-  dr.vocab_size = src.config.vocab_size;
-  dr.seed = opt.seed;
-  dr.shuffle = opt.shuffle;
-  dr.tokenizer_dir = src.tokenizer_dir;
-  dr.format = opt.data_format;
-  dr.chat_format = opt.chat_format;
-  dr.chat_date = opt.chat_date;
-  dr.overflow = opt.overflow;
-  dr.skip_bad_lines = opt.skip_bad_lines;
-  dr.eval_file = opt.eval_file;
-  return dr;
-}
-
 ExecutorRequest executor_request(const TrainOptions& opt) {
   ExecutorRequest er;
   er.backend = opt.backend;
@@ -84,6 +64,26 @@ std::string plot_title(const ModelConfig& cfg, const TrainOptions& opt) {
 }
 
 }  // namespace
+
+DataRequest data_request(const TrainOptions& opt, const ModelSource& src) {
+  DataRequest dr;
+  dr.path = src.tokens;
+  dr.seq_len = opt.seq_len;
+  dr.eval_fraction = opt.eval_fraction;
+  dr.eval_batches = opt.eval_batches;
+  dr.eval_rows = opt.batch_size;
+  dr.vocab_size = src.config.vocab_size;
+  dr.seed = opt.seed;
+  dr.shuffle = opt.shuffle;
+  dr.tokenizer_dir = src.tokenizer_dir;
+  dr.format = opt.data_format;
+  dr.chat_format = opt.chat_format;
+  dr.chat_date = opt.chat_date;
+  dr.overflow = opt.overflow;
+  dr.skip_bad_lines = opt.skip_bad_lines;
+  dr.eval_file = opt.eval_file;
+  return dr;
+}
 
 ModelSource resolve_model_source(const TrainOptions& opt) {
   ModelSource src;

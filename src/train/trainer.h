@@ -51,6 +51,8 @@ struct ModelSource {
   std::filesystem::path tokens;
 };
 ModelSource resolve_model_source(const TrainOptions& opt);
+// The data request a run makes for its options and model (what the training batches come from).
+DataRequest data_request(const TrainOptions& opt, const ModelSource& src);
 
 // One training run from start to end; run_training is Trainer(opt, log).run().
 class Trainer {

@@ -106,26 +106,8 @@ TrainOptions jsonl_run(const fs::path& model, const fs::path& data, const fs::pa
   return o;
 }
 
-// The DataRequest run_training makes for `o` (model directory as the tokenizer directory).
-DataRequest request_like_trainer(const TrainOptions& o) {
-  DataRequest r;
-  r.path = o.tokens_file;
-  r.seq_len = o.seq_len;
-  r.eval_fraction = o.eval_fraction;
-  r.eval_batches = o.eval_batches;
-  r.eval_rows = o.batch_size;
-  r.vocab_size = 50304;
-  r.seed = o.seed;
-  r.shuffle = o.shuffle;
-  r.tokenizer_dir = o.model_dir;
-  r.format = o.data_format;
-  r.chat_format = o.chat_format;
-  r.chat_date = o.chat_date;
-  r.overflow = o.overflow;
-  r.skip_bad_lines = o.skip_bad_lines;
-  r.eval_file = o.eval_file;
-  return r;
-}
+// The DataRequest run_training makes for `o`.
+DataRequest request_like_trainer(const TrainOptions& o) { return data_request(o, resolve_model_source(o)); }
 
 // Checks every sequence of `b` against the dataset code's samples of the same file: its inputs
 // are a whole sample's, and its labels are the sample's, token for token (-100 exactly on the
