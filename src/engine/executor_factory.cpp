@@ -52,11 +52,8 @@ bool cuda_available() {
 
 constexpr size_t kGiB = size_t(1) << 30;
 
-}  // namespace
-
-PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
-  PlannedRun r;
-  r.plan_request = req.step;
+// --backend: the backend and its compute dtype (auto: CUDA when a device is visible).
+void choose_backend(const ExecutorRequest& req, PlannedRun& r) {
   if (req.backend == "cuda" || (req.backend == "auto" && cuda_available())) {
     SF_REQUIRE(cuda_available() || (req.plan_only && !req.gpu_memory.empty()), "--backend cuda: ",
 #if SF_WITH_CUDA
@@ -73,39 +70,54 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     r.backend = BackendKind::host;
     r.compute_dtype = DType::f32;
   }
+}
+
+// --host-memory, or by default the free RAM less what the OS keeps; the RAM beyond the
+// budget is the page cache's.
+void set_host_budget(const ExecutorRequest& req, Budget& b) {
   size_t avail = host_available_bytes();
   // Leave a tenth of the free RAM (at least 2 GiB) to the OS and page cache: being refused
   // here beats being killed by the OOM killer hours later.
   size_t host_default = avail > 0 ? avail - std::max(avail / 10, std::min(avail / 2, 2 * kGiB)) : 0;
-  r.budget.host_bytes = req.host_memory.empty() ? host_default
-                                                : parse_bytes(req.host_memory, "--host-memory");
-  r.budget.page_cache_bytes = avail > r.budget.host_bytes ? avail - r.budget.host_bytes : 0;
-  if (!req.optimizer_dir.empty()) {
-    std::error_code ec;
-    SF_REQUIRE(std::filesystem::is_directory(req.optimizer_dir, ec), "--optimizer-dir ",
-               req.optimizer_dir, " is not a directory; create it on a fast local disk (an NVMe SSD)");
-    r.budget.moments_dir = req.optimizer_dir;
-    r.budget.moments_dir_free = disk_free_bytes(req.optimizer_dir);
+  b.host_bytes = req.host_memory.empty() ? host_default : parse_bytes(req.host_memory, "--host-memory");
+  b.page_cache_bytes = avail > b.host_bytes ? avail - b.host_bytes : 0;
+}
+
+// --optimizer-dir: where the AdamW moments may go, and the bytes free there.
+void set_optimizer_dir(const ExecutorRequest& req, Budget& b) {
+  if (req.optimizer_dir.empty()) return;
+  std::error_code ec;
+  SF_REQUIRE(std::filesystem::is_directory(req.optimizer_dir, ec), "--optimizer-dir ",
+             req.optimizer_dir, " is not a directory; create it on a fast local disk (an NVMe SSD)");
+  b.moments_dir = req.optimizer_dir;
+  b.moments_dir_free = disk_free_bytes(req.optimizer_dir);
+}
+
+// The host backend's device is the host budget (one pool); a GPU's is --gpu-memory, or by
+// default its free memory less the CUDA context and a margin.
+void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& b) {
+  if (backend == BackendKind::host) {
+    b.unified = true;
+    b.device_bytes = b.host_bytes;
+    return;
   }
-  if (r.backend == BackendKind::host) {
-    r.budget.unified = true;
-    r.budget.device_bytes = r.budget.host_bytes;
-  } else {
-    r.budget.device_bytes = req.gpu_memory.empty() ? 0 : parse_bytes(req.gpu_memory, "--gpu-memory");
+  b.device_bytes = req.gpu_memory.empty() ? 0 : parse_bytes(req.gpu_memory, "--gpu-memory");
 #if SF_WITH_CUDA
-    size_t free_b = 0, total_b = 0;
-    cudaSetDevice(0);
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
-    size_t dev_default = free_b;
-    dev_default = dev_default > kGiB ? dev_default - kGiB : 0;  // CUDA context and margin
-    if (req.gpu_memory.empty()) r.budget.device_bytes = dev_default;
+  size_t free_b = 0, total_b = 0;
+  cudaSetDevice(0);
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+  size_t dev_default = free_b;
+  dev_default = dev_default > kGiB ? dev_default - kGiB : 0;  // CUDA context and margin
+  if (req.gpu_memory.empty()) b.device_bytes = dev_default;
 #endif
-  }
-  HardwareModel hw = r.backend == BackendKind::host ? HardwareModel::host_default()
-                                                    : HardwareModel::device_default();
+}
+
+HardwareModel hardware_for(BackendKind backend) {
+  HardwareModel hw = backend == BackendKind::host ? HardwareModel::host_default()
+                                                  : HardwareModel::device_default();
 #if SF_WITH_CUDA
   // The GPU figures are the H200's; with the GPU at hand, measure it and rescale them.
-  if (r.backend == BackendKind::cuda && cuda_available()) {
+  if (backend == BackendKind::cuda && cuda_available()) {
     try {
       CudaBackend probe_be(0);
       hw = scale_to_device(hw, probe_device(probe_be));
@@ -115,29 +127,55 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     }
   }
 #endif
-  SF_REQUIRE(req.engine == "auto" || req.engine == "resident" || req.engine == "sliding",
-             "--engine \"", req.engine, "\" is unknown; use auto, resident or sliding");
-  int dev_adamw = -1;
-  if (req.device_adamw_layers != "auto") {
-    size_t used = 0;
-    try {
-      dev_adamw = std::stoi(req.device_adamw_layers, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SF_REQUIRE(used == req.device_adamw_layers.size() && dev_adamw >= 0,
-               "--device-adamw-layers \"", req.device_adamw_layers,
-               "\" is not valid; use auto or a number of layers (0: every layer's AdamW on the host)");
+  return hw;
+}
+
+// --engine: the planner's choice, resident only, or a sliding window only.
+enum class EngineChoice { automatic, resident, sliding };
+
+EngineChoice parse_engine(const std::string& engine) {
+  SF_REQUIRE(engine == "auto" || engine == "resident" || engine == "sliding",
+             "--engine \"", engine, "\" is unknown; use auto, resident or sliding");
+  return engine == "resident" ? EngineChoice::resident
+         : engine == "sliding" ? EngineChoice::sliding
+                               : EngineChoice::automatic;
+}
+
+// --device-adamw-layers: -1 for auto (the planner's choice), else a count >= 0.
+int parse_device_adamw_layers(const std::string& s) {
+  if (s == "auto") return -1;
+  int n = -1;
+  size_t used = 0;
+  try {
+    n = std::stoi(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
-                     dev_adamw);
+  SF_REQUIRE(used == s.size() && n >= 0, "--device-adamw-layers \"", s,
+             "\" is not valid; use auto or a number of layers (0: every layer's AdamW on the host)");
+  return n;
+}
+
+}  // namespace
+
+PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
+  PlannedRun r;
+  r.plan_request = req.step;
+  choose_backend(req, r);
+  set_host_budget(req, r.budget);
+  set_optimizer_dir(req, r.budget);
+  set_device_budget(req, r.backend, r.budget);
+  HardwareModel hw = hardware_for(r.backend);
+  const EngineChoice engine = parse_engine(req.engine);
+  const int dev_adamw = parse_device_adamw_layers(req.device_adamw_layers);
+  const bool allow_resident = engine != EngineChoice::sliding;
+  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   if (r.plan.engine.moments_streamed) {
     // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
-    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, req.engine != "sliding",
-                       dev_adamw);
+    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }
-  if (req.engine == "resident" && r.plan.mode != Plan::Mode::resident)
+  if (engine == EngineChoice::resident && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;
 }

@@ -1,0 +1,66 @@
+// The hardware figures the planner's prediction starts from: HardwareModel::host_default
+// (the host backend: this machine's fp32 GEMM rate, measured briefly) and
+// HardwareModel::device_default (the H200's GPU figures with this machine's CPU AdamW rate,
+// measured briefly). Each returns a fresh model; nothing here is cached.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "backend/host/host_backend.h"
+#include "core/error.h"
+#include "core/stopwatch.h"
+#include "core/thread_pool.h"
+#include "engine/planner.h"
+#include "optim/adamw.h"
+
+namespace sf {
+
+// A host-backend step's FLOPs (as predict() counts them) run at this share of the probe's
+// fp32 GEMM rate. On the 2-core dev box: tiny preset 4 x 256 2,264 tokens/s measured vs 1,972
+// predicted, small preset 2 x 512 387 vs 436 (the 0.5 used before predicted 2-3x too slow).
+constexpr double kHostStepShareOfGemm = 1.0;
+
+HardwareModel HardwareModel::host_default() {
+  HardwareModel hw;
+  HostBackend be;
+  const int64_t n = 512;
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n));
+  Mat A(a.data(), DType::f32, n, n), B(b.data(), DType::f32, n, n), Cm(c.data(), DType::f32, n, n);
+  be.gemm(be.default_stream(), Cm, A, Trans::no, B, Trans::yes, 1.f, 0.f);  // warm up
+  auto t0 = std::chrono::steady_clock::now();
+  const int reps = 4;
+  for (int i = 0; i < reps; ++i) be.gemm(be.default_stream(), Cm, A, Trans::no, B, Trans::yes, 1.f, 0.f);
+  double s = seconds_since(t0);
+  const double gemm = reps * 2.0 * double(n * n * n) / std::max(s, 1e-9);
+  hw.device_flops = kHostStepShareOfGemm * gemm;
+  hw.attention_flops = hw.device_flops;
+  hw.h2d_bytes_per_s = hw.d2h_bytes_per_s = 10e9;  // memcpy on the host
+  hw.adamw_params_per_s = 0.4e9 * double(host_pool().size());
+  hw.source = cat("measured on this host: fp32 GEMM ", int(gemm / 1e9), " GFLOP/s");
+  return hw;
+}
+
+HardwareModel HardwareModel::device_default() {
+  HardwareModel hw;
+  // The engine's optimizer pool: every core but one. 32M parameters, bf16 gradient in and
+  // bf16 weights out as in training; the best of three sweeps after a warm-up.
+  ThreadPool pool(std::max(1, host_pool().size() - 1));
+  const int64_t n = int64_t(1) << 25;
+  std::vector<float> p(size_t(n), 0.01f), m(size_t(n), 0.f), v(size_t(n), 0.f);
+  std::vector<uint16_t> g(size_t(n), f32_to_bf16(1e-3f));
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  AdamWStep st;
+  st.lr = 1e-5f;
+  double best = 1e9;
+  for (int rep = 0; rep < 4; ++rep) {
+    st.step = rep + 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    adamw_update(p.data(), m.data(), v.data(), g.data(), out.data(), n, st, &pool);
+    const double sec = seconds_since(t0);
+    if (rep > 0) best = std::min(best, sec);
+  }
+  hw.adamw_params_per_s = double(n) / std::max(best, 1e-6);
+  return hw;
+}
+
+}  // namespace sf

@@ -1,0 +1,102 @@
+// The plan's memory lines: the exact bytes each executor allocates, per tier, BEFORE anything
+// is allocated. sliding_memory (SlidingWindowExecutor: state, the window's buffers from
+// window_buffer_specs, the backend's workspaces), resident_memory (ResidentExecutor and
+// DeviceResidentExecutor), and head_chunk_rows_for (the LM-head chunk both size their
+// scratch with). Pure functions of the model, the engine settings and the compute dtype.
+#include <algorithm>
+
+#include "core/error.h"
+#include "optim/param_store.h"
+#include "engine/planner.h"
+#include "engine/window_buffers.h"
+#include "model/device_batch.h"
+#include "model/param_layout.h"
+#include "model/recipes.h"
+
+namespace sf {
+
+namespace {
+
+size_t dev_round(size_t b) { return (std::max<size_t>(b, 1) + 255) / 256 * 256; }
+
+// cuBLASLt + reduction workspaces the CUDA backend creates per stream that computes.
+constexpr size_t kBackendWorkspace = (size_t(32) << 20) + (size_t(8) << 20);
+
+}  // namespace
+
+std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
+  ModelLayout l = ModelLayout::build(cfg);
+  std::vector<MemoryLine> m;
+  size_t state = 0;
+  for (const Unit& u : l.units) state += 3 * size_t(u.numel) * 4;
+  if (ec.moments_dir.empty()) {
+    m.push_back({"fp32 master + AdamW m, v", state, false});
+  } else {
+    m.push_back({"fp32 master", state / 3, false});
+    m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(state_units(l)), false, true});
+  }
+  // The buffers, one line per label in the list's order, host lines first.
+  std::vector<MemoryLine> dev;
+  for (const BufferSpec& s : window_buffer_specs(cfg, ec, cd)) {
+    const bool on_device = s.tier == Tier::device;
+    std::vector<MemoryLine>& to = on_device ? dev : m;
+    auto it = std::find_if(to.begin(), to.end(), [&](const MemoryLine& x) { return x.what == s.line; });
+    if (it == to.end()) it = to.insert(to.end(), MemoryLine{s.line, 0, on_device});
+    it->bytes += tier_bytes(s);
+  }
+  m.insert(m.end(), dev.begin(), dev.end());
+  // Streams that run compute ops: compute, grads (casts and norms, EngineConfig::grads_stream;
+  // counted either way), update (device AdamW).
+  m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
+  return m;
+}
+
+int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
+  const int64_t base = std::min<int64_t>(256, std::max<int64_t>(1, T));
+  if (cd == DType::f32) return base;
+  const size_t layer = layer_acts_bytes(cfg, T, cd);
+  for (int64_t r = 4096; r > 256; r /= 2)
+    if (r <= T && head_acts_bytes(cfg, T, cd, r) <= layer) return r;
+  return base;
+}
+
+std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep,
+                                        int64_t head_rows) {
+  // The fp32 master and AdamW moments live on the device when the compute dtype is reduced
+  // (CUDA: DeviceResidentExecutor), on the host for the fp32 reference (ResidentExecutor).
+  const bool state_on_device = cd != DType::f32;
+  ModelLayout l = ModelLayout::build(cfg);
+  const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size);
+  size_t w = 0, g = 0, state = 0, dev_state = 0, host_g = 0;
+  for (auto& u : l.units) {
+    w += dev_round(size_t(u.numel) * es);
+    g += dev_round(size_t(u.numel) * 4);
+    state += 3 * size_t(u.numel) * 4;
+    dev_state += 3 * dev_round(size_t(u.numel) * 4);
+    host_g += size_t(u.numel) * 4;
+  }
+  size_t x = size_t(T) * C * es;
+  int64_t rows = std::min<int64_t>(head_rows, T);
+  std::vector<MemoryLine> m = {
+      {state_on_device ? "fp32 master + AdamW m, v (checkpoint copy)" : "fp32 master + AdamW m, v",
+       state, false}};
+  if (state_on_device) m.push_back({"fp32 master + AdamW m, v", dev_state, true});
+  else m.push_back({"gradient copy (f32)", host_g, false});
+  for (MemoryLine line : std::vector<MemoryLine>{
+           {"weights (compute dtype)", w, true},
+           {"gradients (f32)", g, true},
+           {"layer inputs + activation gradient", dev_round(x * size_t(l.n_layers + 1)) + dev_round(x), true},
+           keep ? MemoryLine{cat("kept activations (", l.n_layers, " layers) + head scratch"),
+                             size_t(l.n_layers) * dev_round(layer_acts_bytes(cfg, T, cd)) +
+                                 dev_round(head_acts_bytes(cfg, T, cd, rows)),
+                             true}
+                : MemoryLine{"layer/head scratch",
+                             dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))),
+                             true},
+           {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
+           {"backend workspaces", kBackendWorkspace, true}})
+    m.push_back(line);
+  return m;
+}
+
+}  // namespace sf

@@ -1,0 +1,378 @@
+// The plan search (make_plan): everything resident if it fits, else the fastest predicted
+// sliding window over activation stores (device, host, split), weight slots, chunk sizes,
+// resident homes, device-AdamW layers and speculation, with the AdamW moments in RAM first
+// and on --optimizer-dir's disk only when nothing fits so; when nothing fits at all, the
+// candidate that misses by least with advice on what to change. Counts memory through
+// plan_memory.cpp and predicts through plan_prediction.cpp; allocates nothing.
+#include <algorithm>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "optim/param_store.h"
+#include "engine/plan_internal.h"
+#include "model/param_layout.h"
+
+namespace sf {
+
+using plan_internal::predict;
+
+namespace {
+
+// What every phase of the search reads: make_plan's arguments.
+struct PlanInputs {
+  const ModelConfig& cfg;
+  const StepRequest& req;
+  const Budget& budget;
+  DType cd;
+  const HardwareModel& hw;
+  bool allow_resident;      // false: a sliding window even when everything would fit
+  int device_adamw_layers;  // -1: the planner's choice; otherwise forced
+};
+
+// When nothing fits, whether the refusal also names the largest batch that does: make_plan's
+// does; the plans of that search itself do not.
+enum class BatchSuggestion { search, none };
+
+// Where a sliding window's activation store lives: all on the device, all on the host, or
+// split (as many layers on the device as fit, the rest on the host).
+enum class ActivationStore { device, host, split };
+
+// The search's two results: the fastest predicted candidate that fits (empty lines: none),
+// and the candidate that misses the budgets by least (what a refusal describes).
+struct SearchResult {
+  Plan fastest;
+  Plan closest_miss;
+};
+
+Plan plan_step(const PlanInputs& in, BatchSuggestion suggest);
+
+// The largest v in [lo, hi] with fits(v), for a fits that holds up to some value and not
+// above it; lo when none above lo does (fits(lo) is not asked).
+template <class Fits>
+int64_t largest_fitting(int64_t lo, int64_t hi, Fits fits) {
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+void total(Plan& p) {
+  p.device_bytes = p.host_bytes = p.disk_bytes = 0;
+  for (auto& l : p.lines) (l.disk ? p.disk_bytes : l.device ? p.device_bytes : p.host_bytes) += l.bytes;
+}
+
+// A sliding window's memory lines and totals, recounted from its engine settings.
+void count_window_memory(const PlanInputs& in, Plan& p) {
+  p.lines = sliding_memory(in.cfg, p.engine, in.cd);
+  total(p);
+}
+
+// Bytes beyond the budgets, summed over the tiers: the candidate that misses by least is
+// the one the refusal describes (the smallest total needed once described a device-store
+// window 8 GiB over when a host-store one was 0.2 GiB over).
+size_t overshoot(const Budget& b, const Plan& p) {
+  auto over = [](size_t need, size_t have) { return need > have ? need - have : 0; };
+  const size_t disk = over(p.disk_bytes, b.moments_dir_free);
+  if (b.unified) return over(p.device_bytes + p.host_bytes, b.host_bytes) + disk;
+  return over(p.device_bytes, b.device_bytes) + over(p.host_bytes, b.host_bytes) + disk;
+}
+
+bool fits(const Budget& b, const Plan& p) {
+  if (p.disk_bytes > b.moments_dir_free) return false;
+  if (b.unified) return p.device_bytes + p.host_bytes <= b.host_bytes;
+  return p.device_bytes <= b.device_bytes && p.host_bytes <= b.host_bytes;
+}
+
+// The device tier alone (the whole pool where the device is host memory).
+bool device_fits(const Budget& b, const Plan& q) {
+  return b.unified ? fits(b, q) : q.device_bytes <= b.device_bytes;
+}
+
+void check_request(const PlanInputs& in) {
+  SF_REQUIRE(in.req.micro_tokens > 0 && in.req.grad_accum > 0, "plan: empty batch");
+  SF_REQUIRE(in.device_adamw_layers <= 0 || in.cd != DType::f32,
+             "AdamW on the device for some layers needs a GPU backend (the host reference "
+             "computes in fp32 and keeps all state in host memory)");
+  SF_REQUIRE(in.device_adamw_layers <= in.cfg.num_hidden_layers,
+             "--device-adamw-layers ", in.device_adamw_layers, " is more than the model's ",
+             in.cfg.num_hidden_layers, " layers");
+}
+
+// 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
+//    (no recompute) if that fits too. The larger LM-head chunk first (with kept activations
+//    its scratch is its own). The first that fits, predicted; none when none fits.
+std::optional<Plan> resident_plan(const PlanInputs& in) {
+  if (!in.allow_resident) return std::nullopt;
+  const int64_t head_rows = head_chunk_rows_for(in.cfg, in.req.micro_tokens, in.cd);
+  for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
+                            std::pair{false, head_rows}}) {
+    Plan res;
+    res.mode = Plan::Mode::resident;
+    res.keep_activations = keep;
+    res.engine.head_chunk_rows = rows;
+    res.lines = resident_memory(in.cfg, in.req.micro_tokens, in.cd, keep, rows);
+    total(res);
+    res.fits = fits(in.budget, res);
+    if (res.fits) {
+      predict(in.cfg, in.req, in.hw, res);
+      return res;
+    }
+  }
+  return std::nullopt;
+}
+
+// Resident homes move bytes from the host to the device: as many layers' homes resident as
+// the device holds (whether the host holds the rest is asked after).
+void make_most_layers_resident(const PlanInputs& in, Plan& p) {
+  p.engine.resident_layers = int(largest_fitting(0, in.cfg.num_hidden_layers, [&](int64_t mid) {
+    Plan q = p;
+    q.engine.resident_layers = int(mid);
+    count_window_memory(in, q);
+    return device_fits(in.budget, q);
+  }));
+  count_window_memory(in, p);
+}
+
+// Sets p's speculation and "next" buffers and recounts its memory: whether it still fits.
+bool fits_with_speculation(const PlanInputs& in, EngineConfig::Speculation sp, int next_units,
+                           Plan& p) {
+  p.engine.speculation = sp;
+  p.engine.next_units = next_units;
+  count_window_memory(in, p);
+  return fits(in.budget, p);
+}
+
+// Overlap the optimizer with the backward (speculative update) with "next" buffers for as
+// many units as the host budget holds (first layers first, see EngineConfig::next_units);
+// off when not even one fits (a reduced compute dtype needs them).
+void choose_speculation(const PlanInputs& in, Plan& p) {
+  using Speculation = EngineConfig::Speculation;
+  if (fits_with_speculation(in, Speculation::always, -1, p)) return;
+  const int n_units = in.cfg.num_hidden_layers + 2;
+  const int most = int(largest_fitting(0, n_units - 1, [&](int64_t mid) {
+    return fits_with_speculation(in, Speculation::always, int(mid), p);
+  }));
+  if (most > 0 || in.cd == DType::f32) fits_with_speculation(in, Speculation::always, most, p);
+  else fits_with_speculation(in, Speculation::off, -1, p);
+}
+
+// Moments on disk stay cached if the page cache beyond the budget and the budget's unused
+// part hold them; otherwise they stream from the disk every step.
+void decide_moments_streamed(const Budget& budget, Plan& p) {
+  const size_t used = p.host_bytes + (budget.unified ? p.device_bytes : 0);
+  const size_t slack = budget.host_bytes > used ? budget.host_bytes - used : 0;
+  p.engine.moments_streamed = p.disk_bytes > budget.page_cache_bytes + slack;
+}
+
+bool within_half_percent(double a, double b) { return a <= b * 1.005 && b <= a * 1.005; }
+
+// Whether p replaces the fastest so far: a faster step; ties (within 0.5%) go to less GPU
+// work (slack for the optimizer's contention), then to less host memory.
+bool beats(const Plan& p, const Plan& fastest) {
+  if (fastest.lines.empty() || p.step_seconds < fastest.step_seconds * 0.995) return true;
+  if (!within_half_percent(p.step_seconds, fastest.step_seconds)) return false;
+  return p.compute_seconds < fastest.compute_seconds * 0.995 ||
+         (within_half_percent(p.compute_seconds, fastest.compute_seconds) &&
+          p.host_bytes < fastest.host_bytes);
+}
+
+// A candidate window: its resident homes, then (if it fits) its speculation, where its
+// moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
+void consider(const PlanInputs& in, Plan p, SearchResult& r) {
+  if (device_fits(in.budget, p)) make_most_layers_resident(in, p);
+  p.fits = fits(in.budget, p);
+  if (!p.fits) {
+    if (r.closest_miss.lines.empty() || overshoot(in.budget, p) < overshoot(in.budget, r.closest_miss))
+      r.closest_miss = p;
+    return;
+  }
+  choose_speculation(in, p);
+  if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
+  predict(in.cfg, in.req, in.hw, p);
+  if (beats(p, r.fastest)) r.fastest = p;
+}
+
+// The most layers' activations the device holds beside the rest of p (-1: not even none).
+int most_device_act_layers(const PlanInputs& in, Plan p) {
+  return int(largest_fitting(-1, in.cfg.num_hidden_layers, [&](int64_t mid) {
+    p.engine.device_act_layers = int(mid);
+    count_window_memory(in, p);
+    return in.budget.unified || p.device_bytes <= in.budget.device_bytes;
+  }));
+}
+
+// A window before its homes, device-AdamW layers and speculation are chosen; none for a
+// split that is no split (all layers or none on the device: the other stores cover those).
+std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& moments_dir,
+                                     ActivationStore store, int slots, int64_t chunk) {
+  Plan p;
+  p.mode = Plan::Mode::sliding;
+  p.engine.moments_dir = moments_dir;
+  p.engine.n_slots = slots;
+  p.engine.max_chunk_tokens = chunk;
+  p.engine.head_chunk_rows = head_chunk_rows_for(in.cfg, chunk, in.cd);
+  p.engine.max_chunks = int((in.req.micro_tokens + chunk - 1) / chunk) * in.req.grad_accum;
+  p.engine.activations_on_device = store == ActivationStore::device;
+  // The head's home is resident with a reduced-precision compute dtype.
+  p.engine.head_resident = in.cd != DType::f32;
+  if (store == ActivationStore::split) {
+    const int on_device = most_device_act_layers(in, p);
+    if (on_device <= 0 || on_device >= in.cfg.num_hidden_layers) return std::nullopt;
+    p.engine.device_act_layers = on_device;
+  }
+  count_window_memory(in, p);
+  return p;
+}
+
+// The first layers' optimizer on the device: the forced count, none for the fp32 host
+// reference, or a few counts on a GPU (the prediction weighs their memory against homes and
+// the CPU's work).
+std::vector<int> device_adamw_counts(const PlanInputs& in) {
+  if (in.device_adamw_layers >= 0) return {in.device_adamw_layers};
+  if (in.cd == DType::f32) return {0};
+  std::vector<int> counts;
+  for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
+    if (d <= in.cfg.num_hidden_layers) counts.push_back(d);
+  return counts;
+}
+
+void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchResult& r) {
+  for (int d : device_adamw_counts(in)) {
+    Plan q = p;
+    q.engine.device_adamw_layers = d;
+    count_window_memory(in, q);
+    if (d > 0 && !device_fits(in.budget, q)) {  // more will not fit either
+      if (in.device_adamw_layers >= 0) consider(in, q, r);  // forced: kept for the advice
+      break;
+    }
+    consider(in, q, r);
+  }
+}
+
+// Chunks from the whole micro-batch halved down to the longest sequence.
+std::vector<int64_t> chunk_sizes(const StepRequest& req) {
+  std::vector<int64_t> chunks;
+  for (int64_t chunk = req.micro_tokens; chunk >= std::max<int64_t>(1, req.max_seq_len); chunk /= 2) {
+    chunks.push_back(chunk);
+    if (chunk == 1) break;
+  }
+  return chunks;
+}
+
+// 2. Sliding window. Candidates: activation store on the device, on the host, or split;
+//    3 or 2 slots; every chunk size. For each that fits, as many layers' homes resident as
+//    the device budget allows (no transfers for those), and the speculative update with as
+//    many "next" buffers as the host holds. The fastest predicted candidate wins.
+void search_windows(const PlanInputs& in, const std::string& moments_dir, SearchResult& r) {
+  for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
+    for (int slots : {3, 2})
+      for (int64_t chunk : chunk_sizes(in.req))
+        if (std::optional<Plan> p = window_candidate(in, moments_dir, store, slots, chunk))
+          consider_device_adamw_counts(in, *p, r);
+}
+
+// The AdamW moments go to --optimizer-dir's disk only when nothing fits with them in RAM.
+SearchResult sliding_search(const PlanInputs& in) {
+  SearchResult r;
+  std::vector<std::string> moments_homes = {std::string()};
+  if (!in.budget.moments_dir.empty()) moments_homes.push_back(in.budget.moments_dir);
+  for (const std::string& moments_dir : moments_homes) {
+    if (!r.fastest.lines.empty()) break;
+    search_windows(in, moments_dir, r);
+  }
+  return r;
+}
+
+// 3. Nothing fits: say which tier is short and what to change.
+
+// The host backend's "device" is host memory too: one pool (Budget::unified).
+void say_host_shortfall(const Budget& budget, const Plan& best, size_t moments, std::ostream& a) {
+  const size_t host_need = best.host_bytes + (budget.unified ? best.device_bytes : 0);
+  if (host_need <= budget.host_bytes) return;
+  a << "host memory: needs " << format_bytes(host_need) << " but the budget is "
+    << format_bytes(budget.host_bytes) << " (" << best.lines[0].what << " alone is "
+    << format_bytes(best.lines[0].bytes) << "); add RAM, raise --host-memory, ";
+  if (budget.moments_dir.empty() && best.mode == Plan::Mode::sliding)
+    a << "keep the AdamW moments (" << format_bytes(moments)
+      << ") on a fast disk with --optimizer-dir DIR, ";
+  a << "or choose a smaller model. ";
+}
+
+// Said whichever candidate is described: the directory given cannot take the moments.
+void say_optimizer_dir_shortfall(const Budget& budget, size_t moments, std::ostream& a) {
+  if (!budget.moments_dir.empty() && moments > budget.moments_dir_free)
+    a << "--optimizer-dir " << budget.moments_dir << ": the AdamW moments need "
+      << format_bytes(moments) << " but " << format_bytes(budget.moments_dir_free)
+      << " are free there; free space or choose another directory. ";
+}
+
+void say_device_shortfall(const PlanInputs& in, const Plan& best, std::ostream& a) {
+  if (in.budget.unified || best.device_bytes <= in.budget.device_bytes) return;
+  a << "device memory: even the smallest window needs " << format_bytes(best.device_bytes)
+    << " but the budget is " << format_bytes(in.budget.device_bytes)
+    << "; lower --batch-size or --seq-len, or raise --gpu-memory"
+    << (in.device_adamw_layers > 0 ? cat(", or lower --device-adamw-layers (", in.device_adamw_layers,
+                                         " layers' optimizer state on the device)")
+                                   : std::string())
+    << ".";
+}
+
+// What does fit: the largest batch of sequences this long (the same tokens per optimizer
+// step come back through --grad-accum). A plan is monotone in the batch: a bisection.
+void say_largest_fitting_batch(const PlanInputs& in, std::ostream& a) {
+  const StepRequest& req = in.req;
+  const int64_t seq = req.max_seq_len > 0 ? std::min(req.max_seq_len, req.micro_tokens)
+                                          : req.micro_tokens;
+  const int64_t rows = req.micro_tokens / seq;
+  if (rows <= 1) return;
+  // The largest batch in [1, rows) that fits; 0: none.
+  const int64_t most = largest_fitting(0, rows - 1, [&](int64_t r) {
+    StepRequest q = req;
+    q.micro_tokens = r * seq;
+    const PlanInputs smaller{in.cfg, q, in.budget, in.cd, in.hw, in.allow_resident,
+                             in.device_adamw_layers};
+    return plan_step(smaller, BatchSuggestion::none).fits;
+  });
+  if (most > 0)
+    a << " What fits: --batch-size " << most << " at --seq-len " << seq
+      << " (--grad-accum " << (rows * req.grad_accum + most - 1) / most
+      << " keeps about the same tokens per optimizer step).";
+}
+
+// The candidate that missed by least, predicted, with the advice.
+Plan refusal(const PlanInputs& in, Plan best, BatchSuggestion suggest) {
+  predict(in.cfg, in.req, in.hw, best);
+  std::ostringstream a;
+  const size_t moments = moments_file_bytes(state_units(ModelLayout::build(in.cfg)));
+  say_host_shortfall(in.budget, best, moments, a);
+  say_optimizer_dir_shortfall(in.budget, moments, a);
+  say_device_shortfall(in, best, a);
+  if (suggest == BatchSuggestion::search) say_largest_fitting_batch(in, a);
+  best.fits = false;
+  best.advice = a.str();
+  return best;
+}
+
+Plan plan_step(const PlanInputs& in, BatchSuggestion suggest) {
+  check_request(in);
+  if (std::optional<Plan> resident = resident_plan(in)) return *resident;
+  SearchResult r = sliding_search(in);
+  if (!r.fastest.lines.empty()) return r.fastest;
+  return refusal(in, r.closest_miss, suggest);
+}
+
+}  // namespace
+
+Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
+               const HardwareModel& hw, bool allow_resident, int device_adamw_layers) {
+  return plan_step(PlanInputs{cfg, req, budget, cd, hw, allow_resident, device_adamw_layers},
+                   BatchSuggestion::search);
+}
+
+}  // namespace sf
