@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cli/commands.h"
+#include "cli/test_hooks.h"
 
 namespace fs = std::filesystem;
 
@@ -31,6 +32,7 @@ extern "C" void on_sigbus(int) {
 
 int main(int argc, char** argv) {
   std::signal(SIGBUS, on_sigbus);
+  sf::cli::install_test_hooks();
   CLI::App app{"slideformer: full-parameter fine-tuning of LLMs larger than the GPU"};
   app.require_subcommand(1);
   app.set_config("--config", "", "read options from a TOML/INI file (flags override it)");

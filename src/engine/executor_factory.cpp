@@ -4,7 +4,6 @@
 #include <filesystem>
 
 #include "backend/host/host_backend.h"
-#include "backend/threaded_streams_backend.h"
 #include "core/error.h"
 #include "optim/param_store.h"
 #include "engine/device_resident_executor.h"
@@ -180,6 +179,15 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   return r;
 }
 
+namespace {
+BackendDecorator& host_decorator() {
+  static BackendDecorator d;
+  return d;
+}
+}  // namespace
+
+void set_host_backend_decorator(BackendDecorator d) { host_decorator() = std::move(d); }
+
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req) {
   return make_executor(cfg, req, plan_run(cfg, req));
 }
@@ -191,13 +199,7 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
   std::unique_ptr<Backend> be;
   if (r.backend == BackendKind::host) {
     be = std::make_unique<HostBackend>();
-    // Tests only: the host backend with lazy threaded streams, so that the CLI's runs check
-    // the engine's and the trainer's stream ordering (backend/threaded_streams_backend.h).
-    if (const char* lazy = std::getenv("SF_TEST_LAZY_STREAMS"); lazy && *lazy == '1') {
-      ThreadedStreamsBackend::Options o;
-      o.lazy = true;
-      be = std::make_unique<ThreadedStreamsBackend>(std::move(be), o);
-    }
+    if (host_decorator()) be = host_decorator()(std::move(be));
   } else {
 #if SF_WITH_CUDA
     be = std::make_unique<CudaBackend>(0, r.budget.device_bytes);

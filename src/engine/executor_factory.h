@@ -3,6 +3,7 @@
 // Refuses (Error(input) with the planner's advice) before allocating anything when the plan
 // does not fit.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,11 @@ struct PlannedRun {
 PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req);
 
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req);
+
+// Wraps the host backend of every later make_executor (null: none). The CLI installs one for
+// its tests (cli/test_hooks.h); the library itself never does.
+using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)>;
+void set_host_backend_decorator(BackendDecorator decorator);
 // The same with a plan already made by plan_run(cfg, req) (e.g. after printing it).
 std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const ExecutorRequest& req,
                                             const PlannedRun& planned);

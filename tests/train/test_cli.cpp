@@ -259,6 +259,8 @@ TEST(Cli, LazyStreamsGiveTheSameRunAndCheckpoints) {
   const fs::path out = run.tmp.path / "lazy";
   auto b = run_cli(sliding(out), {"SF_TEST_LAZY_STREAMS=1", "SF_TEST_FAULT=sigint@step:3"});
   EXPECT_EQ(b.exit_code, 130) << b.output;
+  // The test hook is live: the run used the lazy threaded streams (cli/test_hooks.h).
+  EXPECT_NE(b.output.find("(threaded streams)"), std::string::npos) << b.output;
   auto c = run_cli({"train", "--out", out.string(), "--resume", "auto", "--backend", "host",
                     "--engine", "sliding"},
                    {"SF_TEST_LAZY_STREAMS=1"});
