@@ -78,9 +78,13 @@ void add_init_command(CLI::App& app) {
 }
 
 void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
-  cmd->add_option("--batch-size", batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", seq_len, "tokens per sequence");
-  if (with_accum) cmd->add_option("--grad-accum", grad_accum, "micro-batches per optimizer step");
+  // The second names are Hugging Face TrainingArguments' spellings.
+  cmd->add_option("--batch-size,--per-device-train-batch-size", batch_size,
+                  "sequences per micro-batch");
+  cmd->add_option("--seq-len,--max-seq-length", seq_len, "tokens per sequence");
+  if (with_accum)
+    cmd->add_option("--grad-accum,--gradient-accumulation-steps", grad_accum,
+                    "micro-batches per optimizer step");
   cmd->add_option("--backend", req.backend, "auto, host or cuda");
   cmd->add_option("--engine", req.engine, "auto, resident or sliding");
   cmd->add_option("--device-adamw-layers", req.device_adamw_layers,
@@ -101,7 +105,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model directory");
   cmd->add_option("--size", o->size, "named model shape (when no --model)");
   cmd->add_option("--layers", o->layers, "plan the model cut to this many layers (as bench does)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return std::atoi(v.c_str()) > 0 ? std::string()
+                                            : std::string("must be a positive number of layers, e.g. --layers 8");
+          },
+          "POSITIVE"));
   o->add_to(cmd);
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
