@@ -53,7 +53,8 @@ void add_bench_command(CLI::App& app) {
     o->resolve();
     PlannedRun pr = plan_run(cfg, o->req);
     pr.plan.engine.grads_stream = o->grads_stream;
-    std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
+    std::cout << backend_lines(pr) << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan)
+              << std::flush;
     auto t0 = std::chrono::steady_clock::now();
     auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
     ParamStore& store = exec->params();

@@ -4,15 +4,19 @@
 
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <iostream>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "engine/executor_factory.h"
 #include "optim/param_store.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
+#include "text/tokenizer.h"
 #include "train/model_dir.h"
 
 namespace fs = std::filesystem;
@@ -95,6 +99,23 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
                   "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
 }
 
+void RunFlags::check() const {
+  // Parsed here even where unused (--gpu-memory on the host backend): no value is ignored.
+  if (!req.gpu_memory.empty()) (void)parse_bytes(req.gpu_memory, "--gpu-memory");
+  if (!req.host_memory.empty()) (void)parse_bytes(req.host_memory, "--host-memory");
+  SF_REQUIRE(!(req.backend == "host" && !req.gpu_memory.empty()), "--gpu-memory ", req.gpu_memory,
+             " does not apply with --backend host: the host backend runs in host RAM, whose "
+             "budget is --host-memory; drop --gpu-memory, or drop --backend host to use a GPU");
+}
+
+// "backend    host (auto: no CUDA device found)", and the note of a flag it does not use.
+std::string backend_lines(const PlannedRun& r) {
+  std::string s = cat("backend    ", r.backend == BackendKind::cuda ? "cuda" : "host", " (",
+                      r.backend_reason, ")\n");
+  if (!r.note.empty()) s += r.note + "\n";
+  return s;
+}
+
 void add_plan_command(CLI::App& app) {
   struct Opts : RunFlags {
     std::string model, size = "llama3-8b";
@@ -119,8 +140,7 @@ void add_plan_command(CLI::App& app) {
     o->resolve();
     o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);
-    std::cout << "backend    " << (r.backend == BackendKind::cuda ? "cuda" : "host") << "\n"
-              << describe_plan(cfg, r.plan_request, r.budget, r.plan);
+    std::cout << backend_lines(r) << describe_plan(cfg, r.plan_request, r.budget, r.plan);
     if (!r.plan.fits) throw Error(ErrorKind::input, "the run does not fit (see above)");
   });
 }

@@ -324,6 +324,9 @@ void add_train_command(CLI::App& app) {
       }
     }
     const bool tty = ::isatty(STDOUT_FILENO);
+    SF_REQUIRE(st->progress == "auto" || st->progress == "bar" || st->progress == "lines" ||
+                   st->progress == "none",
+               "--progress \"", st->progress, "\" is unknown; use auto, bar, lines or none");
     if (st->quiet || st->progress == "none") o.progress = TrainOptions::Progress::quiet;
     else if (st->progress == "bar") o.progress = TrainOptions::Progress::bar;
     else if (st->progress == "lines") o.progress = TrainOptions::Progress::lines;
