@@ -41,7 +41,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--layers", o->layers, "cut the model to this many layers");
   o->add_to(cmd);
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
-  cmd->add_option("--lr", o->lr, "learning rate");
+  cmd->add_option("--lr,--learning-rate", o->lr, "learning rate");
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)");
   cmd->add_flag("--grads-stream,!--no-grads-stream", o->grads_stream,
                 "sliding window: the gradients' casts and norms on their own stream (the "
@@ -53,7 +53,8 @@ void add_bench_command(CLI::App& app) {
     o->resolve();
     PlannedRun pr = plan_run(cfg, o->req);
     pr.plan.engine.grads_stream = o->grads_stream;
-    std::cout << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan) << std::flush;
+    std::cout << backend_lines(pr) << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan)
+              << std::flush;
     auto t0 = std::chrono::steady_clock::now();
     auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
     ParamStore& store = exec->params();

@@ -4,15 +4,19 @@
 
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <iostream>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "engine/executor_factory.h"
 #include "optim/param_store.h"
 #include "io/model_config.h"
+#include "io/safetensors.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
+#include "text/tokenizer.h"
 #include "train/model_dir.h"
 
 namespace fs = std::filesystem;
@@ -39,6 +43,31 @@ DType parse_save_dtype(const std::string& s) {
   SF_FAIL(input, "--dtype \"", s, "\" is unknown; use bf16, f16 or f32");
 }
 
+// The model's vocabulary must hold every id of the tokenizer it ships with (added tokens
+// included). A named shape takes the tokenizer's size rounded up to a multiple of 64, as the
+// presets round GPT-2's 50257 to 50304; a --from-config shape must already be large enough.
+static void size_vocab_for_tokenizer(ModelConfig& cfg, const fs::path& dir,
+                                     const std::string& from_config) {
+  SF_REQUIRE(fs::exists(dir / "tokenizer.json"), "init: --tokenizer ", dir.string(),
+             ": no tokenizer.json there; point it at a Hugging Face model or tokenizer directory");
+  const Tokenizer tok = Tokenizer::load(dir);
+  int64_t n = tok.vocab_size();
+  while (!tok.id_to_token(int32_t(n)).empty()) ++n;  // ids run past the count (a gap below)
+  if (from_config.empty()) {
+    const int64_t padded = (n + 63) / 64 * 64;
+    if (padded != cfg.vocab_size)
+      std::cout << "vocab_size " << padded << " from the tokenizer in " << dir.string() << " ("
+                << n << " tokens incl. added ones, rounded up to a multiple of 64; the shape's own is "
+                << cfg.vocab_size << ")\n";
+    cfg.vocab_size = padded;
+  } else {
+    SF_REQUIRE(cfg.vocab_size >= n, from_config, ": vocab_size ", cfg.vocab_size,
+               " is smaller than the tokenizer in ", dir.string(), " (", n,
+               " tokens incl. added ones); set vocab_size to at least ", n,
+               " (a multiple of 64, e.g. ", (n + 63) / 64 * 64, ")");
+  }
+}
+
 void add_init_command(CLI::App& app) {
   struct Opts {
     std::string size = "tiny";
@@ -47,6 +76,7 @@ void add_init_command(CLI::App& app) {
     std::string dtype = "bf16";
     std::string tokenizer;
     uint64_t seed = 1234;
+    bool overwrite = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("init", "write a randomly initialised model directory");
@@ -60,8 +90,15 @@ void add_init_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "saved weight dtype: bf16, f16, f32");
   cmd->add_option("--tokenizer", o->tokenizer, "copy tokenizer files from this directory");
   cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_flag("--overwrite", o->overwrite, "replace an existing non-empty --out directory");
   cmd->callback([o] {
+    std::error_code ec;
+    SF_REQUIRE(o->overwrite || !fs::exists(o->out, ec) ||
+                   (fs::is_directory(o->out, ec) && fs::is_empty(o->out, ec)),
+               "init: --out ", o->out, " already exists and is not empty; pass --overwrite to "
+               "replace it, or choose another --out");
     ModelConfig cfg = o->config.empty() ? model_preset(o->size) : load_config(o->config);
+    if (!o->tokenizer.empty()) size_vocab_for_tokenizer(cfg, o->tokenizer, o->config);
     ModelLayout layout = ModelLayout::build(cfg);
     ParamStore store(state_units(layout));  // reuses the trainer's memory type; m/v stay untouched
     for (int u = 0; u < store.n_units(); ++u)
@@ -78,9 +115,13 @@ void add_init_command(CLI::App& app) {
 }
 
 void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
-  cmd->add_option("--batch-size", batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", seq_len, "tokens per sequence");
-  if (with_accum) cmd->add_option("--grad-accum", grad_accum, "micro-batches per optimizer step");
+  // The second names are Hugging Face TrainingArguments' spellings.
+  cmd->add_option("--batch-size,--per-device-train-batch-size", batch_size,
+                  "sequences per micro-batch");
+  cmd->add_option("--seq-len,--max-seq-length", seq_len, "tokens per sequence");
+  if (with_accum)
+    cmd->add_option("--grad-accum,--gradient-accumulation-steps", grad_accum,
+                    "micro-batches per optimizer step");
   cmd->add_option("--backend", req.backend, "auto, host or cuda");
   cmd->add_option("--engine", req.engine, "auto, resident or sliding");
   cmd->add_option("--device-adamw-layers", req.device_adamw_layers,
@@ -89,6 +130,23 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
   cmd->add_option("--host-memory", req.host_memory, "host memory budget, e.g. 100GiB");
   cmd->add_option("--optimizer-dir", req.optimizer_dir,
                   "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
+}
+
+void RunFlags::check() const {
+  // Parsed here even where unused (--gpu-memory on the host backend): no value is ignored.
+  if (!req.gpu_memory.empty()) (void)parse_bytes(req.gpu_memory, "--gpu-memory");
+  if (!req.host_memory.empty()) (void)parse_bytes(req.host_memory, "--host-memory");
+  SF_REQUIRE(!(req.backend == "host" && !req.gpu_memory.empty()), "--gpu-memory ", req.gpu_memory,
+             " does not apply with --backend host: the host backend runs in host RAM, whose "
+             "budget is --host-memory; drop --gpu-memory, or drop --backend host to use a GPU");
+}
+
+// "backend    host (auto: no CUDA device found)", and the note of a flag it does not use.
+std::string backend_lines(const PlannedRun& r) {
+  std::string s = cat("backend    ", r.backend == BackendKind::cuda ? "cuda" : "host", " (",
+                      r.backend_reason, ")\n");
+  if (!r.note.empty()) s += r.note + "\n";
+  return s;
 }
 
 void add_plan_command(CLI::App& app) {
@@ -101,7 +159,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model directory");
   cmd->add_option("--size", o->size, "named model shape (when no --model)");
   cmd->add_option("--layers", o->layers, "plan the model cut to this many layers (as bench does)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return std::atoi(v.c_str()) > 0 ? std::string()
+                                            : std::string("must be a positive number of layers, e.g. --layers 8");
+          },
+          "POSITIVE"));
   o->add_to(cmd);
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
@@ -110,8 +173,7 @@ void add_plan_command(CLI::App& app) {
     o->resolve();
     o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);
-    std::cout << "backend    " << (r.backend == BackendKind::cuda ? "cuda" : "host") << "\n"
-              << describe_plan(cfg, r.plan_request, r.budget, r.plan);
+    std::cout << backend_lines(r) << describe_plan(cfg, r.plan_request, r.budget, r.plan);
     if (!r.plan.fits) throw Error(ErrorKind::input, "the run does not fit (see above)");
   });
 }
@@ -132,12 +194,43 @@ static std::string rope_summary(const ModelConfig& c) {
   return o.str();
 }
 
+// The weights' headers, opened and validated (a truncated file is an error naming the file
+// and the tensor): "dtype          bf16 (config.json) ...\nweights        ...".
+static std::string weights_summary(const fs::path& dir, const ModelConfig& c) {
+  std::ostringstream o;
+  o << "dtype          " << dtype_name(c.torch_dtype) << " (config.json)";
+  std::error_code ec;
+  if (!fs::exists(dir / "model.safetensors", ec) &&
+      !fs::exists(dir / "model.safetensors.index.json", ec)) {
+    o << "\nweights        none (no model.safetensors or model.safetensors.index.json in "
+      << dir.string() << ")\n";
+    return o.str();
+  }
+  SafetensorsModel m(dir);
+  std::map<std::string, int64_t> tensors_of;  // safetensors dtype -> tensors
+  uint64_t bytes = 0;
+  for (const SafetensorsFile& f : m.files())
+    for (const TensorInfo& t : f.tensors()) {
+      ++tensors_of[std::string(st_dtype_name(t.dtype))];
+      bytes += t.bytes();
+    }
+  std::string kinds;
+  for (auto& [k, n] : tensors_of) kinds += (kinds.empty() ? "" : ", ") + k + " " + std::to_string(n);
+  o << ", in the files: " << kinds << " tensors\n"
+    << "weights        " << m.size() << " tensors, " << std::setprecision(2)
+    << double(bytes) / double(1 << 30) << " GiB in " << m.files().size()
+    << (m.sharded() ? " shards" : " file") << " (" << (m.sharded() ? "model.safetensors.index.json" : "model.safetensors")
+    << "; headers checked)\n";
+  return o.str();
+}
+
 void add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("info", "describe a model directory");
   cmd->add_option("--model", *dir, "Hugging Face model directory")->required();
   cmd->callback([dir] {
     ModelConfig c = load_config(fs::path(*dir) / "config.json");
+    const std::string weights = weights_summary(fs::path(*dir), c);  // may refuse: before any output
     int64_t n = c.num_parameters();
     std::cout << "architecture   " << arch_name(c.arch) << "\n"
               << "parameters     " << n << " (" << std::fixed << std::setprecision(2)
@@ -149,6 +242,9 @@ void add_info_command(CLI::App& app) {
               << "vocab          " << c.vocab_size << (c.tie_word_embeddings ? " (tied)" : "")
               << "\n"
               << "positions      " << rope_summary(c) << "\n"
+              << "context        " << c.max_position_embeddings
+              << " tokens (max_position_embeddings)\n"
+              << weights
               << "training state " << double(n) * 12 / double(1 << 30)
               << " GiB host (fp32 master + AdamW m, v; with --optimizer-dir "
               << double(n) * 4 / double(1 << 30) << " GiB host + " << double(n) * 8 / double(1 << 30)

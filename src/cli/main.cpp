@@ -3,10 +3,13 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
 #include "core/error.h"
+#include "cli/cli_errors.h"
 #include "cli/commands.h"
 #include "cli/test_hooks.h"
 
@@ -45,10 +48,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return sf::cli::report_parse_error(app, e, std::vector<std::string>(argv + 1, argv + argc),
+                                       std::cerr);
   } catch (const sf::Error& e) {
     std::cerr << "slideformer: error: " << e.what() << "\n";
-    return 2;
+    return sf::cli::kUserErrorExit;
   } catch (const std::exception& e) {
     std::cerr << "slideformer: error: " << e.what() << "\n";
     return 3;

@@ -140,10 +140,13 @@ struct Flags {
   CLI::App* cmd = nullptr;
   std::vector<std::pair<std::string, std::function<std::string()>>> shown;  // for --print-config
 
+  // `alias`: a second spelling (Hugging Face's TrainingArguments name); the first is the one
+  // --print-config and the checkpoint's settings use.
   template <class T>
-  CLI::Option* add(const std::string& name, T& var, const std::string& help) {
+  CLI::Option* add(const std::string& name, T& var, const std::string& help,
+                   const std::string& alias = "") {
     shown.push_back({name, [&var] { return toml_value(var); }});
-    return cmd->add_option("--" + name, var, help);
+    return cmd->add_option("--" + name + (alias.empty() ? "" : ",--" + alias), var, help);
   }
 };
 
@@ -172,7 +175,8 @@ void apply_config_file(CLI::App* cmd, const std::string& path) {
     SF_REQUIRE(opt, path, ": unknown option \"", it.name,
                "\"; the keys are the long flags of `slideformer train --help` without the "
                "leading --");
-    SF_REQUIRE(seen.insert(key).second, path, ": \"", key, "\" is set twice");
+    SF_REQUIRE(seen.insert(opt->get_lnames().front()).second, path, ": \"", key,
+               "\" is set twice (or under another of its names)");
     if (opt->count() > 0) continue;  // the command line wins
     try {
       opt->add_result(it.inputs);
@@ -238,10 +242,13 @@ void add_train_command(CLI::App& app) {
   f.add("out", o.out_dir, "output directory: checkpoint-<step>/, latest, metrics.jsonl, loss.png");
   f.add("example-size", o.example_size, "model shape for the bundled example");
   f.add("steps", o.steps, "optimizer steps (bundled example: 50)");
-  f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 8)");
-  f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 64)");
-  f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step");
-  f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)")->default_val(3e-4);
+  f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 8)",
+        "per-device-train-batch-size");
+  f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 64)", "max-seq-length");
+  f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step",
+        "gradient-accumulation-steps");
+  f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)", "learning-rate")
+      ->default_val(3e-4);
   f.add("lr-schedule", st->schedule, "constant, cosine or linear (after warmup)");
   f.add("warmup-steps", o.schedule.warmup_steps,
         "linear warmup steps W, as transformers counts them: step 1 at lr 0, step W+1 at the "
@@ -317,6 +324,9 @@ void add_train_command(CLI::App& app) {
       }
     }
     const bool tty = ::isatty(STDOUT_FILENO);
+    SF_REQUIRE(st->progress == "auto" || st->progress == "bar" || st->progress == "lines" ||
+                   st->progress == "none",
+               "--progress \"", st->progress, "\" is unknown; use auto, bar, lines or none");
     if (st->quiet || st->progress == "none") o.progress = TrainOptions::Progress::quiet;
     else if (st->progress == "bar") o.progress = TrainOptions::Progress::bar;
     else if (st->progress == "lines") o.progress = TrainOptions::Progress::lines;

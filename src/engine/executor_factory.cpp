@@ -63,11 +63,23 @@ void choose_backend(const ExecutorRequest& req, PlannedRun& r) {
     );
     r.backend = BackendKind::cuda;
     r.compute_dtype = DType::bf16;
+    r.backend_reason = req.backend == "cuda" ? (cuda_available() ? "--backend cuda"
+                                                                 : "--backend cuda; no CUDA device here")
+                                             : "auto: a CUDA device was found";
   } else {
     SF_REQUIRE(req.backend == "host" || req.backend == "auto", "--backend \"", req.backend,
                "\" is unknown; use auto, host or cuda");
     r.backend = BackendKind::host;
     r.compute_dtype = DType::f32;
+#if SF_WITH_CUDA
+    r.backend_reason = req.backend == "host" ? "--backend host" : "auto: no CUDA device found";
+#else
+    r.backend_reason = req.backend == "host" ? "--backend host"
+                                             : "auto: this build has no CUDA backend";
+#endif
+    if (!req.gpu_memory.empty())
+      r.note = cat("note: --gpu-memory ", req.gpu_memory, " does not apply: this runs on the host "
+                   "backend (", r.backend_reason, "), whose budget is --host-memory");
   }
 }
 

@@ -29,6 +29,11 @@ struct ExecutorRequest {
 // Resolves the backend kind and budgets and makes the plan (no allocation).
 struct PlannedRun {
   BackendKind backend = BackendKind::host;
+  // Why this backend, e.g. "auto: no CUDA device found" or "--backend host".
+  std::string backend_reason;
+  // A request value the chosen backend does not use (--gpu-memory on the host backend), said
+  // in one line; empty when none.
+  std::string note;
   Budget budget;
   Plan plan;
   StepRequest plan_request;

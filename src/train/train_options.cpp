@@ -5,8 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "data/data_source.h"
+#include "data/sample_source.h"
+#include "text/chat_template.h"
 #include "train/train_options.h"
 
 namespace sf {
@@ -55,6 +58,31 @@ void validate_train_options(const TrainOptions& o) {
        cat("--data-format ", o.data_format, " is not known; use ", list(data_format_names())));
   need(one_of(o.overflow, overflow_names()),
        cat("--overflow ", o.overflow, " is not known; use ", list(overflow_names())));
+  if (o.chat_format != "auto") {
+    try {
+      (void)named_chat_format(o.chat_format);
+    } catch (const Error&) {
+      need(false, cat("--chat-format ", o.chat_format, " is not known; use auto (the template of "
+                      "the model's tokenizer_config.json) or one of ", list(chat_format_names())));
+    }
+    // A token file holds ids, no conversations: a chat format would be silently unused. (On
+    // resume the data comes from the checkpoint; the trainer compares the format there.)
+    const std::filesystem::path data =
+        o.tokens_file.empty() && o.model_dir.empty() ? "the bundled example's token file"
+                                                     : o.tokens_file;
+    need(!o.resume.empty() || (!o.tokens_file.empty() && is_dataset_file(o.tokens_file, o.data_format)),
+         cat("--chat-format ", o.chat_format, " does not apply to ", data.string(),
+             ": it is token data (ids, no conversations to format); drop --chat-format, or pass "
+             "a JSONL file of {\"messages\": [...]} lines with --data"));
+  }
+  // Sizes are checked here even where they end up unused (--gpu-memory on the host backend).
+  if (!o.gpu_memory.empty()) (void)parse_bytes(o.gpu_memory, "--gpu-memory");
+  if (!o.host_memory.empty()) (void)parse_bytes(o.host_memory, "--host-memory");
+  need(!(o.backend == "host" && !o.gpu_memory.empty() && o.explicit_options.count("backend") &&
+         o.explicit_options.count("gpu-memory")),
+       cat("--gpu-memory ", o.gpu_memory, " does not apply with --backend host: the host backend "
+           "trains in host RAM, whose budget is --host-memory; drop --gpu-memory, or drop "
+           "--backend host to train on a GPU"));
   need(!o.out_dir.empty(), "--out must name a directory");
 }
 

@@ -255,6 +255,9 @@ void Trainer::announce() {
           double(cfg().num_parameters()) / 1e6, "M parameters, ", cfg().num_hidden_layers,
           " layers; ", exec_->name(), "; ", data_.description, "; ", opt_.steps, " steps of ",
           opt_.grad_accum, " x ", opt_.batch_size, " x ", opt_.seq_len, " tokens"));
+  say(cat("backend    ", planned_.backend == BackendKind::cuda ? "cuda" : "host", " (",
+          planned_.backend_reason, ")"));
+  if (!planned_.note.empty()) say(planned_.note);
   {  // the plan, without its memory table (`slideformer plan` prints the table)
     std::istringstream lines(
         describe_plan(cfg(), planned_.plan_request, planned_.budget, planned_.plan, true));
