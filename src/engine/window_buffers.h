@@ -1,5 +1,5 @@
 // Every buffer the sliding-window executor allocates, as one list of specs computed from the
-// model, the engine settings and the compute dtype alone: the planner sums it (planner.cpp's
+// model, the engine settings and the compute dtype alone: the planner sums it (plan_memory.cpp's
 // sliding_memory) and the executor allocates exactly it (WindowBuffers), so the two cannot
 // drift apart. A test records the executor's allocations and compares them with the list to
 // the byte.
