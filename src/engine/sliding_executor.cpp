@@ -69,14 +69,16 @@ StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {
   return sh;
 }
 
-const std::vector<Op>& SlidingWindowExecutor::schedule(int n_chunks, Pass pass) {
+const SlidingWindowExecutor::Schedule& SlidingWindowExecutor::schedule(int n_chunks, Pass pass) {
   const auto key = std::make_pair(n_chunks, pass);
   if (auto it = schedules_.find(key); it != schedules_.end()) return it->second;
   const StepShape sh = step_shape(n_chunks, pass);
   std::vector<Op> ops = build_step_schedule(sh);
   const std::string wrong = check_schedule(sh, ops);
   SF_CHECK(wrong.empty(), "the step schedule is unsound: ", wrong);
-  return schedules_.emplace(key, std::move(ops)).first->second;
+  Schedule s{std::move(ops), {}};
+  for (const Op& op : s.ops) s.names.push_back(describe(op));
+  return schedules_.emplace(key, std::move(s)).first->second;
 }
 
 Mat SlidingWindowExecutor::rows(Buffer& b, int chunk) const {
@@ -132,9 +134,9 @@ std::vector<Batch> SlidingWindowExecutor::make_chunks(std::span<const Batch> mic
 // ---- the interpreter -------------------------------------------------------------------
 
 // Each op inside a named profiler range ("layer_forward unit=4 layer=3 chunk=0 slot=1").
-void SlidingWindowExecutor::exec(const Op& op) {
+void SlidingWindowExecutor::exec(const Op& op, const std::string& name) {
   if (!be_.annotates()) return exec_op(op);
-  be_.range_push(describe(op).c_str());
+  be_.range_push(name.c_str());
   try {
     exec_op(op);
   } catch (...) {
@@ -363,7 +365,8 @@ void SlidingWindowExecutor::embed_backward(const Op& op) {
 
 // ---- a step ------------------------------------------------------------------------------
 
-void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale) {
+void SlidingWindowExecutor::run(const Schedule& s, const std::vector<Batch>& chunks, float grad_scale) {
+  const std::vector<Op>& ops = s.ops;
   Stream& compute = *streams_.compute;
   chunks_ = &chunks;
   grad_scale_ = grad_scale;
@@ -380,16 +383,17 @@ void SlidingWindowExecutor::run(const std::vector<Op>& ops, const std::vector<Ba
       if (Buffer* b = bufs_.find(r)) be_.fill_zero(compute, b->data(), b->bytes());
   }
   timer_.start_run();
-  for (const Op& op : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
     if (op.kind == OpKind::update) break;  // the step's device work is done
     if (op.kind == OpKind::fetch_input && op.layer == layout_.n_layers - 1 && op.chunk == 0) {
       compute.synchronize();  // the forward and head are done: split the timing here
       timer_.forward_done();
     }
-    exec(op);
+    exec(op, s.names[i]);
   }
-  for (Stream* s : {streams_.compute.get(), streams_.grads.get(), streams_.h2d.get(), streams_.d2h.get()})
-    s->synchronize();
+  for (Stream* st : {streams_.compute.get(), streams_.grads.get(), streams_.h2d.get(), streams_.d2h.get()})
+    st->synchronize();
   timer_.run_done();
 }
 
@@ -404,9 +408,9 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
-  const std::vector<Op>& ops = schedule(int(chunks.size()), Pass::train);
+  const Schedule& sched = schedule(int(chunks.size()), Pass::train);
   updater_.begin_step(h);
-  run(ops, chunks, mean_loss_scale(st));
+  run(sched, chunks, mean_loss_scale(st));
   st.loss_sum = read_loss();
   st.forward_seconds = timer_.forward_seconds();
   st.backward_seconds = timer_.backward_seconds();
@@ -416,7 +420,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   trace_mark("train_step: run done");
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int> order;  // the schedule's update ops, in their order
-  for (const Op& op : ops)
+  for (const Op& op : sched.ops)
     if (op.kind == OpKind::update) order.push_back(op.unit);
   updater_.finish(h, st, std::move(order));
   st.finish_seconds = seconds_since(t0);

@@ -82,12 +82,17 @@ class SlidingWindowExecutor final : public StepExecutor {
   static std::vector<BufferSpec> checked_specs(Backend& be, const ModelLayout& layout,
                                                const ModelConfig& cfg, const EngineConfig& ec);
   StepShape step_shape(int n_chunks, Pass pass) const;
-  // The schedule of a step of n_chunks, built and checked (check_schedule) on first use.
-  const std::vector<Op>& schedule(int n_chunks, Pass pass);
-  void run(const std::vector<Op>& ops, const std::vector<Batch>& chunks, float grad_scale);
+  // A step's op list, checked (check_schedule), with each op's profiler range name.
+  struct Schedule {
+    std::vector<Op> ops;
+    std::vector<std::string> names;  // describe(op), formatted once
+  };
+  // The schedule of a step of n_chunks, built and checked on first use.
+  const Schedule& schedule(int n_chunks, Pass pass);
+  void run(const Schedule& s, const std::vector<Batch>& chunks, float grad_scale);
   float read_loss();
   // One function per op kind (schedule.h).
-  void exec(const Op& op);
+  void exec(const Op& op, const std::string& name);
   void exec_op(const Op& op);
   void wait_update(const Op& op);
   void load_weights(const Op& op);
@@ -132,7 +137,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   HostUpdater updater_;  // last: its thread stops before the rest goes
 
-  std::map<std::pair<int, Pass>, std::vector<Op>> schedules_;
+  std::map<std::pair<int, Pass>, Schedule> schedules_;
   // The step being run.
   const std::vector<Batch>* chunks_ = nullptr;
   std::vector<int64_t> chunk_off_;  // token offset of each chunk in the step
