@@ -51,6 +51,7 @@ void add_bench_command(CLI::App& app) {
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     ModelLayout layout = ModelLayout::build(cfg);
     o->resolve();
+    o->req.step.clipping = o->max_grad_norm > 0;
     PlannedRun pr = plan_run(cfg, o->req);
     pr.plan.engine.grads_stream = o->grads_stream;
     std::cout << backend_lines(pr) << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan)

@@ -153,9 +153,14 @@ void add_plan_command(CLI::App& app) {
   struct Opts : RunFlags {
     std::string model, size = "llama3-8b";
     int layers = 0;  // 0: the model's
+    float max_grad_norm = 1.0f;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plan", "show what a training run needs and whether it fits");
+  cmd->add_option("--max-grad-norm", o->max_grad_norm,
+                  "the run's global-norm clipping (0: off; then the plan may apply each gradient "
+                  "as it lands, with no host copy of the weights)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--model", o->model, "Hugging Face model directory");
   cmd->add_option("--size", o->size, "named model shape (when no --model)");
   cmd->add_option("--layers", o->layers, "plan the model cut to this many layers (as bench does)")
@@ -171,6 +176,7 @@ void add_plan_command(CLI::App& app) {
                                        : load_config(fs::path(o->model) / "config.json");
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     o->resolve();
+    o->req.step.clipping = o->max_grad_norm > 0;
     o->req.plan_only = true;
     PlannedRun r = plan_run(cfg, o->req);
     std::cout << backend_lines(r) << describe_plan(cfg, r.plan_request, r.budget, r.plan);

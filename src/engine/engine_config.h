@@ -75,6 +75,16 @@ struct EngineConfig {
   // lazy threaded-streams tests, both ways. `bench --no-grads-stream` turns it off for an A/B.
   // The planner counts its workspace either way.
   bool grads_stream = true;
+  // Where the streamed layers' weights and gradients live on the host:
+  //  copies: a compute-dtype home per layer (2 B/param with bf16): the update writes the
+  //          next step's weights there, and the gradient waits there for the global norm;
+  //  master: none. Weights stream from the fp32 master (pinned, cast on the device) and each
+  //          gradient lands in a ring of two layer buffers and is applied at once, during the
+  //          backward: the host holds the 12 B/param of fp32 state and little else. No global
+  //          norm precedes an update, so only for steps without clipping; resident homes
+  //          only for the head, and no device-AdamW layers.
+  enum class HostWeights { copies, master } host_weights = HostWeights::copies;
+  bool from_master() const { return host_weights == HostWeights::master; }
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
     return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);

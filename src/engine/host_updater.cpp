@@ -21,6 +21,11 @@ HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb,
 
 HostUpdater::~HostUpdater() {
   abandon_speculation();
+  {
+    std::lock_guard<std::mutex> lk(landing_.mu);
+    landing_.aborted = true;  // a round still waiting for a gradient that never comes
+  }
+  landing_.cv.notify_all();
   try {
     updates_.wait_all();
   } catch (...) {
@@ -50,9 +55,24 @@ ThreadPool& HostUpdater::opt_pool() {
   return *opt_pool_;
 }
 
-bool HostUpdater::begin_step(const OptimHyper& h) {
+bool HostUpdater::begin_step(const OptimHyper& h, std::vector<int> order) {
+  SF_CHECK(int(order.size()) == w_.n_units(), "the schedule updates ", order.size(), " of ", w_.n_units(), " units");
+  order_ = std::move(order);
   emb_untouched_done_ = false;
   abandon_speculation();  // left running only by a step that threw
+  if (w_.ec.from_master()) {
+    SF_REQUIRE(!(h.max_grad_norm > 0),
+                     "this plan streams the weights from the fp32 master and applies each gradient as "
+                     "it lands, so no global norm can clip it (max_grad_norm ", h.max_grad_norm,
+                     "); train with --max-grad-norm 0, or give the plan the host memory for a copy "
+                     "of the gradients (2 bytes per parameter more)");
+    std::lock_guard<std::mutex> lk(landing_.mu);
+    landing_.enqueued.assign(size_t(w_.n_units()), 0);
+    landing_.sumsq.assign(size_t(w_.n_units()), 0.0);
+    landing_.aborted = landing_.not_finite = landing_.active = false;
+    landing_step_ = next_adamw_step(h, w_.store, 1.f);
+    return false;
+  }
   if (!spec_ || !step_may_speculate(h)) return false;
   const AdamWStep s = next_adamw_step(h, w_.store, 1.f);  // coefficient 1 until the norm is known
   const size_t n = size_t(w_.n_units());
@@ -82,6 +102,14 @@ bool HostUpdater::begin_step(const OptimHyper& h) {
 }
 
 void HostUpdater::grad_ready(int u) {
+  if (w_.ec.from_master()) {
+    {
+      std::lock_guard<std::mutex> lk(landing_.mu);
+      landing_.enqueued[size_t(u)] = 1;
+    }
+    landing_.cv.notify_all();
+    return;
+  }
   if (!spec_ || !spec_->active) return;
   {
     std::lock_guard<std::mutex> lk(spec_->mu);
@@ -95,6 +123,16 @@ void HostUpdater::grad_ready(int u) {
 // and the norm is ready as soon as phase A's last unit is. (The tests' speculate-everything
 // mode still hands it to phase A.)
 void HostUpdater::embedding_grad_home() {
+  if (w_.ec.from_master()) {
+    // Summed here, before the round may update the table (host_pool: the round owns opt_pool).
+    const double sq = emb_.sum_squares(host_pool());
+    {
+      std::lock_guard<std::mutex> lk(landing_.mu);
+      landing_.sumsq[0] = sq;
+    }
+    grad_ready(0);
+    return;
+  }
   if (!spec_ || !spec_->active || w_.test.speculate_everything) {
     grad_ready(0);
     return;
@@ -105,10 +143,9 @@ void HostUpdater::embedding_grad_home() {
   spec_->have_sq[0] = 1;
 }
 
-void HostUpdater::finish(const OptimHyper& h, StepStats& st, std::vector<int> order) {
-  SF_CHECK(int(order.size()) == w_.n_units(), "the schedule updates ", order.size(), " of ", w_.n_units(), " units");
-  order_ = std::move(order);
-  if (spec_ && spec_->active) finish_speculative(h, st);
+void HostUpdater::finish(const OptimHyper& h, StepStats& st) {
+  if (w_.ec.from_master()) finish_landing(h, st);
+  else if (spec_ && spec_->active) finish_speculative(h, st);
   else finish_deferred(h, st);
 }
 
@@ -135,7 +172,8 @@ void HostUpdater::finish_deferred(const OptimHyper& h, StepStats& st) {
                 [this, s](int u) { update_unit(u, s); });
 }
 
-void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update) {
+void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update,
+                                std::function<void(int)> wait_for_gradient) {
   std::vector<int> order = order_;
   const int n_units = w_.n_units();
   ParamStore& store = w_.store;
@@ -148,8 +186,9 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
     }
     if (next >= 0) store.prefetch_moments(next);
   }
-  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of),
-                                    update = std::move(update)](int u) {
+  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of), update = std::move(update),
+                                    wait_for_gradient = std::move(wait_for_gradient)](int u) {
+    if (wait_for_gradient) wait_for_gradient(u);
     if (next_of[size_t(u)] >= 0) w_.store.prefetch_moments(next_of[size_t(u)]);
     if (u > 0) homes_.set(u, HomeState::gradient, HomeState::updating, "update");
     update(u);
@@ -212,7 +251,7 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   const bool upload = mode == Pieces::rewrite;
   const int64_t n = w_.store.numel(u);
   if (!homes_.resident(u)) {
-    fn(homes_.home(u)->data(), 0, n);
+    fn(homes_.from_master(u) ? homes_.ring().of(u) : homes_.home(u)->data(), 0, n);
     return;
   }
   WindowEvents& ev = w_.ev;
@@ -246,6 +285,84 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   // Not waited for here: the next forward orders after home_ready, and a ring buffer's next
   // download after its ring_up, so AdamW of the next piece overlaps this upload.
   if (upload) ev.home_ready[size_t(u)]->record(h2d);
+}
+
+// ---- landing ---------------------------------------------------------------------------
+
+void HostUpdater::start_landing() {
+  if (!w_.ec.from_master()) return;
+  updates_.wait_all();  // the previous step's round (the forward waited for every unit)
+  homes_.ring().reset(w_.n_units());
+  advance_step(w_.store, landing_step_);  // taken now; the round applies it
+  {
+    std::lock_guard<std::mutex> lk(landing_.mu);
+    landing_.active = true;
+  }
+  auto abort_on_error = [this](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (...) {
+      homes_.ring().abort();  // a backward waiting for a buffer of the ring stops too
+      throw;
+    }
+  };
+  start_updates([](int) { return true; },
+                [this, abort_on_error](int u) { abort_on_error([&] { land_unit(u, landing_step_); }); },
+                [this, abort_on_error](int u) { abort_on_error([&] { wait_landed(u); }); });
+}
+
+void HostUpdater::wait_landed(int u) {
+  std::unique_lock<std::mutex> lk(landing_.mu);
+  landing_.cv.wait(lk, [&] { return landing_.aborted || landing_.enqueued[size_t(u)]; });
+  SF_CHECK(!landing_.aborted, "the step ended before the gradient of unit ", u, " was sent home");
+}
+
+// Streamed layers: wait for the trip, check the unit's own norm, update the master from the
+// ring. The head (resident) and the embedding go the deferred way, their trips ordered on
+// the device / by the backward.
+void HostUpdater::land_unit(int u, const AdamWStep& s) {
+  if (!homes_.from_master(u)) {
+    update_unit(u, s);
+    return;
+  }
+  w_.ev.grads_home[size_t(u)]->synchronize();
+  const double sq = device_norm(u) ? unit_sumsq(u)
+                                   : sum_squares_ranges(static_cast<const float*>(homes_.ring().of(u)),
+                                                        w_.store.numel(u), w_.store.ranges(u), &opt_pool());
+  {
+    std::lock_guard<std::mutex> lk(landing_.mu);
+    landing_.sumsq[size_t(u)] = sq;
+    if (!std::isfinite(sq)) landing_.not_finite = true;
+  }
+  if (std::isfinite(sq)) unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, nullptr, s, s);
+  homes_.ring().release(u);
+}
+
+// The norm for the report: the device's reductions where it made them (read now, the round
+// goes on under the next forward); with fp32 homes the round's host sums (the round's end).
+void HostUpdater::finish_landing(const OptimHyper& h, StepStats& st) {
+  const int n_units = w_.n_units();
+  std::vector<float> dev_norms(size_t(n_units), 0.f);
+  w_.be.copy_to_host(*w_.streams.compute, dev_norms.data(), w_.norms(), size_t(n_units) * 4);
+  w_.streams.compute->synchronize();
+  bool all_on_device = true;
+  for (int u = 1; u < n_units; ++u) all_on_device &= device_norm(u);
+  if (!all_on_device) updates_.wait_all();
+  double sumsq = 0;
+  {
+    std::lock_guard<std::mutex> lk(landing_.mu);
+    for (int u = 0; u < n_units; ++u)
+      sumsq += u > 0 && device_norm(u) ? double(dev_norms[size_t(u)]) : landing_.sumsq[size_t(u)];
+  }
+  const ClipDecision d = decide_clip(sumsq, h.max_grad_norm);
+  if (d.skip) {
+    updates_.wait_all();
+    SF_FAIL(input, "the gradient of step ", w_.store.step, " is not finite (norm ", std::sqrt(sumsq),
+            "); with the weights streamed from the master each unit was updated as its gradient "
+            "landed, so the step cannot be skipped: resume from the last checkpoint with a lower "
+            "learning rate, or plan with room for a gradient copy and clip");
+  }
+  d.report(st);
 }
 
 }  // namespace sf

@@ -17,6 +17,13 @@
 // one-pass update-then-redo that gives the speculated bits, so a clipped step's result does
 // not depend on how far phase A got. A non-finite norm skips the step: speculated units are
 // undone (to within a few ulps).
+//
+// Landing (EngineConfig::HostWeights::master, steps without clipping): the round starts with
+// the step's first gradient (start_landing) and updates each unit as its gradient lands, in
+// the backward's order; streamed layers read theirs from the gradient ring and write only the
+// fp32 master (the next load casts it on the device). A unit whose own gradient is not finite
+// is left as it was and the step then fails: the units before it were already updated, and
+// without a copy of every gradient nothing can be undone.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -43,13 +50,17 @@ class HostUpdater {
   HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev);
   ~HostUpdater();
 
-  // Before the step's run: whether this step speculates (phase A is then posted).
-  bool begin_step(const OptimHyper& h);
+  // Before the step's run, with the schedule's update order: whether this step speculates
+  // (phase A is then posted).
+  bool begin_step(const OptimHyper& h, std::vector<int> order);
+  // The backward's first gradient is about to go home: a landing round starts here.
+  void start_landing();
   void grad_ready(int u);      // grads_out has enqueued u's gradient's trip home
   void embedding_grad_home();  // the embedding's gradient is complete
   // After the run: the norm, the clip decision, and the updates started on the update thread
-  // in `order` (the schedule's update ops: device-AdamW layers first, then forward order).
-  void finish(const OptimHyper& h, StepStats& st, std::vector<int> order);
+  // in begin_step's order (the schedule's update ops: device-AdamW layers first, then forward
+  // order; landing: the backward's order, already running).
+  void finish(const OptimHyper& h, StepStats& st);
 
   void wait(int u) { updates_.wait(u); }  // unit u's update of the previous step
   void wait_all() { updates_.wait_all(); }
@@ -63,10 +74,15 @@ class HostUpdater {
   ThreadPool& opt_pool();
   void finish_deferred(const OptimHyper& h, StepStats& st);
   void finish_speculative(const OptimHyper& h, StepStats& st);
+  void finish_landing(const OptimHyper& h, StepStats& st);
+  void land_unit(int u, const AdamWStep& s);
+  void wait_landed(int u);  // until grads_out (embedding: its backward) has enqueued u's trip
   // Starts update(u) over order_; with the moments on disk, each update first asks
   // for the moments of the next unit that touches_moments(), so the kernel reads them while
   // this one runs.
-  void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update);
+  // wait_for_gradient(u), when given, runs first (landing: until u's gradient is on its way).
+  void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update,
+                     std::function<void(int)> wait_for_gradient = nullptr);
   void update_unit(int u, const AdamWStep& s, bool untouched_done = false);
   // One AdamW operation on layer or head unit u over its gradient's pieces: new weights to
   // `out` (null: none), or over the gradient in place and back home.
@@ -96,6 +112,16 @@ class HostUpdater {
   // next step resets this while phase B may still run.
   bool emb_untouched_done_ = false;
   std::vector<int> order_;  // this step's update order
+  // Landing: which units' gradients are on their way (set by the step's thread), their sums
+  // of squares as the round took them, and whether one was not finite.
+  struct Landing {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<char> enqueued;
+    std::vector<double> sumsq;
+    bool aborted = false, not_finite = false, active = false;
+  } landing_;
+  AdamWStep landing_step_{};
   std::unique_ptr<SpeculationState> spec_;
   UpdatePipeline updates_;  // last: its thread stops first
 };

@@ -165,14 +165,17 @@ TransferTimes transfer_times(const ModelConfig& cfg, const ModelLayout& l, doubl
                              const HardwareModel& hw, const EngineConfig& e) {
   const double L = double(l.n_layers), C = double(cfg.hidden_size);
   const double es = double(dtype_size(DType::bf16));
-  const double layer_bytes = double(max_layer_numel(l)) * es;
+  // From the master the weights cross PCIe in fp32 (cast on the device); gradients in bf16.
+  const double w_es = e.from_master() ? 4.0 : es;
+  const double layer_bytes = double(max_layer_numel(l)) * w_es;
+  const double grad_bytes = double(max_layer_numel(l)) * es;
   const double streamed = L - double(plan_internal::resident_layer_count(l.n_layers, e));
   const double host_act_layers = L - double(e.n_device_act_layers(l.n_layers));
   TransferTimes x;
   x.w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
   x.w_bwd = std::max(0.0, streamed - e.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
   x.acts = host_act_layers * T * C * es / hw.h2d_bytes_per_s;
-  x.grads = streamed * layer_bytes / hw.d2h_bytes_per_s;
+  x.grads = streamed * grad_bytes / hw.d2h_bytes_per_s;
   return x;
 }
 
@@ -203,8 +206,26 @@ Plan::Bound sliding_bound(const ComputeTimes& c, const TransferTimes& x, const O
                                                              : Plan::Bound::transfers;
 }
 
+// Each gradient applied as it lands: the layers' and the head's AdamW run during the
+// backward, which cannot outrun them by more than the ring's two layers; layer 0's and the
+// embedding's follow it, before the next forward can start.
+void predict_landing(const ModelLayout& l, const ComputeTimes& c, const TransferTimes& x,
+                     double adamw_rate, double adam_s, Plan& p) {
+  p.transfer_seconds = x.total();
+  OptimizerTimes o;
+  o.adam_s = adam_s;
+  o.boundary = double(l.layer(0).numel + l.units[0].numel) / adamw_rate;
+  o.in_bwd = std::max(0.0, adam_s - o.boundary);
+  const double bwd_phase = std::max({c.bwd_s, x.w_bwd + x.acts, x.grads, o.in_bwd});
+  const double fwd_phase = std::max(c.fwd_s, x.w_fwd + x.acts);
+  p.step_seconds = fwd_phase + c.head_s + bwd_phase + o.boundary;
+  p.clipped_step_seconds = p.step_seconds;  // such a plan never clips
+  p.bound = sliding_bound(c, x, o, p.step_seconds);
+}
+
 void predict_sliding(const ModelLayout& l, const ComputeTimes& c, const TransferTimes& x,
                      double adamw_rate, double adam_s, Plan& p) {
+  if (p.engine.from_master()) return predict_landing(l, c, x, adamw_rate, adam_s, p);
   p.transfer_seconds = x.total();
   // The optimizer runs during the backward for the units it may speculate (at most as
   // long as the backward lasts); the rest is pipelined into the next forward.

@@ -185,14 +185,15 @@ bool beats(const Plan& p, const Plan& fastest) {
 // A candidate window: its resident homes, then (if it fits) its speculation, where its
 // moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
 void consider(const PlanInputs& in, Plan p, SearchResult& r) {
-  if (device_fits(in.budget, p)) make_most_layers_resident(in, p);
+  const bool from_master = p.engine.from_master();  // no layer homes at all, no speculation
+  if (device_fits(in.budget, p) && !from_master) make_most_layers_resident(in, p);
   p.fits = fits(in.budget, p);
   if (!p.fits) {
     if (r.closest_miss.lines.empty() || overshoot(in.budget, p) < overshoot(in.budget, r.closest_miss))
       r.closest_miss = p;
     return;
   }
-  choose_speculation(in, p);
+  if (!from_master) choose_speculation(in, p);
   if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
   predict(in.cfg, in.req, in.hw, p);
   if (beats(p, r.fastest)) r.fastest = p;
@@ -210,9 +211,11 @@ int most_device_act_layers(const PlanInputs& in, Plan p) {
 // A window before its homes, device-AdamW layers and speculation are chosen; none for a
 // split that is no split (all layers or none on the device: the other stores cover those).
 std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& moments_dir,
-                                     ActivationStore store, int slots, int64_t chunk) {
+                                     EngineConfig::HostWeights host_weights, ActivationStore store,
+                                     int slots, int64_t chunk) {
   Plan p;
   p.mode = Plan::Mode::sliding;
+  p.engine.host_weights = host_weights;
   p.engine.moments_dir = moments_dir;
   p.engine.n_slots = slots;
   p.engine.max_chunk_tokens = chunk;
@@ -233,9 +236,9 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
 // The first layers' optimizer on the device: the forced count, none for the fp32 host
 // reference, or a few counts on a GPU (the prediction weighs their memory against homes and
 // the CPU's work).
-std::vector<int> device_adamw_counts(const PlanInputs& in) {
+std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   if (in.device_adamw_layers >= 0) return {in.device_adamw_layers};
-  if (in.cd == DType::f32) return {0};
+  if (in.cd == DType::f32 || p.engine.from_master()) return {0};
   std::vector<int> counts;
   for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
     if (d <= in.cfg.num_hidden_layers) counts.push_back(d);
@@ -243,7 +246,8 @@ std::vector<int> device_adamw_counts(const PlanInputs& in) {
 }
 
 void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchResult& r) {
-  for (int d : device_adamw_counts(in)) {
+  for (int d : device_adamw_counts(in, p)) {
+    if (d > 0 && p.engine.from_master()) break;  // forced: the copies' plans cover it
     Plan q = p;
     q.engine.device_adamw_layers = d;
     count_window_memory(in, q);
@@ -268,13 +272,19 @@ std::vector<int64_t> chunk_sizes(const StepRequest& req) {
 // 2. Sliding window. Candidates: activation store on the device, on the host, or split;
 //    3 or 2 slots; every chunk size. For each that fits, as many layers' homes resident as
 //    the device budget allows (no transfers for those), and the speculative update with as
-//    many "next" buffers as the host holds. The fastest predicted candidate wins.
+//    many "next" buffers as the host holds. Without clipping also the windows with no host
+//    copy of the layers (weights from the master, each gradient applied as it lands). The
+//    fastest predicted candidate wins.
 void search_windows(const PlanInputs& in, const std::string& moments_dir, SearchResult& r) {
-  for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
-    for (int slots : {3, 2})
-      for (int64_t chunk : chunk_sizes(in.req))
-        if (std::optional<Plan> p = window_candidate(in, moments_dir, store, slots, chunk))
-          consider_device_adamw_counts(in, *p, r);
+  using HostWeights = EngineConfig::HostWeights;
+  std::vector<HostWeights> host_weights = {HostWeights::copies};
+  if (!in.req.clipping) host_weights.push_back(HostWeights::master);
+  for (HostWeights hw : host_weights)
+    for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
+      for (int slots : {3, 2})
+        for (int64_t chunk : chunk_sizes(in.req))
+          if (std::optional<Plan> p = window_candidate(in, moments_dir, hw, store, slots, chunk))
+            consider_device_adamw_counts(in, *p, r);
 }
 
 // The AdamW moments go to --optimizer-dir's disk only when nothing fits with them in RAM.

@@ -49,8 +49,11 @@ void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
   }
   os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
      << resident_layer_count(cfg.num_hidden_layers, p.engine) << " of " << cfg.num_hidden_layers
-     << " layers resident, " << (p.engine.speculative() ? "speculative" : "deferred")
-     << " update" << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
+     << " layers resident, "
+     << (p.engine.from_master() ? "weights streamed from the fp32 master (no host copy), each gradient "
+                                  "applied as it lands"
+                                : p.engine.speculative() ? "speculative update" : "deferred update")
+     << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
      << " tokens (" << p.engine.max_chunks << " per step), activation store on the "
      << activation_store_words(cfg, p.engine) << "\n";
 }

@@ -49,6 +49,9 @@ struct StepRequest {
   int64_t micro_tokens = 0;  // tokens of one micro-batch (batch size x sequence length)
   int grad_accum = 1;
   int64_t max_seq_len = 0;   // longest sequence
+  // Global-norm clipping (max_grad_norm > 0): every gradient must exist before any update,
+  // which rules out the plans that apply each as it lands (EngineConfig::HostWeights::master).
+  bool clipping = true;
 };
 
 struct Budget {

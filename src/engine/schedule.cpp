@@ -115,8 +115,12 @@ class Builder {
 
   // Device-AdamW layers first (each is only an enqueue: the GPU updates them while the CPU
   // takes the embedding), then forward order: embedding, layers, head (last: the round's end
-  // is keyed on it).
+  // is keyed on it). Landing: the backward's order.
   void updates() {
+    if (sh_.updates_as_gradients_land) {
+      for (int u = head_unit(); u >= 0; --u) ops_.push_back(update_op(u));
+      return;
+    }
     for (int u = 0; u <= head_unit(); ++u)
       if (flag(sh_.device_adamw, u)) ops_.push_back(update_op(u));
     for (int u = 0; u <= head_unit(); ++u)

@@ -56,6 +56,9 @@ struct StepShape {
   // load_weights), and its AdamW runs on the device (updated first: only an enqueue).
   std::vector<char> weights_on_device;
   std::vector<char> device_adamw;
+  // Each unit is updated as its gradient lands (EngineConfig::HostWeights::master): the
+  // update order is the backward's (head, last layer ... first, embedding).
+  bool updates_as_gradients_land = false;
 };
 
 std::vector<Op> build_step_schedule(const StepShape& shape);

@@ -18,6 +18,11 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
       homes_(w_), emb_(w_), dev_adamw_(w_, homes_),
       timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
       updater_(w_, homes_, emb_, dev_adamw_) {
+  // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
+  for (int u = 1; u < w_.n_units(); ++u)
+    if (homes_.from_master(u) && w_.reduced())
+      pinned_masters_.push_back(be.map_host(store_.master(u), size_t(store_.numel(u)) * 4,
+                                            cat("fp32 master of unit ", u)));
   for (int c = 0; c < ec.max_chunks; ++c)
     batches_.push_back(std::make_unique<DeviceBatch>(be, *streams_.h2d, cfg, ec.max_chunk_tokens,
                                                      &bufs_.at(BufferRole::batch_inputs, c)));
@@ -66,6 +71,7 @@ StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {
     sh.weights_on_device[size_t(u)] = (homes_.resident(u) && w_.reduced()) || ec_.device_adamw(u);
     sh.device_adamw[size_t(u)] = ec_.device_adamw(u);
   }
+  sh.updates_as_gradients_land = ec_.from_master();
   return sh;
 }
 
@@ -181,9 +187,29 @@ void SlidingWindowExecutor::load_weights(const Op& op) {
     return;
   }
   ev_.slot_free[size_t(op.slot)]->wait(h2d);
-  const size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
-  be_.copy_to_device(h2d, bufs_.at(BufferRole::weight_slot, op.slot).data(), homes_.host_weights(op.unit), bytes);
+  void* slot = bufs_.at(BufferRole::weight_slot, op.slot).data();
+  if (homes_.from_master(op.unit) && w_.reduced()) {
+    load_from_master(op.unit, slot);
+  } else {
+    const size_t bytes = size_t(layout_.units[size_t(op.unit)].numel) * dtype_size(cd_);
+    be_.copy_to_device(h2d, slot, homes_.host_weights(op.unit), bytes);
+  }
   ready.record(h2d);
+}
+
+// The fp32 master in pieces through the stage, each cast into the slot on h2d (one stream:
+// a piece's copy waits for the previous cast, which takes a few percent of the copy's time).
+void SlidingWindowExecutor::load_from_master(int u, void* slot) {
+  Stream& h2d = *streams_.h2d;
+  Buffer& stage = bufs_.at(BufferRole::master_stage);
+  const int64_t n = store_.numel(u), P = int64_t(stage.bytes() / 4);
+  const float* master = store_.master(u);
+  for (int64_t off = 0; off < n; off += P) {
+    const int64_t len = std::min(P, n - off);
+    be_.copy_to_device(h2d, stage.data(), master + off, size_t(len) * 4);
+    be_.cast(h2d, Mat(static_cast<char*>(slot) + size_t(off) * dtype_size(cd_), cd_, 1, len),
+             Mat(stage.data(), DType::f32, 1, len));
+  }
 }
 
 void SlidingWindowExecutor::load_head() {
@@ -270,6 +296,7 @@ void SlidingWindowExecutor::grads_out(const Op& op) {
     ev_.head_done->wait(*streams_.d2h);
     be_.copy_to_host(*streams_.d2h, bufs_.at(BufferRole::tied_table_grad_host).data(), tg->data(), tg->bytes());
   }
+  if (is_head) updater_.start_landing();  // the step's first gradient (landing only)
   homes_.set(op.unit, HomeState::weights, HomeState::gradient, "grads_out");
   if (ec_.device_adamw(op.unit)) grads_stay_on_device(op, gs, src);
   else if (homes_.resident(op.unit)) grads_to_resident_home(op, gs, src);
@@ -311,7 +338,9 @@ void SlidingWindowExecutor::grads_to_host_home(const Op& op, Stream& gs, Mat src
   Event& cast = is_head ? *ev_.head_cast : *ev_.grads_cast[g];
   cast.record(gs);
   cast.wait(d2h);
-  be_.copy_to_host(d2h, homes_.home(op.unit)->data(), from, size_t(src.cols) * dtype_size(cd_));
+  // From the master: the ring's next buffer, once the update two units back has read it.
+  void* dst = homes_.from_master(op.unit) ? homes_.ring().claim(op.unit) : homes_.home(op.unit)->data();
+  be_.copy_to_host(d2h, dst, from, size_t(src.cols) * dtype_size(cd_));
   if (!is_head) ev_.grads_copied[g]->record(d2h);
   ev_.stage_free[g]->record(d2h);
   ev_.grads_home[size_t(op.unit)]->record(d2h);
@@ -409,7 +438,10 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   std::vector<Batch> chunks = make_chunks(micro);
   StepStats st = count_step(chunks);
   const Schedule& sched = schedule(int(chunks.size()), Pass::train);
-  updater_.begin_step(h);
+  std::vector<int> order;  // the schedule's update ops, in their order
+  for (const Op& op : sched.ops)
+    if (op.kind == OpKind::update) order.push_back(op.unit);
+  updater_.begin_step(h, std::move(order));
   run(sched, chunks, mean_loss_scale(st));
   st.loss_sum = read_loss();
   st.forward_seconds = timer_.forward_seconds();
@@ -419,10 +451,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   timer_.report(st);
   trace_mark("train_step: run done");
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int> order;  // the schedule's update ops, in their order
-  for (const Op& op : sched.ops)
-    if (op.kind == OpKind::update) order.push_back(op.unit);
-  updater_.finish(h, st, std::move(order));
+  updater_.finish(h, st);
   st.finish_seconds = seconds_since(t0);
   trace_mark("train_step: update started");
   return st;

@@ -96,6 +96,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   void exec_op(const Op& op);
   void wait_update(const Op& op);
   void load_weights(const Op& op);
+  void load_from_master(int u, void* slot);
   void load_head();
   void embed_forward(const Op& op);
   void layer_forward(const Op& op);
@@ -135,6 +136,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   DeviceAdamWLayers dev_adamw_;
   StepTimer timer_;
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
+  std::vector<std::unique_ptr<Buffer>> pinned_masters_;  // from_master: the slots' DMA sources
   HostUpdater updater_;  // last: its thread stops before the rest goes
 
   std::map<std::pair<int, Pass>, Schedule> schedules_;

@@ -31,11 +31,15 @@ UnitHomes::UnitHomes(WindowContext& w) : w_(w) {
   upload_pending_.assign(size_t(n), 0);
   state_ = std::make_unique<std::atomic<uint8_t>[]>(size_t(n));
   for (int u = 0; u < n; ++u) state_[size_t(u)] = uint8_t(HomeState::weights);
+  if (w.ec.from_master())
+    ring_ = std::make_unique<GradientRing>(
+        std::vector<Buffer*>{&w.bufs.at(BufferRole::grad_ring, 0), &w.bufs.at(BufferRole::grad_ring, 1)});
 }
 
 const void* UnitHomes::host_weights(int u) const {
   if (!w_.reduced()) return w_.store.master(u);
   SF_CHECK(!(u > 0 && resident(u)), "resident unit ", u, " has no host weights");
+  SF_CHECK(!from_master(u), "unit ", u, " streams from the fp32 master: it has no compute-dtype copy");
   return home_[size_t(u)]->data();
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/gradient_ring.h"
 #include "engine/window_context.h"
 
 namespace sf {
@@ -24,6 +25,10 @@ class UnitHomes {
   explicit UnitHomes(WindowContext& w);
 
   bool resident(int u) const { return on_device_[size_t(u)] != 0; }
+  // A streamed layer with no home (EngineConfig::HostWeights::master): its weights load from
+  // the fp32 master, its gradient lands in ring().
+  bool from_master(int u) const { return w_.ec.from_master() && u >= 1 && !resident(u); }
+  GradientRing& ring() const { return *ring_; }
   Buffer* home(int u) const { return home_[size_t(u)]; }
   Buffer* next(int u) const { return next_[size_t(u)]; }
   // The compute-dtype source of a streamed unit's weight load (the master with fp32 compute).
@@ -52,6 +57,7 @@ class UnitHomes {
   // driving the step after it waited for that unit.
   std::vector<char> upload_pending_;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
+  std::unique_ptr<GradientRing> ring_;
 };
 
 }  // namespace sf

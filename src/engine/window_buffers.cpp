@@ -72,7 +72,7 @@ class SpecList {
         continue;
       }
       if (resident(u)) add(BufferRole::home, u, Tier::device, bytes, cat("home of unit ", u), dev_line);
-      else add(BufferRole::home, u, Tier::host, bytes, cat("home of unit ", u), "weights/gradient homes (streamed)");
+      else if (!ec_.from_master()) add(BufferRole::home, u, Tier::host, bytes, cat("home of unit ", u), "weights/gradient homes (streamed)");
     }
   }
 
@@ -104,6 +104,7 @@ class SpecList {
         add(BufferRole::grad_cast, i, Tier::device, size_t(max_layer_) * es_, cat("gradient cast ", i),
             "layer gradient accumulators + casts");
     }
+    if (ec_.from_master()) master_buffers();
     add(BufferRole::norms, 0, Tier::device, size_t(n_units_) * 4, "resident gradient norms",
         "batch inputs, loss, norms");
     if (!ec_.speculative() || cd_ == DType::f32) return;
@@ -113,6 +114,24 @@ class SpecList {
       if (ec_.has_next(u, n_units_))
         add(BufferRole::next_weights, u, Tier::host, size_t(numel(u)) * es_, cat("next weights of unit ", u),
             cat("next weights (speculative update, ", n_next, " units)"));
+  }
+
+  // The gradient ring holds whole layers (the update reads one while the next lands); the
+  // stage, pieces of a layer's fp32 master (one at a time: the copy and its cast share h2d).
+  void master_buffers() {
+    SF_REQUIRE(!ec_.speculative() && ec_.device_adamw_layers == 0,
+               "sliding window: weights from the master exclude speculation and device AdamW");
+    int64_t largest = 0;  // of the streamed units: the layers, and the head unless resident
+    for (int u = 1; u < n_units_; ++u) {
+      SF_REQUIRE(u + 1 == n_units_ || !resident(u), "sliding window: weights from the master keep no layer resident");
+      if (!resident(u)) largest = std::max(largest, numel(u));
+    }
+    for (int i = 0; i < 2; ++i)
+      add(BufferRole::grad_ring, i, Tier::host, size_t(largest) * es_, cat("gradient ring ", i),
+          "gradient ring (2 layers)");
+    if (cd_ != DType::f32)
+      add(BufferRole::master_stage, 0, Tier::device, size_t(std::min(max_layer_, ec_.ring_piece)) * 4,
+          "fp32 master stage", "fp32 master stage (cast on the device)");
   }
 
   void window() {

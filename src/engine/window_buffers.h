@@ -34,6 +34,8 @@ enum class BufferRole : uint8_t {
   embedding_rows_device,// untied: each token's gradient row, for the device scatter
   embedding_rows_host,
   update_ring,          // [2]: pinned pieces of device homes' update trips
+  grad_ring,            // [2]: a streamed layer's gradient, landed for its update (from_master)
+  master_stage,         // f32 pieces of the master on their way into a slot (from_master, bf16)
   grad_cast,            // [2]: a layer's gradient cast to the compute dtype for its trip home
   norms,                // f32 [units]: gradient sums of squares reduced on the device
   next_weights,         // [unit]: speculated weights (EngineConfig::has_next)

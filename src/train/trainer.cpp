@@ -52,6 +52,7 @@ ExecutorRequest executor_request(const TrainOptions& opt) {
   er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;
+  er.step.clipping = opt.hyper.max_grad_norm > 0;
   return er;
 }
 

@@ -93,13 +93,15 @@ struct Case {
   bool threaded = false;  // the engine's backend runs its streams on threads (lazy)
   bool moments_on_disk = false;  // AdamW m and v in a file (ParamStore's moments_dir)
   bool grads_on_compute = false;  // EngineConfig::grads_stream off
+  bool from_master = false;  // EngineConfig::HostWeights::master (no layer homes; qwen3: head resident)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
                resident_layers ? cat("_resident", resident_layers) : "",
                speculative ? "_speculative" : "", next_units >= 0 ? cat("_next", next_units) : "",
                spec_all ? "_specall" : "", dev_adamw ? cat("_devadamw", dev_adamw) : "",
-               moments_on_disk ? "_diskmoments" : "", grads_on_compute ? "_gradsoncompute" : "");
+               moments_on_disk ? "_diskmoments" : "", grads_on_compute ? "_gradsoncompute" : "",
+               from_master ? "_frommaster" : "");
   }
 };
 
@@ -128,7 +130,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   // Split tiers (layer 0 on the device, the rest on the host) in the resident-home cases.
   if (tc.resident_layers > 0 && !tc.acts_on_device) ec.device_act_layers = 1;
   ec.resident_layers = tc.resident_layers;
-  ec.head_resident = tc.resident_layers > 0;
+  ec.head_resident = tc.resident_layers > 0 || (tc.from_master && tc.arch == Arch::qwen3);
+  if (tc.from_master) ec.host_weights = EngineConfig::HostWeights::master;
   // always: every step speculates, so the clipping cases exercise the rollback.
   ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
   ec.next_units = tc.next_units;
@@ -196,6 +199,11 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   EXPECT_EQ(lazy.be.ops_run_unforced(), 0u);
 }
 
+Case from_master(Case c) {
+  c.from_master = true;
+  return c;
+}
+
 std::vector<Case> engine_cases() {
   return {Case{Arch::llama, false, 0.f, 1, 64, false},
           Case{Arch::mistral, false, 0.f, 1, 64, false},
@@ -235,7 +243,14 @@ std::vector<Case> engine_cases() {
           Case{Arch::qwen3, true, 0.05f, 2, 16, true, 1, true, -1, false, 1, false, true},
           // The gradients' casts and norms on the compute stream (the grads stream off).
           Case{Arch::llama, false, 0.05f, 1, 64, false, 1, true, -1, false, 0, false, false, true},
-          Case{Arch::qwen3, true, 0.f, 2, 16, true, 0, false, -1, false, 1, false, false, true}};
+          Case{Arch::qwen3, true, 0.f, 2, 16, true, 0, false, -1, false, 1, false, false, true},
+          // Weights from the master, each gradient applied as it lands (no clipping): one
+          // chunk, split chunks with accumulation, tied with a resident head, moments on disk.
+          from_master(Case{Arch::llama, false, 0.f, 1, 64, false}),
+          from_master(Case{Arch::mistral, false, 0.f, 3, 16, false}),
+          from_master(Case{Arch::qwen3, true, 0.f, 2, 16, true}),
+          from_master(Case{Arch::qwen2, false, 0.f, 1, 64, false, 0, false, -1, false, 0, false, true}),
+          from_master(Case{Arch::qwen3, false, 0.f, 2, 64, false, 0, false, -1, false, 0, false, false, true})};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
@@ -432,6 +447,46 @@ TEST(SlidingWindow, NonFiniteStepIsSkippedAndUndone) {
 
 // The schedule visits every layer once forward and once backward per step, loads each
 // layer's weights before computing with them, and keeps the last layers resident at the turn.
+// From the master each gradient is applied as it lands, so a step cannot be skipped: a
+// non-finite gradient fails the step with a message that says why and what to do, the unit
+// whose gradient was not finite is left as it was, and a clipping step is refused up front.
+void expect_error_contains(const std::function<void()>& fn, const std::string& part) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one saying \"" << part << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(SlidingWindow, FromMasterRefusesClippingAndFailsANonFiniteStep) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  LazyStreams lazy;
+  EngineConfig ec = small_window(64, 2, false);
+  ec.resident_layers = 0;
+  ec.head_resident = false;
+  ec.host_weights = EngineConfig::HostWeights::master;
+  SlidingWindowExecutor eng(lazy.be, cfg, ec);
+  ModelLayout layout = ModelLayout::build(cfg);
+  for (int u = 0; u < eng.params().n_units(); ++u) init_unit(layout.units[size_t(u)], eng.params().master(u), 7);
+  eng.params_changed();
+  OptimHyper h;
+  h.lr = 3e-3;
+  h.max_grad_norm = 1.0f;
+  std::vector<Batch> micro = {random_batch(cfg, 2, 12, 5)};
+  expect_error_contains([&] { eng.train_step(micro, h); }, "--max-grad-norm 0");
+  h.max_grad_norm = 0.f;
+  StepStats ok = eng.train_step(micro, h);
+  EXPECT_TRUE(std::isfinite(ok.grad_norm));
+  EXPECT_GT(ok.grad_norm, 0.0);
+  ParamStore& ps = eng.params();
+  const int last = ps.n_units() - 2;
+  ps.master(last)[5] = std::numeric_limits<float>::infinity();
+  eng.params_changed();
+  expect_error_contains([&] { eng.train_step(micro, h); }, "cannot be skipped");
+  EXPECT_EQ(eng.params().master(last)[5], std::numeric_limits<float>::infinity());
+}
+
 TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
   for (int slots : {2, 3}) {
     for (int chunks : {1, 3}) {
