@@ -85,6 +85,12 @@ struct EngineConfig {
   //          only for the head, and no device-AdamW layers.
   enum class HostWeights { copies, master } host_weights = HostWeights::copies;
   bool from_master() const { return host_weights == HostWeights::master; }
+  // f32 layer gradient accumulators on the device: 2 alternate, so that a layer's backward
+  // never waits for the previous one's gradient to leave; 1 saves a layer's f32 gradient
+  // (0.8 GiB at 8B) and makes each layer's backward wait for the cast of the one before
+  // (~0.3 ms at 8B with a reduced compute dtype). 1 needs no device-AdamW layers (layers 0
+  // and 1 keep theirs until their update).
+  int layer_grad_buffers = 2;
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
     return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);

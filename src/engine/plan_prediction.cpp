@@ -19,6 +19,9 @@ int64_t max_layer_numel(const ModelLayout& l) {
   return m;
 }
 
+// HBM bytes per second a memory-bound kernel moves (the H200: ~4.8 TB/s peak).
+constexpr double kDeviceBytesPerS = 3.5e12;
+
 // AdamW reads and writes m and v: 16 bytes of the moments' file per parameter and step.
 constexpr double kMomentBytesPerParam = 16;
 
@@ -254,7 +257,11 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   const ModelLayout l = ModelLayout::build(cfg);
   const StepShape s = step_shape(l, req);
   p.model_flops_per_step = model_flops_per_step(cfg, s);
-  const ComputeTimes c = compute_times(cfg, s, hw, gemm_efficiency(req, p), recompute_of(p));
+  ComputeTimes c = compute_times(cfg, s, hw, gemm_efficiency(req, p), recompute_of(p));
+  // One layer gradient buffer: each layer's backward first waits for the previous layer's
+  // cast (f32 read, bf16 written, at the HBM rate).
+  if (p.mode == Plan::Mode::sliding && p.engine.layer_grad_buffers == 1)
+    c.bwd_s += s.L * double(max_layer_numel(l)) * 6 / kDeviceBytesPerS;
   const AdamWRate rate = host_adamw_rate(hw, p);
   p.optimizer_disk_bound = rate.disk_bound;
   const double adam_s = host_adamw_params(l, p) / rate.params_per_s;

@@ -186,6 +186,10 @@ bool beats(const Plan& p, const Plan& fastest) {
 // moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
 void consider(const PlanInputs& in, Plan p, SearchResult& r) {
   const bool from_master = p.engine.from_master();  // no layer homes at all, no speculation
+  if (!device_fits(in.budget, p) && in.cd != DType::f32 && p.engine.device_adamw_layers == 0) {
+    p.engine.layer_grad_buffers = 1;  // a layer's f32 gradient less on the device
+    count_window_memory(in, p);
+  }
   if (device_fits(in.budget, p) && !from_master) make_most_layers_resident(in, p);
   p.fits = fits(in.budget, p);
   if (!p.fits) {

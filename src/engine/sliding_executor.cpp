@@ -333,6 +333,7 @@ void SlidingWindowExecutor::grads_to_host_home(const Op& op, Stream& gs, Mat src
     Buffer& stage = bufs_.at(BufferRole::grad_cast, g);
     be_.cast(gs, Mat(stage.data(), cd_, 1, src.cols), src);
     from = stage.data();
+    if (!is_head) ev_.grads_copied[g]->record(gs);  // the accumulator is free: the trip reads the cast
   }
   Stream& d2h = *streams_.d2h;
   Event& cast = is_head ? *ev_.head_cast : *ev_.grads_cast[g];
@@ -341,7 +342,7 @@ void SlidingWindowExecutor::grads_to_host_home(const Op& op, Stream& gs, Mat src
   // From the master: the ring's next buffer, once the update two units back has read it.
   void* dst = homes_.from_master(op.unit) ? homes_.ring().claim(op.unit) : homes_.home(op.unit)->data();
   be_.copy_to_host(d2h, dst, from, size_t(src.cols) * dtype_size(cd_));
-  if (!is_head) ev_.grads_copied[g]->record(d2h);
+  if (!is_head && !w_.reduced()) ev_.grads_copied[g]->record(d2h);
   ev_.stage_free[g]->record(d2h);
   ev_.grads_home[size_t(op.unit)]->record(d2h);
 }
@@ -368,9 +369,11 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
   const Unit& unit = layout_.layer(k);
   Buffer& acc = w_.layer_grad(k);
   if (c == 0) {
-    // A shared accumulator was last copied out two layers ago; a device-AdamW layer's own
-    // was last read by its AdamW, which its weights' load in this step's forward followed.
-    if (&acc == &bufs_.at(BufferRole::layer_grad, g)) ev_.grads_copied[g]->wait(compute);
+    // A shared accumulator was last copied out two layers ago (one, with a single buffer); a
+    // device-AdamW layer's own was last read by its AdamW, which its weights' load in this
+    // step's forward followed.
+    const int n_acc = ec_.layer_grad_buffers, last_user = n_acc == 1 ? (k + 1) % 2 : g;
+    if (&acc == &bufs_.at(BufferRole::layer_grad, k % n_acc)) ev_.grads_copied[last_user]->wait(compute);
     be_.fill_zero(compute, acc.data(), size_t(unit.numel) * 4);
   }
   LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);

@@ -151,9 +151,12 @@ class SpecList {
           "tied table + its gradient");
     }
     const std::string x_line = "step activations + gradient [T, C] x3";
-    for (int i = 0; i < 2; ++i) {
+    SF_REQUIRE(ec_.layer_grad_buffers == 2 || (ec_.layer_grad_buffers == 1 && ec_.device_adamw_layers == 0),
+               "sliding window: 1 or 2 layer gradient buffers (1 only without device-AdamW layers)");
+    for (int i = 0; i < ec_.layer_grad_buffers; ++i)
       add(BufferRole::layer_grad, i, Tier::device, size_t(max_layer_) * 4, cat("layer gradient buffer ", i),
           "layer gradient accumulators + casts");
+    for (int i = 0; i < 2; ++i) {
       add(BufferRole::activations, i, Tier::device, xbytes_, cat("layer activations ", i), x_line);
       add(BufferRole::saved_input, i, Tier::device, size_t(Tc_ * C) * es_, cat("saved-input buffer ", i),
           "saved-input buffers (2)");

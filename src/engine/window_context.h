@@ -48,7 +48,7 @@ struct WindowContext {
   // layers from 2 on, whose gradient must outlive the backward).
   Buffer& layer_grad(int k) const {
     return k >= 2 && ec.device_adamw(k + 1) ? bufs.at(BufferRole::device_adamw_grad, k)
-                                            : bufs.at(BufferRole::layer_grad, k % 2);
+                                            : bufs.at(BufferRole::layer_grad, k % ec.layer_grad_buffers);
   }
 };
 

@@ -62,11 +62,15 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
   for (bool tied : {false, true})
     for (int resident : {0, 1, 2})
       for (int dev_adamw : {0, 1, 3})  // device-AdamW layers: their state, accumulators, homes
-        for (bool spec : {false, true}) {
+        for (bool spec : {false, true})
+          for (int variant : {0, 1, 2, 3}) {  // 1: one gradient buffer; 2: from the master; 3: both
+          const bool single = variant % 2 == 1, master = variant >= 2;
+          if ((single || master) && dev_adamw > 0) continue;
+          if (master && (resident > 0 || spec)) continue;
           ModelConfig cfg = tiny_config(Arch::qwen3, tied);
           cfg.num_hidden_layers = 4;
           SCOPED_TRACE(cat("tied ", tied, ", resident ", resident, ", device AdamW layers ", dev_adamw,
-                           ", speculative ", spec));
+                           ", speculative ", spec, ", one gradient buffer ", single, ", from the master ", master));
           EngineConfig ec;
           ec.max_chunk_tokens = 40;
           ec.max_chunks = 3;
@@ -75,6 +79,8 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
           ec.device_adamw_layers = dev_adamw;
           ec.head_resident = resident > 0;
           if (spec) ec.speculation = EngineConfig::Speculation::always;
+          if (single) ec.layer_grad_buffers = 1;
+          if (master) ec.host_weights = EngineConfig::HostWeights::master;
           HostBackend host;
           RecordingBackend be(host);
           { SlidingWindowExecutor ex(be, cfg, ec); }
@@ -98,6 +104,86 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
           EXPECT_EQ(state, size_t(ModelLayout::build(cfg).total_numel()) * 12);
           EXPECT_EQ(host.bytes_in_use(), 0u);
         }
+}
+
+// Over a sweep of budgets, with and without clipping: more memory never predicts a slower
+// step (nor refuses what a smaller budget took), and every plan's windows allocate exactly
+// what it counted. On the host backend (one pool) and for a GPU (device and host apart).
+TEST(Planner, MoreMemoryNeverPredictsASlowerStep) {
+  ModelConfig cfg = model_preset("tiny");
+  const StepRequest base{4 * 256, 2, 256};
+  HardwareModel hw;
+  hw.device_flops = 50e9;  // fixed figures: no measuring in a test
+  hw.adamw_params_per_s = 0.3e9;
+  for (bool clipping : {true, false}) {
+    StepRequest req = base;
+    req.clipping = clipping;
+    for (DType cd : {DType::f32, DType::bf16}) {
+      const bool unified = cd == DType::f32;
+      const Plan big = make_plan(cfg, req, Budget{size_t(64) << 30, size_t(64) << 30, unified}, cd, hw);
+      ASSERT_TRUE(big.fits);
+      // Host sweep (device fixed and ample), then device sweep (host fixed and ample).
+      for (int axis = 0; axis < (unified ? 1 : 2); ++axis) {
+        double prev = 0;
+        bool prev_fit = false;
+        for (size_t mib = 32; mib <= 2048; mib += 16) {
+          Budget b{size_t(64) << 30, size_t(64) << 30, unified};
+          (axis == 0 ? b.host_bytes : b.device_bytes) = mib << 20;
+          const Plan p = make_plan(cfg, req, b, cd, hw);
+          SCOPED_TRACE(cat("clipping ", clipping, ", ", dtype_name(cd), ", ", axis == 0 ? "host " : "device ",
+                           mib, " MiB"));
+          EXPECT_TRUE(p.fits || !prev_fit) << "refused what a smaller budget took: " << p.advice;
+          if (p.fits && prev_fit) EXPECT_LE(p.step_seconds, prev * 1.0000001);
+          if (p.fits) {
+            EXPECT_LE(axis == 0 ? p.host_bytes + (unified ? p.device_bytes : 0) : p.device_bytes, mib << 20);
+            EXPECT_TRUE(!p.engine.from_master() || !clipping) << "a clipping run planned without its norm";
+            prev = p.step_seconds;
+          }
+          prev_fit = p.fits;
+        }
+        EXPECT_TRUE(prev_fit);
+      }
+    }
+  }
+}
+
+// The plans the sweep picks, built: each allocates exactly what it counted (the host
+// backend's tiers; the planner's lines add up to the list plus state and workspaces).
+TEST(Planner, PlannedWindowsAllocateWhatTheyCount) {
+  ModelConfig cfg = model_preset("tiny");
+  StepRequest req{4 * 256, 1, 256};
+  req.clipping = false;
+  HardwareModel hw;
+  hw.device_flops = 50e9;
+  hw.adamw_params_per_s = 0.3e9;
+  cfg.vocab_size = 1024;  // the layers, not the table, decide what fits
+  int master_plans = 0, built = 0;
+  std::string last;
+  for (size_t mib = 16; mib <= 1024 && built < 8; mib += 2) {
+    const Plan p = make_plan(cfg, req, Budget{mib << 20, mib << 20, true}, DType::f32, hw, false);
+    const std::string mode = describe_plan(cfg, req, Budget{mib << 20, mib << 20, true}, p, true);
+    if (!p.fits || mode.substr(0, mode.find('\n')) == last) continue;  // each distinct window once
+    last = mode.substr(0, mode.find('\n'));
+    SCOPED_TRACE(cat(mib, " MiB: ", last));
+    ++built;
+    master_plans += p.engine.from_master();
+    HostBackend host;
+    RecordingBackend be(host);
+    { SlidingWindowExecutor ex(be, cfg, p.engine); }
+    size_t allocated = 0;
+    for (const auto& a : be.allocs) {
+      const size_t g = a.tier == Tier::device ? 256 : 64;  // window_buffers' tier_bytes
+      allocated += (std::max<size_t>(a.bytes, 1) + g - 1) / g * g;
+    }
+    size_t state = 0, workspaces = 0;
+    for (const MemoryLine& l : p.lines) {
+      if (l.what == "fp32 master + AdamW m, v") state = l.bytes;
+      if (l.what == "backend workspaces") workspaces = l.bytes;
+    }
+    EXPECT_EQ(p.device_bytes + p.host_bytes, allocated + state + workspaces);
+  }
+  EXPECT_GE(built, 3);
+  EXPECT_GT(master_plans, 0) << "the smallest budgets stream from the master";
 }
 
 // The resident executors keep every layer's activations when the plan says so, and allocate
