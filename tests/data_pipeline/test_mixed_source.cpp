@@ -69,13 +69,6 @@ TEST(MixedSource, WeightSyntax) {
             std::string::npos);
 }
 
-// The word ("alpha", "beta" or the token file's ids) each row of `b` starts with.
-std::vector<int32_t> first_tokens(const Batch& b) {
-  std::vector<int32_t> f;
-  for (size_t i = 0; i + 1 < b.cu_seqlens.size(); ++i) f.push_back(b.tokens[size_t(b.cu_seqlens[i])]);
-  return f;
-}
-
 TEST(MixedSource, ProportionalDeterministicAndResumable) {
   TempDir tmp("sf-mix");
   const fs::path a = text_file(tmp.path / "a.jsonl", "alpha", 40);
@@ -89,12 +82,17 @@ TEST(MixedSource, ProportionalDeterministicAndResumable) {
   ASSERT_EQ(m.identity["files"].size(), 3u);
   EXPECT_EQ(m.eval.size(), 3u);  // one held-out batch per file
 
-  // Rows come from each file in proportion to the weights (400 rows: 240 / 80 / 80 expected).
+  // The first batches, then rows one at a time: each from a file in proportion to the weights
+  // (400 rows: 240 / 80 / 80 expected).
+  std::vector<Batch> first;
+  for (int i = 0; i < 10; ++i) first.push_back(m.train->next(4));
   const Tokenizer gpt2 = Tokenizer::load(source_dir() / "tests/data/tokenizers/gpt2");
   const int32_t alpha = gpt2.encode("alpha")[0], beta = gpt2.encode("beta")[0];
   int n_a = 0, n_b = 0, n_t = 0;
-  for (int i = 0; i < 100; ++i)
-    for (int32_t f : first_tokens(m.train->next(4))) (f == alpha ? n_a : f == beta ? n_b : n_t)++;
+  for (int i = 0; i < 400; ++i) {
+    const int32_t f = m.train->next(1).tokens[0];
+    (f == alpha ? n_a : f == beta ? n_b : n_t)++;
+  }
   EXPECT_NEAR(n_a, 240, 40);
   EXPECT_NEAR(n_b, 80, 30);
   EXPECT_NEAR(n_t, 80, 30);
@@ -102,14 +100,11 @@ TEST(MixedSource, ProportionalDeterministicAndResumable) {
   // The same seed gives the same batches; another seed another order.
   DataSource m2 = open_data_source(mix_request(spec));
   DataSource m3 = open_data_source(mix_request(spec, 4));
-  std::vector<Batch> first;
   bool differs = false;
   for (int i = 0; i < 10; ++i) {
-    first.push_back(m2.train->next(4));
-    differs |= m3.train->next(4).tokens != first.back().tokens;
+    EXPECT_EQ(m2.train->next(4).tokens, first[size_t(i)].tokens) << i;
+    differs |= m3.train->next(4).tokens != first[size_t(i)].tokens;
   }
-  DataSource again = open_data_source(mix_request(spec));
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(again.train->next(4).tokens, first[size_t(i)].tokens);
   EXPECT_TRUE(differs);
 
   // Resume mid-epoch from the JSON state (through a dump, as a checkpoint stores it).

@@ -59,7 +59,7 @@ const fs::path& model_dir() {
 std::vector<std::string> train_args(const std::vector<std::string>& data, const fs::path& out) {
   std::vector<std::string> a = {"train", "--model", model_dir().string(), "--out", out.string(),
                                 "--steps", "1", "--batch-size", "2", "--seq-len", "64",
-                                "--backend", "host", "--progress", "none", "--chat-date",
+                                "--backend", "host", "--progress", "lines", "--chat-date",
                                 "26 Jul 2024", "--eval-fraction", "0"};
   for (auto& d : data) a.insert(a.end(), {"--data", d});
   return a;
@@ -110,8 +110,9 @@ TEST(DataFormatsCli, WeightedFilesTrainAndResumeExactly) {
 
   auto args = [&](const fs::path& out, const std::string& steps) {
     auto a = train_args(data, out);
-    a[std::find(a.begin(), a.end(), "--steps") - a.begin() + 1] = steps;
-    a.insert(a.end(), {"--eval-fraction", "0.25", "--save-every", "2", "--lr", "1e-3"});
+    a[size_t(std::find(a.begin(), a.end(), "--steps") - a.begin() + 1)] = steps;
+    a[size_t(std::find(a.begin(), a.end(), "--eval-fraction") - a.begin() + 1)] = "0.25";
+    a.insert(a.end(), {"--save-every", "2", "--lr", "1e-3"});
     return a;
   };
   auto whole = run_cli(args(tmp.path / "whole", "4"));
