@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "data/data_source.h"
 #include "model/model_presets.h"
 #include "report/progress.h"
 #include "text/chat_template.h"
@@ -112,6 +113,14 @@ std::string toml_value(const std::string& s) {
   }
   return q + "\"";
 }
+// --data for --print-config: a string, or an array of several files.
+std::string data_toml_value(const std::vector<std::string>& v) {
+  if (v.size() <= 1) return toml_value(v.empty() ? std::string() : v[0]);
+  std::string s = "[";
+  for (auto& d : v) s += (s.size() > 1 ? ", " : "") + toml_value(d);
+  return s + "]";
+}
+
 template <class T>
 std::string toml_value(const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -195,6 +204,7 @@ void add_train_command(CLI::App& app) {
   struct State {
     TrainOptions o;
     std::string schedule = "cosine", dtype = "auto", progress = "auto", config;
+    std::vector<std::string> data;  // --data values (joined into o.tokens_file)
     bool print_config = false, quiet = false;
     Flags flags;
   };
@@ -212,16 +222,17 @@ void add_train_command(CLI::App& app) {
   {
     // --data and its older name --tokens: one option (the first name is what
     // explicit_options and --print-config use; a config file may use either key).
-    f.shown.push_back({"data", [&o] { return toml_value(o.tokens_file); }});
-    cmd->add_option("--data,--tokens", o.tokens_file,
-                    "training data: a JSONL dataset ({\"text\"}, {\"prompt\",\"completion\"} "
-                    "or {\"messages\"}; tokenized with the model's tokenizer) or a token file "
-                    "(llm.c .bin or raw uint32); --tokens is the same option");
+    // Repeated, it mixes files (FILE:WEIGHT); TrainOptions holds the values joined by '\n'.
+    f.shown.push_back({"data", [st] { return data_toml_value(st->data); }});
+    cmd->add_option("--data,--tokens", st->data,
+                    "training data, repeatable: a dataset (.jsonl/.json records: text, "
+                    "prompt/completion, messages, ShareGPT, Alpaca; .txt plain text) or a token "
+                    "file (llm.c .bin or raw uint32 .bin/.tokens/.u32/.tok); several files mix, "
+                    "FILE:WEIGHT sets each file's share of rows; --tokens is the same option");
   }
   f.add("data-format", o.data_format,
-        "auto (.jsonl/.json: from the first line's fields; else a token file), text, "
-        "prompt_completion (loss on the completion), messages (chat template; loss on "
-        "assistant turns) or tokens");
+        "auto (detected from the file and its first record), text, prompt_completion, messages, "
+        "sharegpt, chat_prompt_completion, alpaca, plain_text or tokens");
   {
     std::string names;
     for (auto& n : chat_format_names()) names += (names.empty() ? "" : ", ") + n;
@@ -294,6 +305,7 @@ void add_train_command(CLI::App& app) {
   cmd->callback([st, cmd] {
     TrainOptions& o = st->o;
     if (!st->config.empty()) apply_config_file(cmd, st->config);
+    if (!st->data.empty()) o.tokens_file = join_data_values(st->data);
     for (CLI::Option* opt : cmd->get_options())
       if (opt->count() > 0 && !opt->get_lnames().empty())
         o.explicit_options.insert(opt->get_lnames().front());

@@ -4,14 +4,16 @@
 //  - DataSource: the stream, a fixed held-out evaluation set, and an identity (files, sizes,
 //    a content fingerprint, the split) that a checkpoint records so that resuming on other
 //    data is refused.
-// Two implementations behind open_data_source():
+// Implementations behind open_data_source(), chosen per file by data/data_file_kind.h:
 //  - a TokenFile (llm.c .bin or raw uint32; data/token_file_source.h) whose tail is held out
 //    and whose head is cut into rows of seq_len + 1 tokens with stride seq_len: in order
 //    (TokenBatcher, llm.c style) or, with shuffle, in a seeded permutation drawn afresh every
 //    epoch;
-//  - a JSONL dataset (text, prompt/completion, chat messages rendered with the model's chat
-//    template; data/sample_source.h): samples tokenized with the tokenizer in tokenizer_dir,
-//    loss masks as data/sample_set.h computes them, packed into rows that keep samples whole.
+//  - a dataset (.jsonl / .json records of any data/sample_set.h format, .txt plain text;
+//    data/sample_source.h): samples tokenized with the tokenizer in tokenizer_dir, loss masks as
+//    data/sample_set.h computes them, packed into rows that keep samples whole;
+//  - several files (data/mixed_source.h): each opened as above with its own held-out split, rows
+//    drawn from them in proportion to their weights.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -35,10 +37,20 @@ class TrainStream {
   virtual nlohmann::json state() const = 0;     // everything next() depends on
   // Restores state(); throws Error(input) when it does not fit this data.
   virtual void restore(const nlohmann::json& state) = 0;
+  // Rows next() serves before the current pass ends (a mix: the rows all its files have left).
+  virtual int64_t rows_left_in_epoch() const = 0;
+};
+
+// One --data file and its mixing weight (0: none given).
+struct DataInput {
+  std::filesystem::path path;
+  double weight = 0;
 };
 
 struct DataRequest {
-  std::filesystem::path path;  // the training data
+  // The training data: one file, or several FILE[:WEIGHT] joined by '\n' (the repeated --data
+  // flag; parse_data_inputs splits it).
+  std::filesystem::path path;
   int seq_len = 256;
   double eval_fraction = 0.05;  // share of the data held out for evaluation
   int eval_batches = 4;         // held-out batches evaluated at each evaluation
@@ -49,8 +61,8 @@ struct DataRequest {
 
   // JSONL datasets only (a token file ignores these, except that it refuses an eval_file).
   std::filesystem::path tokenizer_dir;  // the model's tokenizer.json (+ tokenizer_config.json)
-  std::string format = "auto";     // auto (.jsonl/.json: from the first line; else a token file)
-                                   // | text | prompt_completion | messages | tokens
+  std::string format = "auto";     // auto (data/data_file_kind.h, then the first record's
+                                   // fields) or a data_format_names() entry
   std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or a named format
   std::string chat_date;           // Llama 3.2+ "Today Date"; empty: today (recorded in identity)
   std::string overflow = "auto";   // a sample longer than seq_len: truncate | split | drop;
@@ -71,12 +83,22 @@ struct DataSource {
   int64_t train_tokens = 0, eval_tokens = 0;
 };
 
-// Opens `r.path` (a token file, or a JSONL dataset when is_dataset_file(r.path, r.format)) and
-// splits it (or reads r.eval_file). Throws Error(input) naming the file.
+// The files of a --data value: "FILE" or "FILE:WEIGHT" (WEIGHT a positive number; a file whose
+// own name ends so is taken whole), several joined by '\n'. Either every file has a weight or
+// none has (then each weighs its share of the training tokens, as if concatenated). Error(input)
+// naming the value on a bad weight, a mix of weighted and unweighted files, or a weight on a
+// single file.
+std::vector<DataInput> parse_data_inputs(const std::string& spec);
+// The --data values joined as DataRequest::path holds them.
+std::string join_data_values(const std::vector<std::string>& values);
+
+// Opens r.path (one file: a token file or a dataset, as classify_data_file says; several: a
+// mix) and splits it (or reads r.eval_file). Throws Error(input) naming the file.
 DataSource open_data_source(const DataRequest& r);
 
 // Empty when `now` is the data a checkpoint (`saved`) was trained on; else a sentence saying
-// what differs. Paths may differ (data moved); sizes, fingerprint and split may not.
+// what differs. Paths may differ (data moved); sizes, fingerprint and split may not; a mix
+// compares its weights and every file's identity.
 std::string data_identity_mismatch(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace sf

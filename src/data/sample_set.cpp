@@ -4,13 +4,16 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "io/jsonl.h"
+#include "data/dataset_records.h"
+#include "data/data_file_kind.h"
+#include "data/record_formats.h"
 
 namespace sf {
 
@@ -102,7 +105,8 @@ TokenizedDoc encode_pieces(const Tokenizer& tok, std::string_view text,
   return d;
 }
 
-// Whole-text tokenization with targets = tokens overlapping `spans` (sorted, disjoint).
+}  // namespace
+
 TokenizedDoc encode_with_spans(const Tokenizer& tok, std::string_view text,
                                const std::vector<std::pair<size_t, size_t>>& spans) {
   TokenizedDoc d;
@@ -123,18 +127,9 @@ TokenizedDoc encode_with_spans(const Tokenizer& tok, std::string_view text,
   return d;
 }
 
-// ---- JSONL lines ---------------------------------------------------------------------------
+namespace {
 
-std::string type_name(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "a number";
-  }
-}
+// ---- records -------------------------------------------------------------------------------
 
 std::string json_error(const json::exception& e) {
   std::string m = e.what();
@@ -142,116 +137,61 @@ std::string json_error(const json::exception& e) {
   return "invalid JSON: " + m;
 }
 
-const std::string& string_field(const json& o, const char* key, const std::string& where) {
-  auto it = o.find(key);
-  SF_REQUIRE(it != o.end(), "missing field \"", where, key, "\"");
-  SF_REQUIRE(it->is_string(), "\"", where, key, "\" must be a string, got ", type_name(*it));
-  return it->get_ref<const std::string&>();
-}
-
-std::vector<ChatMessage> parse_messages(const json& o) {
-  auto it = o.find("messages");
-  SF_REQUIRE(it != o.end(), "missing field \"messages\"");
-  SF_REQUIRE(it->is_array(), "\"messages\" must be an array of {\"role\", \"content\"}, got ",
-             type_name(*it));
-  SF_REQUIRE(!it->empty(), "\"messages\" is empty");
-  std::vector<ChatMessage> m;
-  bool assistant = false;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& e = (*it)[i];
-    const std::string where = "messages[" + std::to_string(i) + "].";
-    SF_REQUIRE(e.is_object(), "\"messages[", i, "]\" must be an object, got ", type_name(e));
-    ChatMessage c{string_field(e, "role", where), string_field(e, "content", where), std::nullopt};
-    if (auto r = e.find("reasoning_content"); r != e.end() && !r->is_null()) {
-      SF_REQUIRE(r->is_string(), "\"", where, "reasoning_content\" must be a string, got ",
-                 type_name(*r));
-      c.reasoning_content = r->get<std::string>();
-    }
-    assistant |= c.role == "assistant";
-    m.push_back(std::move(c));
-  }
-  SF_REQUIRE(assistant, "\"messages\" has no assistant message: nothing to learn from");
-  return m;
-}
-
-struct LineContext {
-  DataFormat format;
-  const Tokenizer* tok;
-  const ChatFormat* chat;
-  ChatRenderOptions render;
-};
-
-TokenizedDoc process_line(std::string_view line, const LineContext& c) {
+TokenizedDoc process_record(const Record& rec, const RecordContext& c) {
+  if (c.format == DataFormat::plain_text) return tokenize_document(std::string(rec.text), c);
+  if (rec.value) return tokenize_record(*rec.value, c);
   json o;
   try {
-    o = json::parse(line);
+    o = json::parse(rec.text);
   } catch (const json::exception& e) {
     SF_FAIL(input, json_error(e));
   }
-  SF_REQUIRE(o.is_object(), "expected a JSON object, got ", type_name(o));
-  switch (c.format) {
-    case DataFormat::text: {
-      const std::string& t = string_field(o, "text", "");
-      SF_REQUIRE(!t.empty(), "\"text\" is empty");
-      return tokenize_text(*c.tok, t);
-    }
-    case DataFormat::prompt_completion: {
-      const std::string& p = string_field(o, "prompt", "");
-      const std::string& q = string_field(o, "completion", "");
-      SF_REQUIRE(!q.empty(), "\"completion\" is empty");
-      return tokenize_prompt_completion(*c.tok, p, q);
-    }
-    case DataFormat::messages: return tokenize_chat(*c.tok, *c.chat, parse_messages(o), c.render);
-    case DataFormat::tokens: break;
-  }
-  SF_CHECK(false, "process_line on a token file");
-  return {};
+  return tokenize_record(o, c);
 }
 
-DataFormat format_from_keys(const json& o, const std::string& where) {
-  if (o.contains("messages")) return DataFormat::messages;
-  if (o.contains("prompt") && o.contains("completion")) return DataFormat::prompt_completion;
-  if (o.contains("text")) return DataFormat::text;
-  std::string keys;
-  for (auto it = o.begin(); it != o.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  SF_FAIL(input, where, ": cannot tell the dataset format: expected a \"text\", \"prompt\"+\"completion\" "
-          "or \"messages\" field, found {", keys, "}; rename the fields or pass --data-format");
-}
-
-DataFormat detect_format(const fs::path& path, const std::string& forced, bool skip_bad) {
-  const std::string ext = path.extension().string();
-  if (forced == "tokens" || (forced == "auto" && (ext == ".bin" || ext == ".tokens")))
-    return DataFormat::tokens;
-  if (forced == "text") return DataFormat::text;
-  if (forced == "prompt_completion" || forced == "prompt-completion") return DataFormat::prompt_completion;
-  if (forced == "messages" || forced == "chat") return DataFormat::messages;
-  SF_REQUIRE(forced == "auto", "--data-format ", forced,
-             " is not known; use auto, text, prompt_completion, messages or tokens");
-  JsonlReader r(path);
-  std::vector<std::string_view> lines;
-  int64_t first = 0;
-  while (r.next_block(lines, first, size_t(1) << 20)) {
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (blank_line(lines[i])) continue;
-      const std::string where = path.string() + ":" + std::to_string(first + int64_t(i));
-      json o;
-      try {
-        o = json::parse(lines[i]);
-      } catch (const json::exception& e) {
-        if (skip_bad) continue;
-        SF_FAIL(input, where, ": ", json_error(e));
-      }
-      if (!o.is_object()) {
-        if (skip_bad) continue;
-        SF_FAIL(input, where, ": expected a JSON object, got ", type_name(o));
-      }
-      return format_from_keys(o, where);
-    }
-  }
-  SF_FAIL(input, path.string(), ": no dataset line found (the file is empty or every line is bad)");
+DataFormat forced_format(const std::string& forced) {
+  if (forced == "prompt-completion") return DataFormat::prompt_completion;
+  if (forced == "chat") return DataFormat::messages;
+  for (DataFormat f : {DataFormat::text, DataFormat::prompt_completion, DataFormat::messages,
+                       DataFormat::tokens, DataFormat::sharegpt, DataFormat::chat_prompt_completion,
+                       DataFormat::alpaca, DataFormat::plain_text})
+    if (forced == data_format_name(f)) return f;
+  SF_FAIL(input, "--data-format ", forced, " is not known; use auto, text, prompt_completion, "
+          "messages, sharegpt, chat_prompt_completion, alpaca, plain_text or tokens");
 }
 
 }  // namespace
+
+DataFormat detect_data_format(const fs::path& path, const std::string& forced, bool skip_bad) {
+  const std::string ext = path.extension().string();
+  if (forced != "auto") return forced_format(forced);
+  if (is_token_file_extension(ext)) return DataFormat::tokens;
+  RecordReader r(path, record_layout(path));
+  if (r.layout() == RecordLayout::text_documents) return DataFormat::plain_text;
+  std::vector<Record> recs;
+  while (r.next_block(recs)) {
+    for (const Record& rec : recs) {
+      json parsed;
+      const json* o = rec.value;
+      if (!o) {
+        try {
+          parsed = json::parse(rec.text);
+        } catch (const json::exception& e) {
+          if (skip_bad) continue;
+          SF_FAIL(input, r.where(rec.number), ": ", json_error(e));
+        }
+        o = &parsed;
+      }
+      if (!o->is_object()) {
+        if (skip_bad) continue;
+        SF_FAIL(input, r.where(rec.number), ": expected a JSON object, got ",
+                o->is_array() ? "an array" : "a " + std::string(o->type_name()));
+      }
+      return format_of_record(*o, r.where(rec.number));
+    }
+  }
+  SF_FAIL(input, path.string(), ": no dataset record found (the file is empty or every record is bad)");
+}
 
 // ---- public helpers -------------------------------------------------------------------------
 
@@ -261,6 +201,10 @@ const char* data_format_name(DataFormat f) {
     case DataFormat::prompt_completion: return "prompt_completion";
     case DataFormat::messages: return "messages";
     case DataFormat::tokens: return "tokens";
+    case DataFormat::sharegpt: return "sharegpt";
+    case DataFormat::chat_prompt_completion: return "chat_prompt_completion";
+    case DataFormat::alpaca: return "alpaca";
+    case DataFormat::plain_text: return "plain_text";
   }
   return "?";
 }
@@ -436,80 +380,101 @@ std::string DataReport::summary() const {
   os << path.string() << ": " << data_format_name(format);
   if (!chat_format.empty()) os << " (" << chat_format << " template)";
   os << ", " << samples << " samples";
-  if (format != DataFormat::tokens) os << " from " << lines << " lines";
+  if (format != DataFormat::tokens) os << " from " << lines << " records";
   os << ", " << tokens << " tokens (" << loss_tokens << " with loss)";
-  if (bad_lines) os << "; " << bad_lines << " bad lines skipped";
+  if (bad_lines) os << "; " << bad_lines << " bad records skipped";
   if (no_loss) os << "; " << no_loss << " samples with nothing to learn dropped";
   if (mask_fallback) os << "; " << mask_fallback << " masks from piecewise tokenization";
   return os.str();
 }
 
+namespace {
+
+// The chat format of a file of `format`: resolved from the tokenizer or forced; alpaca without
+// one (no --chat-format, no chat_template) renders as prompt/completion (null).
+std::optional<ChatFormat> chat_for(DataFormat format, const Tokenizer& tok,
+                                   const DatasetOptions& opt) {
+  if (!format_renders_chat(format)) return std::nullopt;
+  if (format == DataFormat::alpaca && opt.chat_format == "auto" && tok.chat_template().empty())
+    return std::nullopt;
+  const std::string src = opt.tokenizer_dir.empty()
+                              ? std::string("the tokenizer's tokenizer_config.json")
+                              : (opt.tokenizer_dir / "tokenizer_config.json").string();
+  return resolve_chat_format(tok, opt.chat_format, src);
+}
+
+struct RecordResult {
+  TokenizedDoc doc;
+  std::string error;
+};
+
+// Tokenizes one block of records in parallel.
+void tokenize_block(const std::vector<Record>& recs, const RecordContext& ctx,
+                    std::vector<RecordResult>& results) {
+  results.assign(recs.size(), RecordResult{});
+  const int64_t n = int64_t(recs.size());
+  const int64_t per_task = 64;
+  host_pool().run_tasks((n + per_task - 1) / per_task, [&](int64_t task) {
+    for (int64_t i = task * per_task; i < std::min(n, (task + 1) * per_task); ++i) {
+      try {
+        results[size_t(i)].doc = process_record(recs[size_t(i)], ctx);
+      } catch (const Error& e) {
+        results[size_t(i)].error = e.what();
+      }
+    }
+  });
+}
+
+LoadedData load_token_file(const fs::path& path, const DatasetOptions& opt) {
+  LoadedData out;
+  out.report.path = path;
+  out.report.format = DataFormat::tokens;
+  out.samples = SampleSet::from_token_file(path, opt.seq_len);
+  out.report.samples = out.samples->size();
+  for (int64_t i = 0; i < out.report.samples; ++i) out.report.tokens += out.samples->length(i);
+  out.report.loss_tokens = out.report.tokens;
+  return out;
+}
+
+}  // namespace
+
 LoadedData load_dataset(const fs::path& path, const Tokenizer* tok, const DatasetOptions& opt) {
   SF_REQUIRE(fs::exists(path), path.string(), ": no such dataset file");
+  const DataFormat format = detect_data_format(path, opt.format, opt.skip_bad_lines);
+  if (format == DataFormat::tokens) return load_token_file(path, opt);
   LoadedData out;
   DataReport& rep = out.report;
   rep.path = path;
-  rep.format = detect_format(path, opt.format, opt.skip_bad_lines);
-  if (rep.format == DataFormat::tokens) {
-    out.samples = SampleSet::from_token_file(path, opt.seq_len);
-    rep.samples = out.samples->size();
-    for (int64_t i = 0; i < rep.samples; ++i) rep.tokens += out.samples->length(i);
-    rep.loss_tokens = rep.tokens;
-    return out;
-  }
+  rep.format = format;
   SF_REQUIRE(tok, path.string(), ": a ", data_format_name(rep.format),
              " dataset needs the model's tokenizer");
-  ChatFormat chat;
-  LineContext ctx{rep.format, tok, &chat, {opt.chat_date}};
-  if (rep.format == DataFormat::messages) {
-    const std::string src = opt.tokenizer_dir.empty()
-                                ? std::string("the tokenizer's tokenizer_config.json")
-                                : (opt.tokenizer_dir / "tokenizer_config.json").string();
-    chat = resolve_chat_format(*tok, opt.chat_format, src);
-    rep.chat_format = chat.name;
-    if (chat.family == ChatFamily::llama3 && chat.llama31_system) {
+  const std::optional<ChatFormat> chat = chat_for(format, *tok, opt);
+  RecordContext ctx{rep.format, tok, chat ? &*chat : nullptr, {opt.chat_date}};
+  if (chat) {
+    rep.chat_format = chat->name;
+    if (chat->family == ChatFamily::llama3 && chat->llama31_system) {
       // One date for the whole run (and its resume), even across midnight.
       if (ctx.render.date_string.empty())
-        ctx.render.date_string = chat.date_from_clock ? today_date_string() : chat.date_string;
+        ctx.render.date_string = chat->date_from_clock ? today_date_string() : chat->date_string;
       rep.chat_date = ctx.render.date_string;
     }
+  } else if (format == DataFormat::alpaca) {
+    rep.chat_format = "no chat template: as prompt/completion";
   }
   auto samples = std::make_shared<SampleSet>();
-  JsonlReader reader(path);
-  std::vector<std::string_view> lines;
-  int64_t first = 0;
-  struct Result {
-    TokenizedDoc doc;
-    std::string error;
-    bool blank = false;
-  };
-  std::vector<Result> results;
-  while (reader.next_block(lines, first)) {
-    results.assign(lines.size(), Result{});
-    const int64_t n = int64_t(lines.size());
-    const int64_t per_task = 64;
-    host_pool().run_tasks((n + per_task - 1) / per_task, [&](int64_t task) {
-      for (int64_t i = task * per_task; i < std::min(n, (task + 1) * per_task); ++i) {
-        Result& r = results[size_t(i)];
-        if (blank_line(lines[size_t(i)])) {
-          r.blank = true;
-          continue;
-        }
-        try {
-          r.doc = process_line(lines[size_t(i)], ctx);
-        } catch (const Error& e) {
-          r.error = e.what();
-        }
-      }
-    });
+  RecordReader reader(path, format == DataFormat::plain_text ? RecordLayout::text_documents
+                                                             : record_layout(path));
+  std::vector<Record> recs;
+  std::vector<RecordResult> results;
+  while (reader.next_block(recs)) {
+    tokenize_block(recs, ctx, results);
     for (size_t i = 0; i < results.size(); ++i) {
-      Result& r = results[i];
-      if (r.blank) continue;
+      RecordResult& r = results[i];
       ++rep.lines;
       if (!r.error.empty()) {
-        std::string msg = path.string() + ":" + std::to_string(first + int64_t(i)) + ": " + r.error;
+        std::string msg = reader.where(recs[i].number) + ": " + r.error;
         if (!opt.skip_bad_lines)
-          SF_FAIL(input, msg, " (fix the line, or pass --skip-bad-lines to skip and count such lines)");
+          SF_FAIL(input, msg, " (fix the record, or pass --skip-bad-lines to skip and count such records)");
         ++rep.bad_lines;
         if (rep.bad_examples.size() < 5) rep.bad_examples.push_back(std::move(msg));
         continue;
@@ -527,7 +492,7 @@ LoadedData load_dataset(const fs::path& path, const Tokenizer* tok, const Datase
   }
   samples->finish();
   rep.samples = samples->size();
-  SF_REQUIRE(rep.samples > 0, path.string(), ": no usable sample (", rep.lines, " lines, ",
+  SF_REQUIRE(rep.samples > 0, path.string(), ": no usable sample (", rep.lines, " records, ",
              rep.bad_lines, " bad)");
   for (int64_t i = 0; i < rep.samples; ++i) {
     rep.tokens += samples->length(i);

@@ -1,16 +1,32 @@
-// Training data from files: JSONL documents tokenized into samples, or a pre-tokenized token
+// Training data from files: dataset records tokenized into samples, or a pre-tokenized token
 // stream, held as a SampleSet; a deterministic train/eval split. Packing, shuffling, epochs and
 // the resume position are DataLoader's (data/data_loader.h).
 //
-// Formats (auto-detected from the first non-blank JSONL line; DatasetOptions::format forces one):
+// Files (data/dataset_records.h): JSON Lines (.jsonl), a JSON array of records (.json; a .json
+// file of JSON Lines also reads), plain text (.txt: documents separated by blank lines), or a
+// token file (data/token_file.h). The format is detected from the first record's fields
+// (DatasetOptions::format forces one) and applies to the whole file:
 //   text               {"text": "..."}                   loss on every token
 //   prompt_completion  {"prompt": "...", "completion": "..."}
 //                                                        loss on the completion (and EOS) only
 //   messages           {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
 //                      rendered with the tokenizer's chat template (text/chat_template.h); loss on
-//                      what each assistant turn produces (content through its end-of-turn token)
-//   tokens             a .bin / .tokens file (data/token_file.h): windows of seq_len + 1 tokens
-//                      with stride seq_len, loss on every token
+//                      what each assistant turn produces (content through its end-of-turn token).
+//                      "tool" messages and assistant "tool_calls" are refused: the native
+//                      templates render neither
+//   sharegpt           {"conversations": [{"from": "human"|"gpt"|"system"|..., "value": "..."}]}
+//                      mapped to messages (human/user, gpt/assistant, system; tool, function and
+//                      observation are tool turns: refused as above)
+//   chat_prompt_completion (TRL's conversational prompt-completion)
+//                      {"prompt": [messages], "completion": [messages]}: rendered as one chat;
+//                      loss on the completion's assistant turns only
+//   alpaca             {"instruction", "input" (optional, may be empty), "output"}: a user turn
+//                      (instruction, plus "\n\n" + input when non-empty) and an assistant turn
+//                      through the chat template when the tokenizer has one (or --chat-format
+//                      names one); else prompt/completion with prompt = user turn + "\n\n"
+//   plain_text         a .txt file: each document as text
+//   tokens             a token file: windows of seq_len + 1 tokens with stride seq_len, loss on
+//                      every token
 // Text and prompt/completion documents get BOS when the tokenizer's config says add_bos and EOS
 // after the document; chat samples get exactly the template's text (its BOS included).
 //
@@ -21,7 +37,8 @@
 //
 // Bad input (invalid JSON, a missing field, a wrong type, an empty text/completion, a chat the
 // template refuses, a conversation with no assistant turn) is an sf::Error "FILE:LINE: what is
-// wrong", or with skip_bad_lines the line is skipped and counted in the DataReport.
+// wrong" ("FILE: record N" in a JSON array), or with skip_bad_lines the record is skipped and
+// counted in the DataReport.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -36,11 +53,20 @@
 
 namespace sf {
 
-enum class DataFormat { text, prompt_completion, messages, tokens };
+enum class DataFormat {
+  text,
+  prompt_completion,
+  messages,
+  tokens,
+  sharegpt,
+  chat_prompt_completion,
+  alpaca,
+  plain_text
+};
 const char* data_format_name(DataFormat f);
 
 struct DatasetOptions {
-  std::string format = "auto";       // auto | text | prompt_completion | messages | tokens
+  std::string format = "auto";       // auto, or a data_format_name (data/data_source.h)
   std::string chat_format = "auto";  // auto: the tokenizer's chat_template; else a
                                      // named_chat_format name (chatml, llama3, mistral, ...)
   std::string chat_date;             // Llama 3.2+ "Today Date"; empty: today, as transformers
@@ -56,10 +82,10 @@ struct DatasetOptions {
 struct DataReport {
   std::filesystem::path path;
   DataFormat format = DataFormat::text;
-  std::string chat_format;   // messages: the template recognised or forced
+  std::string chat_format;   // chat formats: the template recognised or forced
   std::string chat_date;     // Llama 3.2+: the "Today Date" rendered (record it for resume:
                              // pass it back as DatasetOptions::chat_date, or the text changes)
-  int64_t lines = 0;         // non-blank JSONL lines read
+  int64_t lines = 0;         // records read (non-blank JSONL lines, array elements, documents)
   int64_t samples = 0;
   int64_t bad_lines = 0;     // skipped with skip_bad_lines
   std::vector<std::string> bad_examples;  // the first few "FILE:LINE: ..." messages
@@ -106,6 +132,12 @@ struct LoadedData {
   DataReport report;
 };
 
+// The format of `path`: `forced` (a data_format_name, or "prompt-completion" / "chat"), or on
+// "auto" tokens for a token-file extension, plain_text for .txt, else the first record's
+// fields (a record that does not parse fails here, unless skip_bad). Error(input) FILE:WHERE.
+DataFormat detect_data_format(const std::filesystem::path& path, const std::string& forced,
+                              bool skip_bad);
+
 // Loads one file. `tok` may be null only for token files.
 LoadedData load_dataset(const std::filesystem::path& path, const Tokenizer* tok,
                         const DatasetOptions& opt);
@@ -127,6 +159,11 @@ TokenizedDoc tokenize_prompt_completion(const Tokenizer& tok, const std::string&
                                         const std::string& completion);
 TokenizedDoc tokenize_chat(const Tokenizer& tok, const ChatFormat& fmt,
                            std::span<const ChatMessage> messages, const ChatRenderOptions& opt);
+
+// Tokenizes `text` whole, with target flags on the tokens that overlap `spans` (byte ranges,
+// sorted and disjoint); piecewise when the tokens do not spell the text (mask_fallback).
+TokenizedDoc encode_with_spans(const Tokenizer& tok, std::string_view text,
+                               const std::vector<std::pair<size_t, size_t>>& spans);
 
 // Byte range of `text` covered by each token of `ids` (= tok.encode(text)); empty when the
 // tokens do not spell the text (a normalizer changed it).

@@ -1,7 +1,6 @@
 #include "data/sample_source.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "core/error.h"
 
@@ -19,47 +18,26 @@ class DatasetStream final : public TrainStream {
   double epoch_fraction() const override { return std::min(dl_.epoch_fraction(), 0.999999); }
   nlohmann::json state() const override { return dl_.state(); }
   void restore(const nlohmann::json& s) override { dl_.restore(s); }
+  int64_t rows_left_in_epoch() const override { return dl_.rows_left_in_epoch(); }
 
  private:
   DataLoader dl_;
 };
 
-// The JSONL format of `path` as the dataset code detects it (data/sample_set.h: the first line
-// that is a JSON object; messages, then prompt + completion, then text), or "" when no line
-// tells (load_dataset then reports the problem with its line number).
-std::string peek_jsonl_format(const fs::path& path, const std::string& forced) {
-  if (forced == "text") return "text";
-  if (forced == "prompt_completion" || forced == "prompt-completion") return "prompt_completion";
-  if (forced == "messages" || forced == "chat") return "messages";
-  std::ifstream f(path, std::ios::binary);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json o = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!o.is_object()) continue;  // a bad line: skipped or reported by load_dataset
-    if (o.contains("messages")) return "messages";
-    if (o.contains("prompt") && o.contains("completion")) return "prompt_completion";
-    if (o.contains("text")) return "text";
-    return "";
-  }
-  return "";
-}
-
 // "auto": plain text is usually long documents, which split keeps whole across rows; a prompt
 // or conversation cut into pieces would lose its context, so those are truncated.
 std::string resolve_overflow(const DataRequest& r) {
   if (r.overflow != "auto") return r.overflow;
-  return peek_jsonl_format(r.path, r.format) == "text" ? "split" : "truncate";
+  const DataFormat f = detect_data_format(r.path, r.format, r.skip_bad_lines);
+  return f == DataFormat::text || f == DataFormat::plain_text ? "split" : "truncate";
 }
 
 }  // namespace
 
 bool is_dataset_file(const std::filesystem::path& path, const std::string& format) {
-  if (format == "text" || format == "prompt_completion" || format == "prompt-completion" ||
-      format == "messages" || format == "chat")
-    return true;
+  if (format != "auto" && format != "tokens") return true;
   const std::string ext = path.extension().string();
-  return format == "auto" && (ext == ".jsonl" || ext == ".json");
+  return format == "auto" && (ext == ".jsonl" || ext == ".json" || ext == ".txt");
 }
 
 DataSource open_dataset_source(const DataRequest& r, const Tokenizer* tok,

@@ -1,5 +1,5 @@
-// The trainer's DataSource (data/data_source.h) for datasets held as a SampleSet: JSONL text,
-// prompt/completion and chat files (and token files, shuffled by window) through
+// The trainer's DataSource (data/data_source.h) for datasets held as a SampleSet: the record
+// formats of data/sample_set.h (and token files, shuffled by window) through
 // data/sample_set.h and data/data_loader.h. Owns nothing beyond the DataSource it returns.
 #pragma once
 #include <filesystem>
@@ -20,8 +20,8 @@ struct DatasetSourceOptions {
   bool pad_rows = false;
 };
 
-// True when `path` is read by open_dataset_source: a .jsonl / .json file, or any file when
-// `format` names a JSONL format (text, prompt_completion, messages).
+// True when `path` is read by open_dataset_source by its name: a .jsonl / .json / .txt file, or
+// any file when `format` names a dataset format (data/data_file_kind.h decides for the rest).
 bool is_dataset_file(const std::filesystem::path& path, const std::string& format = "auto");
 
 // Loads r.path (tok: the model's tokenizer; null only for token files), splits or reads

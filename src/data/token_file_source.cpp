@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/data_file_kind.h"
 
 namespace sf {
 
@@ -79,6 +80,9 @@ class TokenStream final : public TrainStream {
   nlohmann::json state() const override {
     return {{"position", b_.position()}, {"epoch", b_.epoch()}};
   }
+  int64_t rows_left_in_epoch() const override {
+    return b_.rows_per_epoch() - b_.position() / seq_len_;
+  }
   void restore(const nlohmann::json& s) override {
     SF_REQUIRE(s.is_object() && s.contains("position") && s.contains("epoch"),
                "the checkpoint's data state ", s.dump(), " lacks position/epoch");
@@ -123,6 +127,7 @@ class ShuffledTokenStream final : public TrainStream {
   }
   int64_t epoch() const override { return epoch_; }
   double epoch_fraction() const override { return double(row_) / double(n_rows_); }
+  int64_t rows_left_in_epoch() const override { return n_rows_ - row_; }
   nlohmann::json state() const override {
     return {{"epoch", epoch_}, {"row", row_}, {"shuffle_seed", seed_}};
   }
@@ -165,11 +170,7 @@ class ShuffledTokenStream final : public TrainStream {
 DataSource open_token_file_source(const DataRequest& r) {
   {
     SF_REQUIRE(r.format == "auto" || r.format == "tokens", "--data-format ", r.format,
-               " is not known; use auto, text, prompt_completion, messages or tokens");
-    const std::string ext = r.path.extension().string();
-    SF_REQUIRE(ext != ".jsonl" && ext != ".json", r.path.string(), ": --data-format ", r.format,
-               " reads a token file, but this is JSON; use --data-format auto, text, "
-               "prompt_completion or messages");
+               " does not read a token file (", r.path.string(), "); use auto or tokens");
     SF_REQUIRE(r.eval_file.empty(), "--eval-file ", r.eval_file.string(),
                " needs a JSONL training dataset; a token file (", r.path.string(),
                ") holds out its tail instead (--eval-fraction)");
@@ -177,7 +178,8 @@ DataSource open_token_file_source(const DataRequest& r) {
   auto f = std::make_shared<const TokenFile>(r.path);
   SF_REQUIRE(r.vocab_size <= 0 || int64_t(f->max_id()) < r.vocab_size, r.path.string(),
              ": holds token id ", f->max_id(), " but the model's vocab_size is ", r.vocab_size,
-             "; the tokens were made with another tokenizer");
+             "; the tokens were made with another tokenizer",
+             has_llmc_header(r.path) ? "" : " (or this raw file is not token ids at all)");
   const int64_t n = f->size();
   int64_t n_eval = int64_t(double(n) * r.eval_fraction);
   if (n_eval > 0 && n_eval < r.seq_len + 1) n_eval = 0;  // too little to evaluate on

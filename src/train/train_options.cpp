@@ -53,6 +53,7 @@ void validate_train_options(const TrainOptions& o) {
     for (auto& n : names) s += (s.empty() ? "" : ", ") + n;
     return s;
   };
+  (void)parse_data_inputs(o.tokens_file.string());  // weights checked before anything is read
   need(one_of(o.data_format, data_format_names()) || o.data_format == "prompt-completion" ||
            o.data_format == "chat",
        cat("--data-format ", o.data_format, " is not known; use ", list(data_format_names())));
@@ -70,7 +71,10 @@ void validate_train_options(const TrainOptions& o) {
     const std::filesystem::path data =
         o.tokens_file.empty() && o.model_dir.empty() ? "the bundled example's token file"
                                                      : o.tokens_file;
-    need(!o.resume.empty() || (!o.tokens_file.empty() && is_dataset_file(o.tokens_file, o.data_format)),
+    bool any_dataset = false;
+    for (const DataInput& in : parse_data_inputs(o.tokens_file.string()))
+      any_dataset |= is_dataset_file(in.path, o.data_format);
+    need(!o.resume.empty() || any_dataset,
          cat("--chat-format ", o.chat_format, " does not apply to ", data.string(),
              ": it is token data (ids, no conversations to format); drop --chat-format, or pass "
              "a JSONL file of {\"messages\": [...]} lines with --data"));

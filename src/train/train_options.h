@@ -21,15 +21,16 @@ struct TrainOptions {
   // --- what is trained on what (recorded in checkpoints)
   std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
   std::string example_size = "tiny";  // preset randomly initialised for the bundled example
-  // Training data (--data / --tokens): a token file (llm.c .bin or raw uint32) or a JSONL
-  // dataset (text, prompt/completion, chat messages; tokenized with the model's tokenizer).
+  // Training data (--data / --tokens): a token file (llm.c .bin or raw uint32) or a dataset
+  // (data/sample_set.h formats; tokenized with the model's tokenizer); a repeated --data is
+  // held as its FILE[:WEIGHT] values joined by '\n' (data/data_source.h parse_data_inputs).
   // Empty with no model: the bundled token file.
   std::filesystem::path tokens_file;
   std::filesystem::path examples_dir;  // where the bundled example lives
   // How a JSONL dataset is read (data/data_source.h DataRequest); recorded in checkpoints and
   // taken from there on resume unless given. chat_date is recorded as rendered (today's date
   // when empty), so that a resumed run renders the same text.
-  std::string data_format = "auto";  // auto | text | prompt_completion | messages | tokens
+  std::string data_format = "auto";  // auto or a data_format_names() entry (data/data_source.h)
   std::string chat_format = "auto";  // auto: the tokenizer's chat_template; or chatml, llama3, ...
   std::string chat_date;             // Llama 3.2+ "Today Date", e.g. "26 Jul 2024"
   std::string overflow = "auto";     // auto | truncate | split | drop
