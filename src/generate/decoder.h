@@ -88,7 +88,7 @@ class Decoder {
   std::vector<std::unique_ptr<Buffer>> units_;  // resident: all; streamed: embedding, head
   std::unique_ptr<Streaming> stream_;
   std::unique_ptr<Buffer> cache_, scratch_, x_, head_xn_, logits_dev_, logits_host_;
-  std::unique_ptr<Buffer> inputs_dev_, inputs_host_;  // tokens | positions, then inv_freq
+  std::unique_ptr<Buffer> inputs_dev_, inputs_host_;  // tokens | positions | cu_seqlens | inv_freq
 };
 
 }  // namespace sf
