@@ -151,6 +151,15 @@ class Backend {
                                   const float* lse, Mat q, Mat k, Mat v,
                                   const AttentionShape& shape, const int32_t* cu_seqlens) = 0;
 
+  // Generation with a KV cache: causal GQA of the q_len newest tokens of ONE sequence over a
+  // cache that already holds them. Cache rows [0, kv_len) are the sequence's keys / values in
+  // position order (the new tokens are rows kv_len - q_len .. kv_len - 1), and new token i
+  // attends to rows [0, kv_len - q_len + i]. q [q_len, Hq*D]; k_cache, v_cache [>= kv_len,
+  // Hkv*D] (rows past kv_len are never read); out [q_len, Hq*D] (overwrite). shape.n_seqs and
+  // max_seqlen are unused. No statistics: this is inference only.
+  virtual void attention_decode(Stream& s, Mat out, Mat q, Mat k_cache, Mat v_cache,
+                                const AttentionShape& shape, int64_t kv_len) = 0;
+
   // ---- SwiGLU ---------------------------------------------------------------------------
   // out[T,F] (overwrite) = silu(gate) * up.
   virtual void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) = 0;

@@ -74,6 +74,12 @@ void ForwardingBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Ma
     b.attention_backward(is, dq, dk, dv, dout, out, lse, q, k, v, sh, cu);
   });
 }
+void ForwardingBackend::attention_decode(Stream& s, Mat out, Mat q, Mat k_cache, Mat v_cache,
+                                         const AttentionShape& sh, int64_t kv_len) {
+  run_op(s, cat("attention_decode ", q.rows, " over ", kv_len), [=](Backend& b, Stream& is) {
+    b.attention_decode(is, out, q, k_cache, v_cache, sh, kv_len);
+  });
+}
 void ForwardingBackend::swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) {
   run_op(s, "swiglu_forward", [=](Backend& b, Stream& is) { b.swiglu_forward(is, out, gate, up); });
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
@@ -291,6 +292,10 @@ void CudaBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout
                                   cu_seqlens);
 }
 
+void CudaBackend::attention_decode(Stream& s, Mat out, Mat q, Mat k_cache, Mat v_cache,
+                                   const AttentionShape& shape, int64_t kv_len) {
+  cuda::launch_attention_decode(raw(s), out, q, k_cache, v_cache, shape, kv_len);
+}
 void CudaBackend::swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) {
   cuda::launch_swiglu_forward(raw(s), out, gate, up);
 }

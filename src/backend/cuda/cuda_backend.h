@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
   void attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
                           const float* lse, Mat q, Mat k, Mat v, const AttentionShape& shape,
                           const int32_t* cu_seqlens) override;
+  void attention_decode(Stream& s, Mat out, Mat q, Mat k_cache, Mat v_cache,
+                        const AttentionShape& shape, int64_t kv_len) override;
   void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) override;
   void swiglu_backward(Stream& s, Mat dgate, Mat dup, Mat dout, Mat gate, Mat up) override;
   void lm_head_loss(Stream& s, float* loss_sum, Mat dh, Mat dw, Mat h, Mat w,
