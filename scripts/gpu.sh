@@ -7,7 +7,7 @@
 # header states its arguments, env variables and logs.
 set -uo pipefail
 here=$(dirname "$0")
-verbs=(pack unpack check engine train-check try ab engine-ab)
+verbs=(pack unpack check engine footprint train-check try ab engine-ab)
 
 # One line per verb: its arguments, then what it does.
 summary() {
@@ -16,6 +16,7 @@ summary() {
     unpack) echo "[dir] [name]|lay out a carried pack as dir/{bin,tests}, print dir" ;;
     check) echo "[build-dir]|GPU test suite, kernel benchmarks, PyTorch, one layer" ;;
     engine) echo "[build-dir]|engine tests, saved models in transformers, bench SF_BENCH" ;;
+    footprint) echo "[build-dir]|engine + decode tests, 8B at SlideFormer's footprints, decode speed" ;;
     train-check) echo "[slideformer]|train resident + sliding, Ctrl-C + resume, a larger preset" ;;
     try) echo "A_PACK B_PACK|B's GPU tests, kernel A/B, one layer of each, one call" ;;
     ab) echo "A_DIR B_DIR [flags]|kernel benchmarks of two builds interleaved, B/A" ;;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The footprint checks in one call (run on the GPU machine), issue "train wherever SlideFormer
+# trains, in its memory or less":
+#   1. the CUDA engine and decode tests (sliding window vs resident and vs host copies, the
+#      KV-cache decoder vs the host's),
+#   2. `slideformer bench` of the 8B shape at SlideFormer's footprints (--gpu-memory and
+#      --host-memory as its measured peaks), clipping off (SlideFormer does not clip) and on,
+#      and at --gpu-memory 24GiB for the rows of the earlier table,
+#   3. decode tokens/s of `slideformer generate` against transformers' generate (bf16, the
+#      same random-weight model directory, made here by `slideformer init`).
+# Usage: scripts/gpu.sh footprint [build-dir]   Logs under $OUT (default ./gpu_footprint_out).
+#   SF_FOOTPRINT: the bench rows (engine.sh's SF_BENCH format); SF_SKIP_DECODE=1 skips 3.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/gpu/bench_shape.sh
+B=${1:-build-gpu}
+OUT=${OUT:-$PWD/gpu_footprint_out}
+mkdir -p "$OUT"
+S="$OUT/footprint_summary.txt"
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+SF="$B/bin/slideformer"
+say "commit $(cat "$B/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores  $(free -g | awk '/Mem/{print $2}') GiB RAM"
+
+timeout 420 "$B/tests/test_cuda" --gtest_filter='*Engine*:*Decode*:*Decoder*' > "$OUT/tests.log" 2>&1
+say "engine + decode tests rc=$? $(grep -c '^\[       OK' "$OUT/tests.log") ok, $(grep -c '^\[  FAILED  \].*(' "$OUT/tests.log") failed"
+grep -E '^\[  FAILED|^\[ENGINE\] from' "$OUT/tests.log" | tee -a "$S"
+
+SF_FOOTPRINT=${SF_FOOTPRINT:-"llama3-8b 0 8 1024 6GiB --host-memory 96GiB --max-grad-norm 0
+llama3-8b 0 32 1024 11GiB --host-memory 102GiB --max-grad-norm 0
+llama3-8b 0 1 32768 11GiB --host-memory 102GiB --max-grad-norm 0
+llama3-8b 0 1 65536 17GiB --host-memory 110GiB --max-grad-norm 0
+llama3-8b 0 8 1024 6GiB --host-memory 96GiB
+llama3-8b 0 8 1024 24GiB --max-grad-norm 0
+llama3-8b 0 32 1024 24GiB --max-grad-norm 0
+llama3-8b 0 8 1024 24GiB
+llama3-8b 0 32 1024 24GiB"}
+while read -r size layers batch seq mem extra; do
+  [ -z "$size" ] && continue
+  log="$OUT/$(bench_shape_name "$size" "$layers" "$batch" "$seq" "$mem" "$extra").log"
+  SF_BENCH_STEPS=${SF_BENCH_STEPS:-8} bench_shape "$SF" "$log" "$size" "$layers" "$batch" "$seq" "$mem" "$extra"
+  say "bench $size ${batch}x$seq $mem $extra rc=$?: $(grep RESULT "$log" || grep -m1 -E 'error|fits' "$log" || tail -1 "$log")"
+  grep -m1 '^mode' "$log" >> "$S"
+done <<< "$SF_FOOTPRINT"
+
+if [ -z "${SF_SKIP_DECODE:-}" ]; then
+  m=$(mktemp -d)/model
+  "$SF" init --size llama3-1b --tokenizer tests/data/tokenizers/gpt2 --dtype bf16 --out "$m" > "$OUT/init.log" 2>&1
+  prompt="The history of the city begins"
+  for w in resident streamed; do
+    timeout 300 "$SF" generate --model "$m" --prompt "$prompt" --max-new-tokens 256 --backend cuda \
+      --weights "$w" > "$OUT/generate_$w.log" 2>&1
+    say "slideformer generate ($w weights) rc=$?: $(tail -1 "$OUT/generate_$w.log")"
+  done
+  timeout 300 python3 scripts/bench_generate.py --model "$m" --prompt "$prompt" --new 256 > "$OUT/hf_generate.log" 2>&1
+  say "transformers generate rc=$?: $(tail -1 "$OUT/hf_generate.log")"
+fi
