@@ -10,5 +10,6 @@ void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace sf::cli
