@@ -335,3 +335,81 @@ TEST(GenerationConfig, IdsFromTheTokenizerAndTheEndOfTurnToken) {
 
 }  // namespace
 }  // namespace sf
+
+namespace sf {
+namespace {
+
+// RoPE scaling in llama.cpp's form: Llama 3's as rope_freqs (the divisor of each default
+// frequency), yarn and linear as rope.scaling.* keys.
+TEST(GgufExport, RopeScalingAsLlamaCppReadsIt) {
+  TempDir t("gguf-rope");
+  const fs::path tok = t.path / "tok";
+  fs::create_directories(tok);
+  write_small_tokenizer(tok);
+  for (const char* name : {"llama_llama3", "qwen2_yarn", "mistral_linear"}) {
+    const fs::path m = t.path / name, out = t.path / (std::string(name) + ".gguf");
+    auto r = test::run_cli({"init", "--from-config",
+                            (test::source_dir() / "tests/data/configs" / name / "config.json").string(),
+                            "--tokenizer", tok.string(), "--out", m.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = test::run_cli({"export", "--model", m.string(), "--format", "gguf", "--out", out.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const ModelConfig c = load_config(m / "config.json");
+    GgufFile f(out);
+    const GgufView& g = f.view();
+    const std::string a = g.get("general.architecture").as_string("k");
+    if (c.rope_scaling.type == RopeScaling::Type::llama3) {
+      ModelConfig plain = c;
+      plain.rope_scaling = RopeScaling{};
+      const std::vector<float> base = rope_inv_freq(plain), scaled = rope_inv_freq(c);
+      const std::vector<float> got = g.read_f32("rope_freqs.weight");
+      ASSERT_EQ(got.size(), base.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(base[i] / got[i], scaled[i]) << i;
+      // The lowest frequency (wavelength beyond the pretraining context) is divided by the factor.
+      EXPECT_EQ(got.back(), float(c.rope_scaling.factor));
+      EXPECT_EQ(g.find(a + ".rope.scaling.type"), nullptr);
+      // The importer reads the file back (rope_freqs ignored: the config carries it).
+      const ModelLayout l = ModelLayout::build(c);
+      EXPECT_NO_THROW(load_units(c, l, out, true));
+    } else {
+      EXPECT_EQ(g.find_tensor("rope_freqs.weight"), nullptr);
+      const bool yarn = c.rope_scaling.type == RopeScaling::Type::yarn;
+      EXPECT_EQ(g.get(a + ".rope.scaling.type").as_string("k"), yarn ? "yarn" : "linear");
+      EXPECT_EQ(g.get(a + ".rope.scaling.factor").as_double("k"), c.rope_scaling.factor);
+      if (yarn)
+        EXPECT_EQ(g.get(a + ".rope.scaling.original_context_length").as_int("k"),
+                  c.rope_scaling.original_max_position_embeddings);
+    }
+    EXPECT_EQ(float(g.get(a + ".rope.freq_base").as_double("k")), float(c.rope_theta)) << name;
+  }
+}
+
+// The command's own checks: each names the flag and the fix; nothing is written.
+TEST(GgufExport, CommandRefusesBadFlagsAndModelsWithoutTokenizer) {
+  TempDir t("gguf-cli");
+  const fs::path m = t.path / "m";
+  ASSERT_EQ(test::run_cli({"init", "--size", "tiny", "--out", m.string()}).exit_code, 0);
+  const std::string out = (t.path / "x.gguf").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--format", "onnx", "--out", out}, "--format \"onnx\" is unknown"},
+      {{"--format", "gguf", "--type", "q4_0", "--out", out}, "--type \"q4_0\" is unknown; use f16, bf16 or q8_0"},
+      {{"--format", "gguf", "--out", t.path.string()}, "is a directory; give a file name"},
+      {{"--format", "gguf", "--out", (t.path / "no/x.gguf").string()}, "does not exist"},
+      {{"--format", "gguf", "--out", out}, "no tokenizer.json; a GGUF file carries its tokenizer"},
+  };
+  for (auto& c : cases) {
+    std::vector<std::string> args = {"export", "--model", m.string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+  }
+  for (auto& e : fs::directory_iterator(t.path)) EXPECT_NE(e.path().extension(), ".gguf") << e.path();
+}
+
+}  // namespace
+}  // namespace sf
