@@ -1,5 +1,5 @@
-// Which slideformer made a file: the git commit of the build (`git describe --always --dirty`
-// when CMake configured it), written into model cards so a model can be traced to its code.
+// Which slideformer made a file: the git commit of the build (`git describe --always --dirty`,
+// re-read at every build by the sf_build_commit target), written into model cards so a model can be traced to its code.
 #pragma once
 #include <string_view>
 
