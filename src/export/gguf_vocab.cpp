@@ -114,8 +114,6 @@ std::vector<float> merge_scores(const Vocab& v) {
     if (sp != std::string::npos && it != id_of.end() && scores[it->second] == -1e9f)
       scores[it->second] = -float(r);
   }
-  for (size_t i = 0; i < v.tokens.size(); ++i)
-    if (v.types[i] != gguf_token_type::normal) scores[i] = 0;  // never merged: matched whole
   return scores;
 }
 

@@ -6,7 +6,8 @@
 // a byte-fallback vocabulary).
 // "llama" vocabularies carry scores, which llama.cpp's SentencePiece tokenizer uses to pick
 // the next merge (highest first): a token made by merge rank r scores -r, so merges happen in
-// the BPE's own order; tokens no merge makes score -1e9, below every merge.
+// the BPE's own order; tokens no merge makes (single characters, bytes, added and control
+// tokens, which llama.cpp matches whole) score -1e9, so no merge ever prefers to form them.
 // The pre-tokenizer name (gpt2 vocabularies) is recognised from the pre_tokenizer's
 // structure: ByteLevel alone "gpt-2", Digits + ByteLevel "smollm", the Llama 3 split regex
 // "llama-bpe", Qwen's "qwen2"; anything else "default", with a note.
