@@ -46,11 +46,8 @@ DType parse_save_dtype(const std::string& s) {
 // The model's vocabulary must hold every id of the tokenizer it ships with (added tokens
 // included). A named shape takes the tokenizer's size rounded up to a multiple of 64, as the
 // presets round GPT-2's 50257 to 50304; a --from-config shape must already be large enough.
-static void size_vocab_for_tokenizer(ModelConfig& cfg, const fs::path& dir,
+static void size_vocab_for_tokenizer(ModelConfig& cfg, const Tokenizer& tok, const fs::path& dir,
                                      const std::string& from_config) {
-  SF_REQUIRE(fs::exists(dir / "tokenizer.json"), "init: --tokenizer ", dir.string(),
-             ": no tokenizer.json there; point it at a Hugging Face model or tokenizer directory");
-  const Tokenizer tok = Tokenizer::load(dir);
   int64_t n = tok.vocab_size();
   while (!tok.id_to_token(int32_t(n)).empty()) ++n;  // ids run past the count (a gap below)
   if (from_config.empty()) {
@@ -66,6 +63,23 @@ static void size_vocab_for_tokenizer(ModelConfig& cfg, const fs::path& dir,
                " tokens incl. added ones); set vocab_size to at least ", n,
                " (a multiple of 64, e.g. ", (n + 63) / 64 * 64, ")");
   }
+}
+
+// config.json's bos/eos/pad ids are the tokenizer's (tokenizer_config.json's bos_token,
+// eos_token, pad_token): a shape's defaults (Llama's 1 and 2) name other tokens in another
+// vocabulary. A token the tokenizer does not define leaves bos null and pad absent.
+static void take_special_ids(ModelConfig& cfg, const Tokenizer& tok) {
+  cfg.bos_token_id = tok.bos_id() ? *tok.bos_id() : -1;
+  cfg.eos_token_ids.clear();
+  if (tok.eos_id()) cfg.eos_token_ids.push_back(*tok.eos_id());
+  if (!cfg.extra.is_object()) cfg.extra = nlohmann::json::object();
+  cfg.extra.erase("pad_token_id");
+  if (tok.pad_id()) cfg.extra["pad_token_id"] = *tok.pad_id();
+  auto text = [&](std::optional<int32_t> id) {
+    return id ? cat(*id, " (", tok.id_to_token(*id), ")") : std::string("none");
+  };
+  std::cout << "token ids from the tokenizer: bos " << text(tok.bos_id()) << ", eos "
+            << text(tok.eos_id()) << ", pad " << text(tok.pad_id()) << "\n";
 }
 
 void add_init_command(CLI::App& app) {
@@ -98,7 +112,15 @@ void add_init_command(CLI::App& app) {
                "init: --out ", o->out, " already exists and is not empty; pass --overwrite to "
                "replace it, or choose another --out");
     ModelConfig cfg = o->config.empty() ? model_preset(o->size) : load_config(o->config);
-    if (!o->tokenizer.empty()) size_vocab_for_tokenizer(cfg, o->tokenizer, o->config);
+    if (!o->tokenizer.empty()) {
+      const fs::path dir = o->tokenizer;
+      SF_REQUIRE(fs::exists(dir / "tokenizer.json"), "init: --tokenizer ", dir.string(),
+                 ": no tokenizer.json there; point it at a Hugging Face model or tokenizer "
+                 "directory");
+      const Tokenizer tok = Tokenizer::load(dir);
+      size_vocab_for_tokenizer(cfg, tok, dir, o->config);
+      take_special_ids(cfg, tok);
+    }
     ModelLayout layout = ModelLayout::build(cfg);
     ParamStore store(state_units(layout));  // reuses the trainer's memory type; m/v stay untouched
     for (int u = 0; u < store.n_units(); ++u)
@@ -185,7 +207,7 @@ void add_plan_command(CLI::App& app) {
 }
 
 // RoPE and context as the model computes them, e.g. "RoPE yarn, theta 1000000, factor 4
-// (from 32768), attention x1.139; max 131072; sliding window 4096".
+// (from 32768), beta_fast 32, beta_slow 1, attention x1.139; max 131072; sliding window 4096".
 static std::string rope_summary(const ModelConfig& c) {
   std::ostringstream o;
   o << std::setprecision(10) << std::defaultfloat << "RoPE " << rope_type_name(c.rope_scaling.type) << ", theta "
@@ -194,6 +216,10 @@ static std::string rope_summary(const ModelConfig& c) {
   if (rs.type != RopeScaling::Type::none) o << ", factor " << rs.factor;
   if (rs.type == RopeScaling::Type::llama3 || rs.type == RopeScaling::Type::yarn)
     o << " (from " << rs.original_max_position_embeddings << ")";
+  if (rs.type == RopeScaling::Type::llama3)
+    o << ", low_freq_factor " << rs.low_freq_factor << ", high_freq_factor " << rs.high_freq_factor;
+  if (rs.type == RopeScaling::Type::yarn)  // absent betas are transformers' 32 and 1
+    o << ", beta_fast " << rs.beta_fast.value_or(32.0) << ", beta_slow " << rs.beta_slow.value_or(1.0);
   if (double a = rope_attention_scaling(c); a != 1.0) o << ", attention x" << std::setprecision(4) << a;
   o << "; max " << c.max_position_embeddings;
   if (c.sliding_window) o << "; sliding window " << c.sliding_window;

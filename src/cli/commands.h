@@ -12,5 +12,6 @@ void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace sf::cli

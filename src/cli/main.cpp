@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   sf::cli::add_bench_command(app);
   sf::cli::add_generate_command(app);
   sf::cli::add_chat_command(app);
+  sf::cli::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

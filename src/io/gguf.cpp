@@ -122,6 +122,13 @@ bool gguf_can_read_f32(uint32_t t) {
          t == ggml_type::Q8_0 || t == ggml_type::Q4_1;
 }
 
+std::optional<uint64_t> gguf_tensor_bytes(uint32_t id, int64_t ne0, int64_t numel) {
+  const TensorTypeRow* r = tensor_type(id);
+  if (!r || ne0 <= 0 || numel < 0 || ne0 % int64_t(r->block) != 0 || numel % ne0 != 0)
+    return std::nullopt;
+  return uint64_t(numel) / r->block * r->bytes;
+}
+
 // ---- GgufValue ------------------------------------------------------------------------------
 
 bool GgufValue::is_integer() const {

@@ -91,6 +91,9 @@ constexpr uint32_t F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, BF16 = 30;
 }
 std::string gguf_tensor_type_name(uint32_t ggml_type);  // "Q4_1", or "type 99 (unknown)"
 bool gguf_can_read_f32(uint32_t ggml_type);            // F32, F16, BF16, Q8_0, Q4_1
+// Bytes of `numel` elements of a known type whose innermost dimension `ne0` is a whole number
+// of its blocks; nullopt otherwise (an unknown type, or ne0 not a multiple of the block).
+std::optional<uint64_t> gguf_tensor_bytes(uint32_t ggml_type, int64_t ne0, int64_t numel);
 
 struct GgufTensorInfo {
   std::string name;

@@ -23,7 +23,8 @@ constexpr Leaf kLayerLeaves[] = {
     {"attn_k", "self_attn.k_proj"},     {"attn_v", "self_attn.v_proj"},
     {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
     {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
+    {"ffn_down", "mlp.down_proj"},      {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
 };
 
 std::string list_names(const std::vector<std::string>& names, size_t max = 5) {
@@ -57,6 +58,40 @@ std::optional<std::string> gguf_llama_hf_name(std::string_view n) {
   for (auto& l : kLayerLeaves)
     if (leaf == l.gguf) return cat("model.layers.", layer, ".", l.hf, ".", suffix);
   return std::nullopt;
+}
+
+std::optional<std::string> gguf_name_for_hf(std::string_view n) {
+  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.norm.weight") return "output_norm.weight";
+  if (n == "lm_head.weight") return "output.weight";
+  constexpr std::string_view layers = "model.layers.";
+  if (n.substr(0, layers.size()) != layers) return std::nullopt;
+  n.remove_prefix(layers.size());
+  const size_t dot = n.find('.'), last = n.rfind('.');
+  if (dot == std::string_view::npos || last <= dot) return std::nullopt;
+  const std::string_view layer = n.substr(0, dot), leaf = n.substr(dot + 1, last - dot - 1);
+  const std::string_view suffix = n.substr(last + 1);
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), [](char ch) {
+        return std::isdigit(static_cast<unsigned char>(ch));
+      }))
+    return std::nullopt;
+  if (suffix != "weight" && suffix != "bias") return std::nullopt;
+  for (auto& l : kLayerLeaves)
+    if (leaf == l.hf) return cat("blk.", layer, ".", l.gguf, ".", suffix);
+  return std::nullopt;
+}
+
+void permute_qk_rows(const float* src, float* dst, int64_t rows, int64_t cols,
+                     int64_t n_heads) {
+  SF_CHECK(n_heads > 0 && rows % (2 * n_heads) == 0, "q/k rows ", rows,
+           " are not a whole number of heads of even size (", n_heads, " heads)");
+  const int64_t D = rows / n_heads, half = D / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t i = 0; i < half; ++i) {
+        const float* s = src + (h * D + j * half + i) * cols;
+        std::copy(s, s + cols, dst + (h * D + 2 * i + j) * cols);
+      }
 }
 
 void unpermute_qk_rows(const float* src, float* dst, int64_t rows, int64_t cols,

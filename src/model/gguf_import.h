@@ -4,7 +4,7 @@
 // dir, gguf_file=...)): gguf-py's dequantization (io/gguf.h) and the reverse of llama.cpp's
 // Q/K row permutation, bit for bit.
 //
-// Names: token_embd -> model.embed_tokens, output_norm -> model.norm, output -> lm_head,
+// Names (both directions): token_embd -> model.embed_tokens, output_norm -> model.norm, output -> lm_head,
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}
 // -> model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
 // mlp.{gate,up,down}_proj}, each .weight (and .bias) unchanged.
@@ -36,6 +36,15 @@ namespace sf {
 // The Hugging Face name of a llama-architecture GGUF tensor, or nullopt for a name outside
 // the mapping.
 std::optional<std::string> gguf_llama_hf_name(std::string_view gguf_name);
+
+// The llama.cpp name of a Hugging Face tensor (the inverse of gguf_llama_hf_name, plus
+// Qwen3's self_attn.{q,k}_norm -> blk.N.attn_{q,k}_norm), or nullopt outside the mapping.
+std::optional<std::string> gguf_name_for_hf(std::string_view hf_name);
+
+// dst[rows, cols] in llama.cpp's interleaved order from src in HF's order (what its
+// converter does to a llama-family q or k projection); the inverse of unpermute_qk_rows.
+void permute_qk_rows(const float* src, float* dst, int64_t rows, int64_t cols,
+                     int64_t n_heads);
 
 // dst[rows, cols] (row-major, HF order) from src[rows, cols] in llama.cpp's permuted order,
 // for a q or k projection (weight or bias: cols = 1) of n_heads heads. dst != src.

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "train/model_card.h"
 
 namespace sf {
 
@@ -100,6 +101,10 @@ fs::path save_checkpoint(const fs::path& out, int64_t step, const CheckpointCont
     std::vector<const float*> w;
     for (int u = 0; u < c.store->n_units(); ++u) w.push_back(c.store->master(u));
     write_model_files(tmp, *c.config, *c.layout, w, c.model);
+    const nlohmann::json settings = c.trainer_state.value("settings", nlohmann::json::object());
+    write_file_atomic(tmp / "README.md",
+                      model_card_markdown(c.trainer_state, *c.config,
+                                          settings.value("model", std::string())));
     hook("checkpoint:model-written");
     write_resume_tensors(tmp / kResumeDir, *c.layout, *c.store, step);
     fsync_dir(tmp / kResumeDir);

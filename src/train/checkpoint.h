@@ -1,5 +1,6 @@
 // Training checkpoints: <out>/checkpoint-<step>/ holds
-//   config.json, model*.safetensors (+ index), tokenizer files   a Hugging Face model directory
+//   config.json, model*.safetensors (+ index), tokenizer files,  a Hugging Face model directory
+//   generation_config.json, README.md (train/model_card.h)
 //   resume/master.safetensors                                    fp32 master weights
 //   resume/adam_m.safetensors, resume/adam_v.safetensors         AdamW moments (fp32)
 //   trainer_state.json                                           step, RNG, data position,

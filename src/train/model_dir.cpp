@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "export/generation_config.h"
 #include "io/atomic_file.h"
 #include "model/weights_io.h"
 
@@ -51,6 +52,9 @@ void write_model_files(const fs::path& dir, const ModelConfig& config, const Mod
   save_config(out, dir / "config.json");
   save_model_weights(dir, out, layout, unit_weights, opt.dtype, opt.max_shard_bytes);
   if (!opt.tokenizer_dir.empty()) copy_tokenizer_files(opt.tokenizer_dir, dir);
+  // After the copy: the source's generation_config.json is the base, ours replaces it.
+  write_file_atomic(dir / "generation_config.json",
+                    generation_config_json(out, opt.tokenizer_dir).dump(2) + "\n");
 }
 
 void save_model_dir(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,

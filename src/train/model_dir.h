@@ -1,5 +1,5 @@
 // Saving a whole Hugging Face model directory (config.json, safetensors shards + index,
-// tokenizer files) so that a crash at any moment leaves the previous directory intact:
+// tokenizer files, generation_config.json: export/generation_config.h) so that a crash at any moment leaves the previous directory intact:
 // everything is written into "<dir>.tmp.<pid>", fsynced, and renamed over <dir> at the end.
 #pragma once
 #include <filesystem>
