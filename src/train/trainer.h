@@ -80,6 +80,7 @@ class Trainer {
 
   // ---- start and set-up, in this order
   void resolve_start(const TrainOptions& requested);
+  bool already_done();  // the run's length is reached (said so); sets result_.total_steps
   void set_up();
   void load_model();
   void open_data();
@@ -87,12 +88,14 @@ class Trainer {
   void restore_run_position();
   void open_logs();
   void announce();
+  void announce_schedule();
   // ---- the loop
   bool stop_requested() const;
   void evaluate_at_start();
   void one_step();
   StepReport train_step();
   nlohmann::json step_record(const StepReport& r) const;
+  std::string divergence(const StepReport& r) const;
   void warn_if_not_finite(const StepReport& r);
   double evaluate_if_due(nlohmann::json& record);
   double evaluate();
@@ -118,6 +121,7 @@ class Trainer {
   std::vector<CheckpointRef> earlier_;  // fresh run: an earlier run's, deleted after set-up
   Checkpointer checkpointer_;
   TrainResult result_;
+  nlohmann::json schedule_changes_ = nlohmann::json::array();  // trainer_state.json's
 
   ModelSource src_;
   ModelLayout layout_;
@@ -128,6 +132,7 @@ class Trainer {
   MetricsLog metrics_;
 
   TrainerRng rng_;
+  int64_t rows_per_epoch_ = 0;       // training rows per pass (measured with --epochs)
   int64_t step_ = 0;                 // steps done (of the whole run)
   int64_t tokens_seen_ = 0;          // of the whole run
   double elapsed_before_ = 0;        // seconds of the run's earlier sessions
