@@ -278,8 +278,11 @@ void Trainer::open_logs() {
       say(cat("removed ", earlier_.size(), " checkpoint(s) of an earlier run in ", out_.string()));
     std::error_code ec;
     for (const char* f : {"latest", "loss.png"}) fs::remove(out_ / f, ec);
-    if (opt_.tensorboard == TensorBoardLog::off) fs::remove_all(out_ / "tensorboard", ec);
   }
+  // Event files of earlier sessions may hold steps past the checkpoint: with the log off they
+  // go too, rather than show a history the run went back on.
+  std::error_code ec;
+  if (opt_.tensorboard == TensorBoardLog::off) fs::remove_all(out_ / "tensorboard", ec);
   metrics_ = MetricsLog(out_, std::move(history), plot_title(cfg(), opt_), opt_.tensorboard);
 }
 

@@ -125,6 +125,25 @@ TEST(Conventions, BundledExampleTrainsForEpochsAndShowsTheStepCount) {
   EXPECT_TRUE(contains(r.output, "; 4 steps of 1 x 2 x 256 tokens")) << r.output;
 }
 
+TEST(Conventions, EpochsOfAJsonlDatasetCountItsPackedRows) {
+  TempDir tmp("sf-cli-epochs-jsonl");
+  const fs::path data = fs::path(SF_SOURCE_DIR) / "examples" / "sotu" / "sotu.jsonl";
+  auto r = run_cli({"train", "--data", data.string(), "--epochs", "0.005", "--batch-size", "2",
+                    "--seq-len", "128", "--backend", "host", "--eval-every", "0", "--out",
+                    (tmp.path / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The rows the data loader packs per epoch (its own log line) are the rows the steps count.
+  std::smatch packed, counted;
+  ASSERT_TRUE(std::regex_search(r.output, packed, std::regex(R"(in (\d+) rows of up to 128 tokens per epoch)")))
+      << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, counted, std::regex(R"(\(--epochs 0\.005: (\d+) training rows per pass)")))
+      << r.output;
+  EXPECT_EQ(packed[1], counted[1]);
+  const int64_t want = int64_t(std::ceil(0.005 * std::stod(packed[1]) / 2.0));
+  EXPECT_TRUE(contains(r.output, "; " + std::to_string(want) + " steps of 1 x 2 x 128 tokens"))
+      << want << "\n" << r.output;
+}
+
 TEST(Conventions, FullFineTuningDefaultsAndTheHighLrWarning) {
   Fixture fx;
   auto r = run_cli({"train", "--model", fx.model.string(), "--data", fx.tokens.string(),
