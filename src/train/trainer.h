@@ -1,7 +1,7 @@
 // The training loop: data (data/data_source.h), learning-rate schedule, step execution,
 // evaluation, progress display, metrics log (train/metrics_log.h: <out>/metrics.jsonl, one
-// JSON object per step, rewritten from the checkpoint on resume, then appended; the loss plot
-// <out>/loss.png), checkpoints (train/checkpointer.h) every save_every steps, at the end and
+// JSON object per step, with metrics.csv and TensorBoard event files beside it, rewritten from
+// the checkpoint on resume, then appended; the loss plot <out>/loss.png), checkpoints (train/checkpointer.h) every save_every steps, at the end and
 // when a stop is requested, and exact resume from a checkpoint (train/trainer_state.h).
 //
 // Exact resume: a run resumed from checkpoint-k computes the same losses and ends with the
@@ -10,8 +10,10 @@
 // m and v and step count, the data stream position, the RNG state, the schedule and every
 // setting that shapes the computation. Settings recorded in the checkpoint win over the
 // options unless an option is named in `explicit_options` (the user set it), in which case a
-// different value is an error naming the flag; --steps may change (it re-shapes the schedule;
-// train/run_settings.h).
+// different value is an error naming the flag, except the learning-rate schedule and the
+// run's length (--steps / --epochs), which may change with a warning and are recorded
+// (train/run_settings.h). A diverged step (non-finite loss, gradient norm 0) ends the run with
+// Error(input) before anything is saved.
 #pragma once
 #include <chrono>
 #include <cstdint>
