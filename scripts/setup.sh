@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev
-      libopenblas-dev libgtest-dev libgmock-dev liburing-dev libnuma-dev zlib1g-dev
+      libopenblas-dev libgtest-dev libgmock-dev liburing-dev libnuma-dev zlib1g-dev libyaml-cpp-dev
       curl ca-certificates unzip)  # the last three: scripts/fetch_test_model.sh
 missing=()
 for p in "${PKGS[@]}"; do

@@ -83,8 +83,9 @@ std::string commands_list(CLI::App& app) {
   return s;
 }
 
-// "a whole number" etc. for CLI11's type names, and a value of that type to show.
-std::pair<std::string, std::string> kind_and_example(const CLI::Option* o) {
+}  // namespace
+
+std::pair<std::string, std::string> value_kind_and_example(const CLI::Option* o) {
   const std::string t = o->get_type_name();
   std::string kind = "a valid value", example = "VALUE";
   if (t == "INT") kind = "a whole number", example = "8";
@@ -94,6 +95,8 @@ std::pair<std::string, std::string> kind_and_example(const CLI::Option* o) {
   if (!d.empty() && d != "\"\"" && t != "TEXT") example = d;
   return {kind, example};
 }
+
+namespace {
 
 std::string joined_results(const CLI::Option* o) {
   std::string v;
@@ -177,13 +180,13 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e,
                     : what + "; " + help;
     }
   } else if (dynamic_cast<const CLI::ConversionError*>(&e) && opt) {
-    auto [kind, example] = kind_and_example(opt);
+    auto [kind, example] = value_kind_and_example(opt);
     std::string v = joined_results(opt);
     if (v.empty() && what.find(" = ") != std::string::npos) v = what.substr(what.find(" = ") + 3);
     msg = flag_name(opt) + " \"" + v + "\" is not " + kind + "; pass e.g. " + flag_name(opt) +
           " " + example + " (" + opt->get_description() + ")";
   } else if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && opt) {
-    auto [kind, example] = kind_and_example(opt);
+    auto [kind, example] = value_kind_and_example(opt);
     msg = flag_name(opt) + " needs a value (" + opt->get_description() + "); pass e.g. " +
           flag_name(opt) + " " + example;
   } else if (dynamic_cast<const CLI::ValidationError*>(&e) && opt) {

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,11 @@ size_t edit_distance(std::string_view a, std::string_view b);
 // within a third of the word's length (at least 1), else the one `word` is a prefix of (3
 // characters or more); "" when none.
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates);
+
+// What a value of option `o` looks like, for messages: ("a whole number", "8") and the like
+// (a number, a whole number 0 or more, a valid value), with the option's default as the
+// example where it has one.
+std::pair<std::string, std::string> value_kind_and_example(const CLI::Option* o);
 
 // Writes the message for `e` to `err` ("slideformer: error: ..."; the help text for --help)
 // and returns the exit status: 0 for --help, the requested status for CLI::RuntimeError (the

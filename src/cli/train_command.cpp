@@ -1,10 +1,9 @@
 // slideformer train: flags and a config file -> TrainOptions -> run_training, with SIGINT /
 // SIGTERM turned into "finish the step, save a checkpoint, exit" (a second one exits at once).
 //
-// Config file: `slideformer train --config run.toml` reads `key = value` lines (TOML or INI;
-// keys are the long flag names, with - or _; an optional [train] section). Flags given on
-// the command line win over the file; an unknown key or a bad value is an error naming the
-// file and the key. `--print-config` prints the effective settings in that format and exits.
+// Config file (cli/config_file.h): `--config run.toml` or `--config run.yaml`, keys are the
+// long flag names; flags given on the command line win over the file. `--print-config` prints
+// the effective settings in TOML form and exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/data_source.h"
@@ -159,43 +159,21 @@ struct Flags {
   }
 };
 
-// Applies `path` to the options of `cmd` that the command line did not set.
-void apply_config_file(CLI::App* cmd, const std::string& path) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(path);
-  } catch (const CLI::Error& e) {
-    SF_FAIL(input, "--config ", path, ": cannot read (", e.what(), ")");
-  }
-  std::set<std::string> seen;
-  for (auto& it : items) {
-    if (it.name == "++" || it.name == "--") continue;  // section markers
-    std::string key = it.name;
-    for (char& c : key)
-      if (c == '_') c = '-';
-    const bool top = it.parents.empty() || (it.parents.size() == 1 && it.parents[0] == "train");
-    SF_REQUIRE(top, path, ": \"", it.fullname(),
-               "\" is not a train option; put options at the top level or under [train]");
-    SF_REQUIRE(key != "config" && key != "print-config" && key != "help", path, ": \"", key,
-               "\" cannot be set from a config file");
-    SF_REQUIRE(key.rfind("no-", 0) != 0, path, ": write \"", key.substr(3), " = false\" instead of \"",
-               it.name, "\"");
-    CLI::Option* opt = cmd->get_option_no_throw("--" + key);
-    SF_REQUIRE(opt, path, ": unknown option \"", it.name,
-               "\"; the keys are the long flags of `slideformer train --help` without the "
-               "leading --");
-    SF_REQUIRE(seen.insert(opt->get_lnames().front()).second, path, ": \"", key,
-               "\" is set twice (or under another of its names)");
-    if (opt->count() > 0) continue;  // the command line wins
-    try {
-      opt->add_result(it.inputs);
-      opt->run_callback();
-    } catch (const CLI::Error& e) {
-      std::string v;
-      for (auto& s : it.inputs) v += (v.empty() ? "" : ", ") + s;
-      SF_FAIL(input, path, ": ", key, " = ", v, ": ", e.what(), " (see --", key, " in --help)");
-    }
-  }
+// Full fine-tuning defaults (docs/TRAINING.md, "Learning rate": TRL's SFTTrainer and the
+// full fine-tuning recipes of torchtune and Axolotl train at 2e-5; a 3% warmup as the
+// Alpaca/Vicuna recipes that TRL's examples follow).
+constexpr double kDefaultFullFineTuneLr = 2e-5;
+constexpr double kDefaultWarmupRatio = 0.03;
+
+// --print-config writes one of each pair of exclusive options (the one in force), so that the
+// file reads back; --resume only when resuming.
+bool printed_in_config(const std::string& name, const TrainOptions& o) {
+  if (name == "resume") return !o.resume.empty();
+  if (name == "steps") return o.epochs == 0;
+  if (name == "epochs") return o.epochs > 0;
+  if (name == "warmup-steps") return o.warmup_ratio == 0;
+  if (name == "warmup-ratio") return o.warmup_ratio > 0;
+  return true;
 }
 
 }  // namespace
@@ -205,7 +183,7 @@ void add_train_command(CLI::App& app) {
     TrainOptions o;
     std::string schedule = "cosine", dtype = "auto", progress = "auto", config;
     std::vector<std::string> data;  // --data values (joined into o.tokens_file)
-    bool print_config = false, quiet = false;
+    bool print_config = false, quiet = false, tensorboard = true;
     Flags flags;
   };
   auto st = std::make_shared<State>();
@@ -215,7 +193,8 @@ void add_train_command(CLI::App& app) {
   Flags& f = st->flags;
   f.cmd = cmd;
   cmd->add_option("--config", st->config,
-                  "read options from a TOML/INI file (keys: these flags without --); flags win");
+                  "read options from a TOML/INI or YAML (.yaml, .yml) file (keys: these flags without --, "
+                  "with - or _); flags win");
   cmd->add_flag("--print-config", st->print_config,
                 "print the effective options in config-file form and exit");
   f.add("model", o.model_dir, "Hugging Face model directory (default: the bundled example)");
@@ -252,18 +231,28 @@ void add_train_command(CLI::App& app) {
         "separate evaluation data (JSONL, same format rules) instead of --eval-fraction");
   f.add("out", o.out_dir, "output directory: checkpoint-<step>/, latest, metrics.jsonl, loss.png");
   f.add("example-size", o.example_size, "model shape for the bundled example");
-  f.add("steps", o.steps, "optimizer steps (bundled example: 50)");
+  f.add("steps", o.steps, "optimizer steps (bundled example: 50); or --epochs");
+  f.add("epochs", o.epochs,
+        "passes over the training data instead of --steps (fractions allowed): the steps are "
+        "ceil(epochs x training rows / (batch-size x grad-accum)); 0: use --steps",
+        "num-train-epochs");
   f.add("batch-size", o.batch_size, "sequences per micro-batch (bundled example: 8)",
         "per-device-train-batch-size");
   f.add("seq-len", o.seq_len, "tokens per sequence (bundled example: 64)", "max-seq-length");
   f.add("grad-accum", o.grad_accum, "micro-batches per optimizer step",
         "gradient-accumulation-steps");
-  f.add("lr", o.schedule.lr, "peak learning rate (bundled example: 3e-3)", "learning-rate")
-      ->default_val(3e-4);
+  f.add("lr", o.schedule.lr,
+        "peak learning rate (full fine-tuning default, as TRL's SFTTrainer; bundled example: "
+        "3e-3)",
+        "learning-rate")
+      ->default_val(kDefaultFullFineTuneLr);
   f.add("lr-schedule", st->schedule, "constant, cosine or linear (after warmup)");
   f.add("warmup-steps", o.schedule.warmup_steps,
         "linear warmup steps W, as transformers counts them: step 1 at lr 0, step W+1 at the "
-        "peak (bundled example: 5)");
+        "peak (bundled example: 5); or --warmup-ratio");
+  f.add("warmup-ratio", o.warmup_ratio,
+        "warmup as a share of the steps, in [0, 1): ceil(ratio x steps) warmup steps (with "
+        "--model and no --warmup-steps: 0.03)");
   f.add("min-lr-ratio", o.schedule.min_lr_ratio, "final lr / peak lr");
   f.add("weight-decay", o.hyper.weight_decay, "decoupled weight decay (not on norms/biases)");
   f.add("beta1", o.hyper.beta1, "AdamW beta1");
@@ -301,6 +290,10 @@ void add_train_command(CLI::App& app) {
         "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
   f.add("dtype", st->dtype, "dtype of the saved weights: auto (the model's torch_dtype), bf16, f16, f32");
   cmd->add_flag("--quiet", st->quiet, "no progress output (same as --progress none)");
+  f.shown.push_back({"tensorboard", [st] { return toml_value(st->tensorboard); }});
+  cmd->add_flag("--tensorboard,!--no-tensorboard", st->tensorboard,
+                "write TensorBoard event files under <out>/tensorboard/ (default; "
+                "--no-tensorboard: none)");
 
   cmd->callback([st, cmd] {
     TrainOptions& o = st->o;
@@ -313,15 +306,21 @@ void add_train_command(CLI::App& app) {
 
     if (o.model_dir.empty()) {
       // The bundled example: a tiny model from scratch on 2 CPU cores in well under a minute.
-      if (!given("steps")) o.steps = 50;
+      if (!given("steps") && !given("epochs")) o.steps = 50;
       if (!given("batch-size")) o.batch_size = 8;
       if (!given("seq-len")) o.seq_len = 64;
       if (!given("lr")) o.schedule.lr = 3e-3;
-      if (!given("warmup-steps")) o.schedule.warmup_steps = std::min<int64_t>(5, o.steps / 4);
+      // 5 of its 50 steps; with --epochs (steps not known yet) the same share.
+      if (!given("warmup-steps") && !given("warmup-ratio")) {
+        if (given("epochs")) o.warmup_ratio = 0.1;
+        else o.schedule.warmup_steps = std::min<int64_t>(5, o.steps / 4);
+      }
       if (!given("eval-every")) o.eval_every = 10;
       // The demo's default output is scratch: running it again starts it again.
       if (!given("out") && !given("overwrite")) o.overwrite = true;
       o.examples_dir = examples_dir();
+    } else if (!given("warmup-steps") && !given("warmup-ratio")) {
+      o.warmup_ratio = kDefaultWarmupRatio;  // full fine-tuning: a short warmup by default
     }
     SF_REQUIRE(!(given("overwrite") && given("resume")),
                "--overwrite and --resume contradict each other; pass one of them");
@@ -347,12 +346,13 @@ void add_train_command(CLI::App& app) {
     else
       SF_FAIL(input, "--progress \"", st->progress, "\" is unknown; use auto, bar, lines or none");
     o.columns = terminal_columns(STDOUT_FILENO);
+    o.tensorboard = st->tensorboard ? TensorBoardLog::on : TensorBoardLog::off;
     validate_train_options(o);
 
     if (st->print_config) {
       std::cout << "# slideformer train options (pass back with --config FILE)\n";
       for (auto& [name, show] : st->flags.shown)
-        if (name != "resume" || !o.resume.empty()) std::cout << name << " = " << show() << "\n";
+        if (printed_in_config(name, o)) std::cout << name << " = " << show() << "\n";
       return;
     }
 
@@ -362,7 +362,7 @@ void add_train_command(CLI::App& app) {
     TrainResult r = run_training(o, std::cout);
     if (r.stopped) {
       const int sig = g_stop_signal.load();
-      std::cout << "stopped at step " << r.end_step << " of " << o.steps;
+      std::cout << "stopped at step " << r.end_step << " of " << r.total_steps;
       if (!r.checkpoint.empty()) {
         std::cout << "; checkpoint " << r.checkpoint.string() << "\n"
                   << "resume with: slideformer train --out " << o.out_dir.string()

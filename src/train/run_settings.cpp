@@ -29,15 +29,6 @@ const std::vector<Setting>& fixed_settings() {
        [](TrainOptions& o, const json& j) { o.seq_len = j.get<int>(); }},
       {"grad-accum", [](const TrainOptions& o) { return json(o.grad_accum); },
        [](TrainOptions& o, const json& j) { o.grad_accum = j.get<int>(); }},
-      {"lr", [](const TrainOptions& o) { return json(o.schedule.lr); },
-       [](TrainOptions& o, const json& j) { o.schedule.lr = j.get<double>(); }},
-      {"lr-schedule",
-       [](const TrainOptions& o) { return json(std::string(LrSchedule::kind_name(o.schedule.kind))); },
-       [](TrainOptions& o, const json& j) { o.schedule.kind = LrSchedule::parse_kind(j.get<std::string>()); }},
-      {"warmup-steps", [](const TrainOptions& o) { return json(o.schedule.warmup_steps); },
-       [](TrainOptions& o, const json& j) { o.schedule.warmup_steps = j.get<int64_t>(); }},
-      {"min-lr-ratio", [](const TrainOptions& o) { return json(o.schedule.min_lr_ratio); },
-       [](TrainOptions& o, const json& j) { o.schedule.min_lr_ratio = j.get<double>(); }},
       {"weight-decay", [](const TrainOptions& o) { return json(o.hyper.weight_decay); },
        [](TrainOptions& o, const json& j) { o.hyper.weight_decay = j.get<float>(); }},
       {"beta1", [](const TrainOptions& o) { return json(o.hyper.beta1); },
@@ -56,6 +47,35 @@ const std::vector<Setting>& fixed_settings() {
        [](TrainOptions& o, const json& j) { o.eval_fraction = j.get<double>(); }},
       {"eval-batches", [](const TrainOptions& o) { return json(o.eval_batches); },
        [](TrainOptions& o, const json& j) { o.eval_batches = j.get<int>(); }},
+  };
+  return s;
+}
+
+// The learning-rate schedule: taken from the checkpoint unless given again; a new value is
+// allowed (lowering the lr of a run that misbehaves is common practice), with a warning that
+// names both values, and recorded in trainer_state.json's schedule_changes. Checkpoints of
+// earlier versions lack warmup-ratio: 0, the warmup they ran with.
+struct ScheduleSetting {
+  const char* flag;
+  json (*get)(const TrainOptions&);
+  void (*set)(TrainOptions&, const json&);
+  json fallback;
+};
+
+const std::vector<ScheduleSetting>& schedule_settings() {
+  static const std::vector<ScheduleSetting> s = {
+      {"lr", [](const TrainOptions& o) { return json(o.schedule.lr); },
+       [](TrainOptions& o, const json& j) { o.schedule.lr = j.get<double>(); }, nullptr},
+      {"lr-schedule",
+       [](const TrainOptions& o) { return json(std::string(LrSchedule::kind_name(o.schedule.kind))); },
+       [](TrainOptions& o, const json& j) { o.schedule.kind = LrSchedule::parse_kind(j.get<std::string>()); },
+       nullptr},
+      {"warmup-steps", [](const TrainOptions& o) { return json(o.schedule.warmup_steps); },
+       [](TrainOptions& o, const json& j) { o.schedule.warmup_steps = j.get<int64_t>(); }, nullptr},
+      {"warmup-ratio", [](const TrainOptions& o) { return json(o.warmup_ratio); },
+       [](TrainOptions& o, const json& j) { o.warmup_ratio = j.get<double>(); }, 0.0},
+      {"min-lr-ratio", [](const TrainOptions& o) { return json(o.schedule.min_lr_ratio); },
+       [](TrainOptions& o, const json& j) { o.schedule.min_lr_ratio = j.get<double>(); }, nullptr},
   };
   return s;
 }
@@ -134,7 +154,9 @@ const std::vector<DataSetting>& data_settings() {
 json settings_json(const TrainOptions& o) {
   json j = json::object();
   for (auto& s : fixed_settings()) j[s.flag] = s.get(o);
+  for (auto& s : schedule_settings()) j[s.flag] = s.get(o);
   j["steps"] = o.steps;
+  j["epochs"] = o.epochs;
   j["model"] = o.model_dir.string();
   j["example-size"] = o.example_size;
   j["tokens"] = o.tokens_file.string();
@@ -143,9 +165,63 @@ json settings_json(const TrainOptions& o) {
   return j;
 }
 
+namespace {
+
+// The schedule settings a resumed run uses, into `o`; each given value that differs from the
+// checkpoint's goes into `changes` ({flag: {"from": saved, "to": given}}) with a warning.
+void resume_schedule(TrainOptions& o, const TrainOptions& opt, const json& saved,
+                     json& changes, std::vector<std::string>& notes) {
+  auto given = [&](const char* flag) { return opt.explicit_options.count(flag) > 0; };
+  for (auto& s : schedule_settings()) {
+    SF_REQUIRE(saved.contains(s.flag) || !s.fallback.is_null(), "the checkpoint's settings lack \"",
+               s.flag, "\"; it is damaged or from another version");
+    const json old = saved.contains(s.flag) ? saved.at(s.flag) : s.fallback;
+    if (!given(s.flag)) {
+      s.set(o, old);
+    } else if (s.get(opt) != old) {
+      changes[s.flag] = {{"from", old}, {"to", s.get(opt)}};
+      notes.push_back(cat("warning: --", s.flag, " ", s.get(opt).dump(), " replaces the checkpoint's ",
+                          old.dump(), " from this step on (recorded in trainer_state.json "
+                          "\"schedule_changes\"); the run no longer matches an uninterrupted one"));
+    }
+  }
+  // One warmup rule: a warmup given in steps replaces a recorded ratio, and a ratio given
+  // replaces the recorded steps (derived again from the ratio).
+  if (given("warmup-steps")) o.warmup_ratio = 0;
+}
+
+// --steps / --epochs on resume: the checkpoint's unless given; a new length re-shapes a
+// decaying schedule, so it is noted and recorded like a schedule change.
+void resume_length(TrainOptions& o, const TrainOptions& opt, const json& saved, json& changes,
+                   std::vector<std::string>& notes) {
+  auto given = [&](const char* flag) { return opt.explicit_options.count(flag) > 0; };
+  const int64_t saved_steps = saved.value("steps", int64_t(0));
+  const double saved_epochs = saved.value("epochs", 0.0);
+  if (!given("steps") && !given("epochs")) {
+    o.steps = saved_steps;
+    o.epochs = saved_epochs;
+    return;
+  }
+  const bool steps_given = given("steps");
+  if (steps_given) o.epochs = 0;
+  const json from = saved_epochs > 0 ? json(saved_epochs) : json(saved_steps);
+  const json to = steps_given ? json(o.steps) : json(o.epochs);
+  const char* flag = steps_given ? "steps" : "epochs";
+  if ((saved_epochs > 0) == !steps_given && from == to) return;
+  changes[flag] = {{"from", from}, {"to", to}};
+  if (o.schedule.kind == LrSchedule::Kind::constant) return;
+  notes.push_back(cat("note: --", flag, " ", to.dump(), " differs from the checkpoint's ",
+                      saved_epochs > 0 ? "--epochs " : "--steps ", from.dump(),
+                      ": the learning-rate schedule now spans the new length, so the run no "
+                      "longer matches the original one"));
+}
+
+}  // namespace
+
 // The options a resumed run uses: the checkpoint's settings, except those the user set.
 TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
-                                 const fs::path& ckpt, std::vector<std::string>& notes) {
+                                 const fs::path& ckpt, std::vector<std::string>& notes,
+                                 json& schedule_changes) {
   TrainOptions o = opt;
   auto given = [&](const char* flag) { return opt.explicit_options.count(flag) > 0; };
   for (auto& s : fixed_settings()) {
@@ -159,6 +235,13 @@ TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
               ", or start a new run with another --out");
     s.set(o, v);
   }
+  schedule_changes = json::object();
+  try {
+    resume_schedule(o, opt, saved, schedule_changes, notes);
+  } catch (const Error& e) {
+    SF_FAIL(input, ckpt.string(), "/trainer_state.json: ", e.what());
+  }
+  resume_length(o, opt, saved, schedule_changes, notes);
   if (!given("model")) o.model_dir = saved.value("model", std::string());
   if (!given("example-size")) o.example_size = saved.value("example-size", o.example_size);
   if (!given("tokens") && !given("data")) o.tokens_file = saved.value("tokens", std::string());
@@ -166,14 +249,6 @@ TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
     if (!given(d.flag)) d.set(o, saved.contains(d.flag) ? saved.at(d.flag) : d.fallback);
   for (auto& r : run_settings())
     if (!given(r.flag) && saved.contains(r.flag)) r.set(o, saved.at(r.flag));
-  const int64_t saved_steps = saved.value("steps", int64_t(0));
-  if (!given("steps")) {
-    o.steps = saved_steps;
-  } else if (o.steps != saved_steps && o.schedule.kind != LrSchedule::Kind::constant) {
-    notes.push_back(cat("note: --steps ", o.steps, " differs from the checkpoint's ", saved_steps,
-                        ": the learning-rate schedule now spans ", o.steps,
-                        " steps, so the run no longer matches the original one"));
-  }
   return o;
 }
 

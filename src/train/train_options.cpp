@@ -26,9 +26,22 @@ void validate_train_options(const TrainOptions& o) {
        cat("--lr ", o.schedule.lr, " must be a positive number, e.g. --lr 2e-5"));
   need(o.schedule.warmup_steps >= 0,
        cat("--warmup-steps ", o.schedule.warmup_steps, " must be 0 or more"));
-  need(o.schedule.warmup_steps <= o.steps,
-       cat("--warmup-steps ", o.schedule.warmup_steps, " is longer than --steps ", o.steps,
-           "; use fewer warmup steps"));
+  need(std::isfinite(o.epochs) && o.epochs >= 0,
+       cat("--epochs ", o.epochs, " must be a positive number of passes, e.g. --epochs 3"));
+  const bool both_lengths = o.explicit_options.count("steps") && o.explicit_options.count("epochs");
+  need(!both_lengths, cat("--steps ", o.steps, " and --epochs ", o.epochs,
+                          " both set the run's length; pass one of them (a config file "
+                          "counts as passing it)"));
+  need(o.warmup_ratio >= 0 && o.warmup_ratio < 1,
+       cat("--warmup-ratio ", o.warmup_ratio, " must be in [0, 1), e.g. 0.03 (3% of the steps)"));
+  need(!(o.explicit_options.count("warmup-steps") && o.explicit_options.count("warmup-ratio")),
+       cat("--warmup-steps ", o.schedule.warmup_steps, " and --warmup-ratio ", o.warmup_ratio,
+           " both set the warmup; pass one of them"));
+  // With --epochs the step count is known once the data is open (resolve_step_count).
+  if (o.epochs == 0 && o.warmup_ratio == 0)
+    need(o.schedule.warmup_steps <= o.steps,
+         cat("--warmup-steps ", o.schedule.warmup_steps, " is longer than --steps ", o.steps,
+             "; use fewer warmup steps"));
   need(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1,
        cat("--min-lr-ratio ", o.schedule.min_lr_ratio, " must be in [0, 1], e.g. 0.1"));
   need(o.hyper.weight_decay >= 0, cat("--weight-decay ", o.hyper.weight_decay, " must be 0 or more"));
@@ -88,6 +101,23 @@ void validate_train_options(const TrainOptions& o) {
            "trains in host RAM, whose budget is --host-memory; drop --gpu-memory, or drop "
            "--backend host to train on a GPU"));
   need(!o.out_dir.empty(), "--out must name a directory");
+}
+
+int64_t epoch_steps(double epochs, int64_t rows_per_epoch, int batch_size, int grad_accum) {
+  const double rows_per_step = double(batch_size) * double(grad_accum);
+  return std::max<int64_t>(1, int64_t(std::ceil(epochs * double(rows_per_epoch) / rows_per_step)));
+}
+
+void resolve_step_count(TrainOptions& o, int64_t rows_per_epoch) {
+  if (o.epochs > 0) o.steps = epoch_steps(o.epochs, rows_per_epoch, o.batch_size, o.grad_accum);
+  o.schedule.total_steps = o.steps;
+  // transformers' TrainingArguments.get_warmup_steps: ceil(ratio x steps).
+  if (o.warmup_ratio > 0)
+    o.schedule.warmup_steps = int64_t(std::ceil(o.warmup_ratio * double(o.steps)));
+  SF_REQUIRE(o.schedule.warmup_steps <= o.steps, "--warmup-steps ", o.schedule.warmup_steps,
+             " is longer than the run's ", o.steps, " steps",
+             o.epochs > 0 ? cat(" (--epochs ", o.epochs, ")") : std::string(),
+             "; use fewer warmup steps or --warmup-ratio");
 }
 
 }  // namespace sf

@@ -14,6 +14,7 @@
 #include "engine/step_executor.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/metrics_log.h"
 
 namespace sf {
 
@@ -39,10 +40,18 @@ struct TrainOptions {
 
   // --- how (recorded in checkpoints)
   int64_t steps = 200;
+  // Passes over the training data (HF num_train_epochs; fractions allowed); 0: train `steps`
+  // steps. When positive, the trainer derives `steps` from the data once it is open
+  // (epoch_steps); --steps and --epochs are exclusive.
+  double epochs = 0;
   int batch_size = 8;   // sequences per micro-batch
   int seq_len = 256;
   int grad_accum = 1;   // micro-batches per optimizer step
   LrSchedule schedule;  // total_steps is always taken from `steps`
+  // Warmup as a share of the run (HF warmup_ratio), in [0, 1); 0: schedule.warmup_steps. When
+  // positive, warmup_steps = ceil(warmup_ratio * steps), as transformers computes it; it is
+  // exclusive with --warmup-steps.
+  double warmup_ratio = 0;
   OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
   bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
@@ -64,6 +73,7 @@ struct TrainOptions {
   std::string host_memory;       // budget; empty: available RAM minus a margin
   std::string optimizer_dir;     // AdamW moments on this disk when RAM is short; empty: none
   std::optional<DType> save_dtype;  // of the saved HF weights; empty: the model's torch_dtype
+  TensorBoardLog tensorboard = TensorBoardLog::on;  // <out>/tensorboard/ event files
   enum class Progress { bar, lines, quiet } progress = Progress::lines;
   int columns = 0;  // terminal width for the bar (0: 100)
 
@@ -77,6 +87,7 @@ struct TrainOptions {
 struct TrainResult {
   int64_t start_step = 0;           // the step resumed from (0: a fresh run)
   int64_t end_step = 0;             // the last step done
+  int64_t total_steps = 0;          // the run's --steps (derived from --epochs where given)
   std::vector<double> losses;       // training loss of steps start_step+1 .. end_step
   std::vector<int64_t> eval_steps;  // evaluations of this invocation
   std::vector<double> eval_losses;
@@ -85,7 +96,21 @@ struct TrainResult {
   std::filesystem::path checkpoint;  // the run's newest checkpoint: written, else resumed from
 };
 
-// Checks the options; Error(input) naming the flag and what to pass instead.
+// Checks the options; Error(input) naming the flag and what to pass instead. Checks that need
+// the step count (warmup within the run) wait for resolve_step_count when epochs are given.
 void validate_train_options(const TrainOptions& opt);
+
+// Optimizer steps that cover `epochs` passes over `rows_per_epoch` training rows, each step
+// taking batch_size x grad_accum rows: ceil(epochs x rows / rows per step), at least 1.
+int64_t epoch_steps(double epochs, int64_t rows_per_epoch, int batch_size, int grad_accum);
+
+// Settles the step count and the warmup: `steps` from `epochs` (when positive) and
+// `rows_per_epoch`, schedule.total_steps = steps, schedule.warmup_steps from warmup_ratio (when
+// positive); then checks that the warmup fits in the run. Error(input) naming the flags.
+void resolve_step_count(TrainOptions& opt, int64_t rows_per_epoch);
+
+// Peak learning rates above this are suspicious for full fine-tuning of a pretrained model
+// (the usual ones are 1e-5 to 5e-5; LoRA's 1e-4 to 3e-4): the trainer warns.
+inline constexpr double kSuspiciousFullFineTuneLr = 1e-3;
 
 }  // namespace sf

@@ -64,6 +64,22 @@ std::string plot_title(const ModelConfig& cfg, const TrainOptions& opt) {
   return t.str();
 }
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Training rows in the stream's first pass. A stream reports its progress as rows drawn /
+// rows in the pass (TrainStream::epoch_fraction), so one row drawn from the start gives the
+// count; the stream is put back where it was.
+int64_t rows_per_epoch(TrainStream& train) {
+  const json start = train.state();
+  (void)train.next(1);
+  const double f = train.epoch() > 0 ? 1.0 : train.epoch_fraction();
+  train.restore(start);
+  SF_CHECK(f > 0, "a training stream reported no progress after one row");
+  return std::max<int64_t>(1, std::llround(1.0 / f));
+}
+
 }  // namespace
 
 DataRequest data_request(const TrainOptions& opt, const ModelSource& src) {
@@ -140,11 +156,16 @@ void Trainer::resolve_start(const TrainOptions& requested) {
   } else {
     resume_ = ResumePoint::read(resume_dir);
     std::vector<std::string> notes;
-    opt_ = settings_for_resume(requested, resume_->settings(), resume_dir, notes);
+    json changes;
+    opt_ = settings_for_resume(requested, resume_->settings(), resume_dir, notes, changes);
     validate_train_options(opt_);
     for (auto& n : notes) say(n);
+    schedule_changes_ = resume_->schedule_changes();
+    if (!changes.empty())
+      schedule_changes_.push_back({{"step", resume_->step()}, {"changes", changes}});
   }
-  opt_.schedule.total_steps = opt_.steps;
+  // With --epochs the length is known once the data is open (open_data).
+  if (opt_.epochs == 0) resolve_step_count(opt_, 0);
   const int64_t start_step = resume_ ? resume_->step() : 0;
   result_.start_step = result_.end_step = start_step;
   result_.checkpoint = resume_dir;  // until this run saves one
@@ -153,14 +174,21 @@ void Trainer::resolve_start(const TrainOptions& requested) {
   checkpointer_ = Checkpointer(out_, opt_.keep_checkpoints, opt_.fault, resume_dir, start_step);
 }
 
+bool Trainer::already_done() {
+  result_.total_steps = opt_.steps;
+  if (result_.start_step < opt_.steps) return false;
+  say(cat("the checkpoint ", result_.checkpoint.string(), " is at step ", result_.start_step,
+          ", which already reaches the run's ", opt_.steps, " steps",
+          opt_.epochs > 0 ? cat(" (--epochs ", opt_.epochs, ")") : std::string(),
+          "; nothing to do (pass a larger --steps or --epochs to train further)"));
+  return true;
+}
+
 TrainResult Trainer::run() {
-  if (result_.start_step >= opt_.steps) {
-    say(cat("the checkpoint ", result_.checkpoint.string(), " is at step ", result_.start_step,
-            ", which already reaches --steps ", opt_.steps,
-            "; nothing to do (pass a larger --steps to train further)"));
-    return result_;
-  }
+  // The length is known before set-up unless it comes from --epochs and the data's size.
+  if (opt_.epochs == 0 && already_done()) return result_;
   set_up();
+  if (already_done()) return result_;
   evaluate_at_start();
   while (step_ < opt_.steps && !stop_requested()) one_step();
   return finish();
@@ -198,6 +226,10 @@ void Trainer::open_data() {
   // that a resume, on another day, renders the same conversations.
   if (opt_.chat_date.empty() && data_.identity.contains("chat_date"))
     opt_.chat_date = data_.identity.at("chat_date").get<std::string>();
+  if (opt_.epochs > 0) {
+    rows_per_epoch_ = rows_per_epoch(*data_.train);
+    resolve_step_count(opt_, rows_per_epoch_);
+  }
   if (resume_) {
     std::string why = data_identity_mismatch(resume_->data_identity(), data_.identity);
     SF_REQUIRE(why.empty(), "cannot resume from ", resume_->dir().string(), " on ",
@@ -248,7 +280,11 @@ void Trainer::open_logs() {
     std::error_code ec;
     for (const char* f : {"latest", "loss.png"}) fs::remove(out_ / f, ec);
   }
-  metrics_ = MetricsLog(out_, std::move(history), plot_title(cfg(), opt_));
+  // Event files of earlier sessions may hold steps past the checkpoint: with the log off they
+  // go too, rather than show a history the run went back on.
+  std::error_code ec;
+  if (opt_.tensorboard == TensorBoardLog::off) fs::remove_all(out_ / "tensorboard", ec);
+  metrics_ = MetricsLog(out_, std::move(history), plot_title(cfg(), opt_), opt_.tensorboard);
 }
 
 void Trainer::announce() {
@@ -264,9 +300,34 @@ void Trainer::announce() {
         describe_plan(cfg(), planned_.plan_request, planned_.budget, planned_.plan, true));
     for (std::string l; std::getline(lines, l);) say(l);
   }
+  announce_schedule();
   if (resume_)
     say(cat("resuming from ", resume_->dir().string(), " at step ", result_.start_step,
             " (epoch ", data_.train->epoch(), ")"));
+}
+
+// The lr line of the header (peak, schedule, warmup, where the length came from), and a
+// warning for a peak rate that full fine-tuning of a pretrained model rarely survives.
+void Trainer::announce_schedule() {
+  const LrSchedule& s = opt_.schedule;
+  std::ostringstream l;
+  l << "lr         " << std::setprecision(3) << s.lr << " peak, " << LrSchedule::kind_name(s.kind);
+  if (s.kind != LrSchedule::Kind::constant && s.min_lr_ratio > 0)
+    l << " to " << s.min_lr_ratio << " x peak";
+  l << ", warmup " << s.warmup_steps << (s.warmup_steps == 1 ? " step" : " steps");
+  if (opt_.warmup_ratio > 0) l << " (--warmup-ratio " << opt_.warmup_ratio << ")";
+  l << "; " << opt_.steps << " steps";
+  if (opt_.epochs > 0)
+    l << " (--epochs " << opt_.epochs << ": " << rows_per_epoch_ << " training rows per pass, "
+      << opt_.grad_accum * opt_.batch_size << " per step)";
+  if (!opt_.explicit_options.count("lr"))
+    l << (src_.weights_dir.empty() ? " (the bundled example's --lr)"
+                                   : " (the default --lr for full fine-tuning)");
+  say(l.str());
+  if (!src_.weights_dir.empty() && s.lr > kSuspiciousFullFineTuneLr)
+    say(cat("warning: --lr ", s.lr, " is high for full fine-tuning of a pretrained model "
+            "(usual: 1e-5 to 5e-5; above ", kSuspiciousFullFineTuneLr, " the weights often "
+            "diverge); the run stops if the loss stops being finite or the gradient vanishes"));
 }
 
 // ---- the loop -------------------------------------------------------------------------
@@ -278,7 +339,7 @@ double Trainer::session_seconds() const { return seconds_since(session_start_); 
 void Trainer::evaluate_at_start() {
   if (result_.start_step != 0 || opt_.eval_every <= 0 || data_.eval.empty()) return;
   double e = evaluate();
-  record({{"step", 0}, {"eval_loss", e}});
+  record({{"step", 0}, {"eval_loss", e}, {"wall_time", unix_seconds()}});
   result_.eval_steps.push_back(0);
   result_.eval_losses.push_back(e);
   say(cat("eval  step 0  loss ", std::fixed, std::setprecision(4), e));
@@ -287,6 +348,11 @@ void Trainer::evaluate_at_start() {
 void Trainer::one_step() {
   const StepReport r = train_step();
   json m = step_record(r);
+  if (const std::string why = divergence(r); !why.empty()) {
+    record(m);  // metrics.jsonl shows the step that stopped the run
+    progress_.finish();
+    SF_FAIL(input, why);
+  }
   warn_if_not_finite(r);
   const double eval_loss = evaluate_if_due(m);
   record(m);
@@ -334,15 +400,37 @@ json Trainer::step_record(const StepReport& r) const {
           {"step_seconds", dt},
           {"tokens_per_second", double(st.n_tokens) / dt},
           {"tflops", r.flops / dt / 1e12},
-          {"elapsed_seconds", elapsed_before_ + session_seconds()}};
+          {"peak_device_bytes", exec_->device_peak_bytes()},
+          {"host_rss_bytes", host_rss_bytes()},
+          {"elapsed_seconds", elapsed_before_ + session_seconds()},
+          {"wall_time", unix_seconds()}};
+}
+
+// Why the run cannot go on after step `r` ("" when it can): a non-finite loss, or a gradient
+// norm of exactly 0 over labelled tokens, which a model only reaches once it has collapsed (a
+// far too high lr saturates every unit; the loss then sits at ln(vocab)). Nothing is saved, so
+// the newest checkpoint is the last one written before the failure.
+std::string Trainer::divergence(const StepReport& r) const {
+  const double loss = r.stats.loss();
+  std::string what;
+  if (!std::isfinite(loss))
+    what = cat("the loss is ", loss);
+  else if (r.stats.grad_norm == 0 && r.stats.n_valid > 0)
+    what = cat("the gradient norm is exactly 0 (loss ", std::setprecision(5), loss,
+               "; ln(vocab) = ", std::log(double(cfg().vocab_size)), ")");
+  else
+    return "";
+  return cat("step ", step_, ": ", what, " at lr ", std::setprecision(3), r.lr,
+             ": the model has diverged, most likely from a learning rate too high for it; "
+             "stopped without saving (", checkpointer_.what_survives(),
+             "); start again with a lower --lr (full fine-tuning: 1e-5 to 5e-5) or check the "
+             "data");
 }
 
 void Trainer::warn_if_not_finite(const StepReport& r) {
   if (!std::isfinite(r.stats.grad_norm))
     say(cat("warning: step ", step_, ": the gradient is not finite, so the weights were left "
             "unchanged; lower --lr or check the data if this repeats"));
-  else if (!std::isfinite(r.stats.loss()))
-    say(cat("warning: step ", step_, ": the loss is not finite; lower --lr or check the data"));
 }
 
 // Evaluates every eval_every steps and at the last; the loss (NaN: none) goes into `record`
@@ -415,7 +503,7 @@ CheckpointContents Trainer::checkpoint_contents() {
   c.config = &cfg();
   c.layout = &layout_;
   c.trainer_state = trainer_state_json(at, opt_, data_.identity, data_.train->state(),
-                                       model_record_, metrics_.history());
+                                       model_record_, schedule_changes_, metrics_.history());
   c.store = &exec_->params();  // waits for any update still in flight
   c.model.dtype = opt_.save_dtype.value_or(cfg().torch_dtype);
   c.model.tokenizer_dir = src_.tokenizer_dir;

@@ -1,7 +1,7 @@
 // The training loop: data (data/data_source.h), learning-rate schedule, step execution,
 // evaluation, progress display, metrics log (train/metrics_log.h: <out>/metrics.jsonl, one
-// JSON object per step, rewritten from the checkpoint on resume, then appended; the loss plot
-// <out>/loss.png), checkpoints (train/checkpointer.h) every save_every steps, at the end and
+// JSON object per step, with metrics.csv and TensorBoard event files beside it, rewritten from
+// the checkpoint on resume, then appended; the loss plot <out>/loss.png), checkpoints (train/checkpointer.h) every save_every steps, at the end and
 // when a stop is requested, and exact resume from a checkpoint (train/trainer_state.h).
 //
 // Exact resume: a run resumed from checkpoint-k computes the same losses and ends with the
@@ -10,8 +10,10 @@
 // m and v and step count, the data stream position, the RNG state, the schedule and every
 // setting that shapes the computation. Settings recorded in the checkpoint win over the
 // options unless an option is named in `explicit_options` (the user set it), in which case a
-// different value is an error naming the flag; --steps may change (it re-shapes the schedule;
-// train/run_settings.h).
+// different value is an error naming the flag, except the learning-rate schedule and the
+// run's length (--steps / --epochs), which may change with a warning and are recorded
+// (train/run_settings.h). A diverged step (non-finite loss, gradient norm 0) ends the run with
+// Error(input) before anything is saved.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -80,6 +82,7 @@ class Trainer {
 
   // ---- start and set-up, in this order
   void resolve_start(const TrainOptions& requested);
+  bool already_done();  // the run's length is reached (said so); sets result_.total_steps
   void set_up();
   void load_model();
   void open_data();
@@ -87,12 +90,14 @@ class Trainer {
   void restore_run_position();
   void open_logs();
   void announce();
+  void announce_schedule();
   // ---- the loop
   bool stop_requested() const;
   void evaluate_at_start();
   void one_step();
   StepReport train_step();
   nlohmann::json step_record(const StepReport& r) const;
+  std::string divergence(const StepReport& r) const;
   void warn_if_not_finite(const StepReport& r);
   double evaluate_if_due(nlohmann::json& record);
   double evaluate();
@@ -118,6 +123,7 @@ class Trainer {
   std::vector<CheckpointRef> earlier_;  // fresh run: an earlier run's, deleted after set-up
   Checkpointer checkpointer_;
   TrainResult result_;
+  nlohmann::json schedule_changes_ = nlohmann::json::array();  // trainer_state.json's
 
   ModelSource src_;
   ModelLayout layout_;
@@ -128,6 +134,7 @@ class Trainer {
   MetricsLog metrics_;
 
   TrainerRng rng_;
+  int64_t rows_per_epoch_ = 0;       // training rows per pass (measured with --epochs)
   int64_t step_ = 0;                 // steps done (of the whole run)
   int64_t tokens_seen_ = 0;          // of the whole run
   double elapsed_before_ = 0;        // seconds of the run's earlier sessions

@@ -60,7 +60,7 @@ std::string model_mismatch(const json& saved, const json& now) {
 
 json trainer_state_json(const RunPosition& at, const TrainOptions& opt, const json& data_identity,
                         const json& data_state, const json& model,
-                        const std::vector<json>& metrics) {
+                        const json& schedule_changes, const std::vector<json>& metrics) {
   json state;
   state["format"] = kFormat;
   state["version"] = kTrainerStateVersion;
@@ -73,9 +73,11 @@ json trainer_state_json(const RunPosition& at, const TrainOptions& opt, const js
   state["schedule"] = {{"kind", LrSchedule::kind_name(opt.schedule.kind)},
                        {"lr", opt.schedule.lr},
                        {"warmup_steps", opt.schedule.warmup_steps},
+                       {"warmup_ratio", opt.warmup_ratio},
                        {"total_steps", opt.schedule.total_steps},
                        {"min_lr_ratio", opt.schedule.min_lr_ratio}};
   state["settings"] = settings_json(opt);
+  state["schedule_changes"] = schedule_changes;
   state["model"] = model;
   state["metrics"] = metrics;
   return state;
@@ -103,6 +105,13 @@ std::vector<json> ResumePoint::metrics() const {
   std::vector<json> history;
   for (auto& m : state_.value("metrics", json::array())) history.push_back(m);
   return history;
+}
+
+json ResumePoint::schedule_changes() const {
+  json c = state_.value("schedule_changes", json::array());
+  SF_REQUIRE(c.is_array(), (dir_ / "trainer_state.json").string(),
+             ": \"schedule_changes\" is not an array; the checkpoint is damaged");
+  return c;
 }
 
 fs::path resolve_resume(const std::string& arg, const fs::path& out, std::string* note) {

@@ -1,6 +1,7 @@
 // trainer_state.json, the part of a checkpoint that is not tensors: where the run stands
 // (step, optimizer step, tokens seen, time, RNG state, data stream position), the schedule,
-// the settings (train/run_settings.h), the model's shape and the metrics history so far.
+// the settings (train/run_settings.h), the schedule changes made on resume, the model's shape
+// and the metrics history so far.
 // Written whole with every checkpoint (trainer_state_json); read back once when a run resumes
 // (ResumePoint), and found from a --resume argument (resolve_resume).
 #pragma once
@@ -46,10 +47,13 @@ nlohmann::json model_json(const ModelConfig& c, const ModelLayout& layout);
 // a sentence naming the first field that differs.
 std::string model_mismatch(const nlohmann::json& saved, const nlohmann::json& now);
 
-// The whole trainer_state.json of a checkpoint at `at`.
+// The whole trainer_state.json of a checkpoint at `at`. `schedule_changes`: an array of
+// {"step": resumed at, "changes": {flag: {"from", "to"}}}, one per resume that changed the
+// learning-rate schedule or the run's length, oldest first.
 nlohmann::json trainer_state_json(const RunPosition& at, const TrainOptions& opt,
                                   const nlohmann::json& data_identity,
                                   const nlohmann::json& data_state, const nlohmann::json& model,
+                                  const nlohmann::json& schedule_changes,
                                   const std::vector<nlohmann::json>& metrics);
 
 // The checkpoint a run resumes from. Fields are read when asked for, so that a damaged
@@ -71,6 +75,7 @@ class ResumePoint {
   double elapsed_seconds() const;  // 0 when not recorded
   int64_t tokens_seen() const;     // 0 when not recorded
   std::vector<nlohmann::json> metrics() const;
+  nlohmann::json schedule_changes() const;  // [] when none (or not recorded)
 
  private:
   std::filesystem::path dir_;
