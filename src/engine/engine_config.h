@@ -107,6 +107,9 @@ struct EngineTestModes {
   // Phase A takes every unit before phase B starts and speculates each one it can, whatever
   // the norm so far, so clipped steps redo every such unit deterministically.
   bool speculate_everything = false;
+  // Each update of a landing round first sleeps this long, so that the round still runs when
+  // the next step starts (as on a GPU, where the CPU's AdamW lags the step's return).
+  int landing_delay_ms = 0;
 };
 
 }  // namespace sf

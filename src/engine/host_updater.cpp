@@ -3,7 +3,9 @@
 #include "engine/speculation_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "core/stopwatch.h"
 #include "engine/clip_decision.h"
@@ -66,10 +68,8 @@ bool HostUpdater::begin_step(const OptimHyper& h, std::vector<int> order) {
                      "it lands, so no global norm can clip it (max_grad_norm ", h.max_grad_norm,
                      "); train with --max-grad-norm 0, or give the plan the host memory for a copy "
                      "of the gradients (2 bytes per parameter more)");
-    std::lock_guard<std::mutex> lk(landing_.mu);
-    landing_.enqueued.assign(size_t(w_.n_units()), 0);
-    landing_.sumsq.assign(size_t(w_.n_units()), 0.0);
-    landing_.aborted = landing_.not_finite = landing_.active = false;
+    // Only the step's AdamW here: the previous round may still be applying the last units
+    // under this step's start; start_landing resets the landing state once it is over.
     landing_step_ = next_adamw_step(h, w_.store, 1.f);
     return false;
   }
@@ -293,10 +293,13 @@ void HostUpdater::start_landing() {
   if (!w_.ec.from_master()) return;
   updates_.wait_all();  // the previous step's round (the forward waited for every unit)
   homes_.ring().reset(w_.n_units());
-  advance_step(w_.store, landing_step_);  // taken now; the round applies it
+  const AdamWStep s = landing_step_;  // the round's own copy: the next begin_step sets another
+  advance_step(w_.store, s);          // taken now; the round applies it
   {
     std::lock_guard<std::mutex> lk(landing_.mu);
-    landing_.active = true;
+    landing_.enqueued.assign(size_t(w_.n_units()), 0);
+    landing_.sumsq.assign(size_t(w_.n_units()), 0.0);
+    landing_.aborted = landing_.not_finite = false;
   }
   auto abort_on_error = [this](const std::function<void()>& fn) {
     try {
@@ -307,7 +310,7 @@ void HostUpdater::start_landing() {
     }
   };
   start_updates([](int) { return true; },
-                [this, abort_on_error](int u) { abort_on_error([&] { land_unit(u, landing_step_); }); },
+                [this, abort_on_error, s](int u) { abort_on_error([&] { land_unit(u, s); }); },
                 [this, abort_on_error](int u) { abort_on_error([&] { wait_landed(u); }); });
 }
 
@@ -321,6 +324,7 @@ void HostUpdater::wait_landed(int u) {
 // ring. The head (resident) and the embedding go the deferred way, their trips ordered on
 // the device / by the backward.
 void HostUpdater::land_unit(int u, const AdamWStep& s) {
+  if (w_.test.landing_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(w_.test.landing_delay_ms));
   if (!homes_.from_master(u)) {
     update_unit(u, s);
     return;

@@ -119,7 +119,7 @@ class HostUpdater {
     std::condition_variable cv;
     std::vector<char> enqueued;
     std::vector<double> sumsq;
-    bool aborted = false, not_finite = false, active = false;
+    bool aborted = false, not_finite = false;
   } landing_;
   AdamWStep landing_step_{};
   std::unique_ptr<SpeculationState> spec_;

@@ -137,6 +137,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.next_units = tc.next_units;
   EngineTestModes test;
   test.speculate_everything = tc.spec_all;
+  // The round still runs when the next step starts (the next step must not reset what it reads).
+  if (tc.from_master && tc.threaded) test.landing_delay_ms = 5;
   ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
