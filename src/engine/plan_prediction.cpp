@@ -209,15 +209,17 @@ Plan::Bound sliding_bound(const ComputeTimes& c, const TransferTimes& x, const O
                                                              : Plan::Bound::transfers;
 }
 
-// Each gradient applied as it lands: the layers' and the head's AdamW run during the
-// backward, which cannot outrun them by more than the ring's two layers; layer 0's and the
-// embedding's follow it, before the next forward can start.
-void predict_landing(const ModelLayout& l, const ComputeTimes& c, const TransferTimes& x,
-                     double adamw_rate, double adam_s, Plan& p) {
+// Each gradient applied as it lands: the layers' and the head's AdamW (and the untouched
+// embedding rows') run during the backward, which cannot outrun them by more than the ring's
+// two layers; layer 0's and the touched embedding rows' follow it, before the next forward.
+void predict_landing(const ModelConfig& cfg, const ModelLayout& l, const ComputeTimes& c,
+                     const TransferTimes& x, double adamw_rate, double adam_s, double step_tokens,
+                     Plan& p) {
   p.transfer_seconds = x.total();
   OptimizerTimes o;
   o.adam_s = adam_s;
-  o.boundary = double(l.layer(0).numel + l.units[0].numel) / adamw_rate;
+  const double touched = std::min(step_tokens, double(cfg.vocab_size)) * double(cfg.hidden_size);
+  o.boundary = (double(l.layer(0).numel) + touched) / adamw_rate;
   o.in_bwd = std::max(0.0, adam_s - o.boundary);
   const double bwd_phase = std::max({c.bwd_s, x.w_bwd + x.acts, x.grads, o.in_bwd});
   const double fwd_phase = std::max(c.fwd_s, x.w_fwd + x.acts);
@@ -228,7 +230,6 @@ void predict_landing(const ModelLayout& l, const ComputeTimes& c, const Transfer
 
 void predict_sliding(const ModelLayout& l, const ComputeTimes& c, const TransferTimes& x,
                      double adamw_rate, double adam_s, Plan& p) {
-  if (p.engine.from_master()) return predict_landing(l, c, x, adamw_rate, adam_s, p);
   p.transfer_seconds = x.total();
   // The optimizer runs during the backward for the units it may speculate (at most as
   // long as the backward lasts); the rest is pipelined into the next forward.
@@ -269,6 +270,8 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   p.compute_seconds = c.total();
   if (p.mode == Plan::Mode::resident)
     predict_resident(hw, adam_s, p);
+  else if (p.engine.from_master())
+    predict_landing(cfg, l, c, transfer_times(cfg, l, s.T, hw, p.engine), rate.params_per_s, adam_s, s.T, p);
   else
     predict_sliding(l, c, transfer_times(cfg, l, s.T, hw, p.engine), rate.params_per_s, adam_s, p);
   p.tokens_per_second = s.T / p.step_seconds;
