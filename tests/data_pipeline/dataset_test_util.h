@@ -35,6 +35,24 @@ inline void write_file(const std::filesystem::path& p, const std::string& s) {
   f << s;
 }
 
+// GPT-2's BPE with the Llama 3 special tokens added (as this file builds the "llama"
+// stand-in) and Llama-3.2-3B-Instruct's tokenizer_config.json (chat template, bos, eos).
+inline std::filesystem::path llama32_tokenizer_dir(const std::filesystem::path& dir) {
+  nlohmann::json tj = read_json_file(source_dir() / "tests/data/tokenizers/gpt2/tokenizer.json");
+  int id = 50257;
+  for (const auto& s : dataset_vectors()["llama_specials"])
+    tj["added_tokens"].push_back({{"id", id++}, {"content", s}, {"single_word", false},
+                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                  {"special", true}});
+  std::filesystem::create_directories(dir);
+  write_file(dir / "tokenizer.json", tj.dump());
+  nlohmann::json cfg =
+      read_json_file(source_dir() / "tests/data/datasets/templates/llama3.2/tokenizer_config.json");
+  cfg["add_bos_token"] = true;
+  write_file(dir / "tokenizer_config.json", cfg.dump());
+  return dir;
+}
+
 // "qwen3" (../shared, nullopt when absent), "mistral" (committed), "llama" (GPT-2's BPE plus the
 // Llama 3 special tokens, built like scripts/gen_dataset_vectors.py builds it).
 inline std::optional<Tokenizer> vector_tokenizer(const std::string& name) {

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "data/data_source.h"
+#include "data_pipeline/dataset_test_util.h"
 #include "train_test_util.h"
 
 namespace sf::test {
@@ -20,22 +21,6 @@ bool contains(const std::string& s, const std::string& w) { return s.find(w) != 
 
 fs::path formats_dir() { return source_dir() / "tests/data/datasets/formats"; }
 
-// GPT-2's BPE with the Llama 3 specials and Llama-3.2-3B-Instruct's tokenizer_config.json.
-fs::path llama32_tokenizer_dir(const fs::path& dir) {
-  nlohmann::json tj = read_json_file(source_dir() / "tests/data/tokenizers/gpt2/tokenizer.json");
-  int id = 50257;
-  for (const auto& s : dataset_vectors()["llama_specials"])
-    tj["added_tokens"].push_back({{"id", id++}, {"content", s}, {"single_word", false},
-                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false},
-                                  {"special", true}});
-  fs::create_directories(dir);
-  write_file(dir / "tokenizer.json", tj.dump());
-  nlohmann::json cfg =
-      read_json_file(source_dir() / "tests/data/datasets/templates/llama3.2/tokenizer_config.json");
-  cfg["add_bos_token"] = true;
-  write_file(dir / "tokenizer_config.json", cfg.dump());
-  return dir;
-}
 
 // A tiny qwen3 model with that vocabulary (padded to 50304) and tokenizer, made once.
 const fs::path& model_dir() {

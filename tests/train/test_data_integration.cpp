@@ -45,23 +45,6 @@ fs::path make_model_with_tokenizer(const fs::path& dir, const fs::path& tokenize
 // GPT-2's tokenizer as is (no BOS, EOS <|endoftext|>): prompt/completion documents.
 fs::path gpt2_tokenizer_dir() { return source_dir() / "tests/data/tokenizers/gpt2"; }
 
-// GPT-2's BPE with the Llama 3 special tokens added (as dataset_test_util.h builds the "llama"
-// stand-in) and Llama-3.2-3B-Instruct's tokenizer_config.json (chat template, bos, eos).
-fs::path llama32_tokenizer_dir(const fs::path& dir) {
-  nlohmann::json tj = read_json_file(gpt2_tokenizer_dir() / "tokenizer.json");
-  int id = 50257;
-  for (const auto& s : dataset_vectors()["llama_specials"])
-    tj["added_tokens"].push_back({{"id", id++}, {"content", s}, {"single_word", false},
-                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false},
-                                  {"special", true}});
-  fs::create_directories(dir);
-  write_file(dir / "tokenizer.json", tj.dump());
-  nlohmann::json cfg =
-      read_json_file(source_dir() / "tests/data/datasets/templates/llama3.2/tokenizer_config.json");
-  cfg["add_bos_token"] = true;
-  write_file(dir / "tokenizer_config.json", cfg.dump());
-  return dir;
-}
 
 // Twelve short question/answer pairs, each line once: the model sees them every epoch. Prompts
 // end with ":" and completions start with a space, so the boundary falls between tokens.
