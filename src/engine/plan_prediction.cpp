@@ -209,6 +209,19 @@ Plan::Bound sliding_bound(const ComputeTimes& c, const TransferTimes& x, const O
                                                              : Plan::Bound::transfers;
 }
 
+// Landing: the optimizer's share that runs in the backward is paid only where it outlasts
+// the backward's compute and transfers; layer 0's and the touched rows' follow it in full.
+Plan::Bound landing_bound(const ComputeTimes& c, const TransferTimes& x, const OptimizerTimes& o,
+                          double step_seconds) {
+  const double bwd_xfer = std::max(x.w_bwd + x.acts, x.grads);
+  const double over_opt = std::max(0.0, o.in_bwd - std::max(c.bwd_s, bwd_xfer)) + o.boundary;
+  const double over_xfer = std::max(0.0, x.w_fwd + x.acts - c.fwd_s) +
+                           std::max(0.0, bwd_xfer - std::max(c.bwd_s, o.in_bwd));
+  return std::max(over_opt, over_xfer) < 0.05 * step_seconds ? Plan::Bound::gpu_compute
+         : over_opt >= over_xfer                             ? Plan::Bound::cpu_optimizer
+                                                             : Plan::Bound::transfers;
+}
+
 // Each gradient applied as it lands: the layers' and the head's AdamW (and the untouched
 // embedding rows') run during the backward, which cannot outrun them by more than the ring's
 // two layers; layer 0's and the touched embedding rows' follow it, before the next forward.
@@ -225,7 +238,7 @@ void predict_landing(const ModelConfig& cfg, const ModelLayout& l, const Compute
   const double fwd_phase = std::max(c.fwd_s, x.w_fwd + x.acts);
   p.step_seconds = fwd_phase + c.head_s + bwd_phase + o.boundary;
   p.clipped_step_seconds = p.step_seconds;  // such a plan never clips
-  p.bound = sliding_bound(c, x, o, p.step_seconds);
+  p.bound = landing_bound(c, x, o, p.step_seconds);
 }
 
 void predict_sliding(const ModelLayout& l, const ComputeTimes& c, const TransferTimes& x,

@@ -365,6 +365,26 @@ TEST(Planner, PutsTheFirstLayersOptimizerOnTheDevice) {
   EXPECT_NE(too_many.advice.find("--device-adamw-layers"), std::string::npos) << too_many.advice;
 }
 
+// A plan that applies each gradient as it lands names the CPU optimizer when its AdamW
+// outlasts the backward (the dev box's 0.6 G params/s against an H200's kernels), and the
+// kernels when the CPU keeps up (the H200 host's 4.2 G params/s at 32 x 1024).
+TEST(Planner, ALandingPlanNamesTheOptimizerWhenItOutlastsTheBackward) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(11) << 30, size_t(102) << 30, false};
+  StepRequest req{32 * 1024, 1, 1024};
+  req.clipping = false;
+  HardwareModel slow_cpu;
+  slow_cpu.adamw_params_per_s = 0.6e9;
+  Plan slow = make_plan(cfg, req, b, DType::bf16, slow_cpu);
+  ASSERT_TRUE(slow.fits) << slow.advice;
+  ASSERT_TRUE(slow.engine.from_master());
+  EXPECT_EQ(slow.bound, Plan::Bound::cpu_optimizer);
+  Plan fast = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(fast.fits) << fast.advice;
+  ASSERT_TRUE(fast.engine.from_master());
+  EXPECT_EQ(fast.bound, Plan::Bound::gpu_compute);
+}
+
 // The plan says what bounds the step and what would help: on the H200 model, 8B batch 8 at
 // 24 GiB waits for the CPU optimizer, batch 32 for its kernels; with a free optimizer and
 // little GPU memory, a small batch waits for PCIe.
