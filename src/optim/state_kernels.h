@@ -16,6 +16,11 @@
 
 namespace sf::optim_kernels {
 
+// state_format.h's kStateBlock and the m map's zero code (repeated so the ISA files need not
+// include it; state_kernels_scalar.cpp checks they agree).
+constexpr int64_t kBlock = 256;
+constexpr int kZeroCodeM = 127;
+
 // One task; every pointer is at the task's first element (scales: at its block's scale).
 struct StateTask {
   const void* g;   // float or uint16_t (bf16 bits), per the kernel

@@ -8,6 +8,9 @@
 #include "optim/state_kernels.h"
 
 namespace sf::optim_kernels {
+
+static_assert(kBlock == kStateBlock && kZeroCodeM == kInt8ZeroCodeM);
+
 namespace {
 
 enum Mom { kF32 = 0, kBf16 = 1, kInt8 = 2 };

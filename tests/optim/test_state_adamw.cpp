@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <bit>
 #include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "optim/adamw.h"
+#include "optim/cpu_isa.h"
 #include "optim/state_adamw.h"
 #include "optim/state_format.h"
 #include "test_util.h"
@@ -228,6 +231,255 @@ TEST(StateAdamW, WindowSplittingABlockIsRefused) {
   const std::vector<ParamRange> wrong = {{100, 50, true}};
   EXPECT_THROW(adamw_update_state(st.view, 0, 1024, g.data(), nullptr, wrong, step_at(1),
                                   nullptr),
+               Error);
+}
+
+
+const StateFormat kAllFormats[] = {
+    {MomentFormat::f32, MasterFormat::f32},  {MomentFormat::f32, MasterFormat::bf16},
+    {MomentFormat::bf16, MasterFormat::f32}, {MomentFormat::bf16, MasterFormat::bf16},
+    {MomentFormat::int8, MasterFormat::f32}, {MomentFormat::int8, MasterFormat::bf16}};
+
+std::string format_label(StateFormat f) {
+  return std::string(moment_format_name(f.moments)) + "/" + master_format_name(f.master);
+}
+
+// A unit whose last range ends at the unit's end, off the block grid (13 + 4096 * 3 + 77
+// elements), a row range like an embedding table (rows of 576 = 2.25 blocks) and a small
+// no-decay range.
+StateUnit tail_unit() {
+  StateUnit u;
+  u.numel = 576 * 12 + 64 + 300 + 4096 * 3 + 77;
+  u.ranges = {{0, 576 * 12, true, 576},
+              {576 * 12 + 64, 300, false},
+              {576 * 12 + 364, 4096 * 3 + 77, true}};
+  return u;
+}
+
+// Steps the state with the given window pieces; with bf16 gradients when bf16_grad.
+void run_steps(OwnedState& st, const std::vector<std::pair<int64_t, int64_t>>& windows,
+               int steps, bool bf16_grad, ThreadPool* pool, CpuIsa isa,
+               std::vector<uint16_t>* out) {
+  const size_t n = size_t(st.unit.numel);
+  for (int t = 1; t <= steps; ++t) {
+    const auto g = test::random_vec(n, 100 + uint64_t(t), -1.f, 1.f);
+    std::vector<uint16_t> gb(n);
+    for (size_t i = 0; i < n; ++i) gb[i] = f32_to_bf16(g[i]);
+    for (auto [off, len] : windows) {
+      uint16_t* o = out ? out->data() + off : nullptr;
+      if (bf16_grad)
+        adamw_update_state(st.view, off, len, gb.data() + off, o, st.unit.ranges, step_at(t),
+                           pool, isa);
+      else
+        adamw_update_state(st.view, off, len, g.data() + off, o, st.unit.ranges, step_at(t),
+                           pool, isa);
+    }
+  }
+}
+
+// Every ISA this CPU has and 1, 2, 3 threads give the scalar kernels' bits, for every
+// format, both gradient types, windows with tails (partial blocks at range ends, the unit
+// end off the grid, rows of 2.25 blocks).
+TEST(StateAdamW, SimdAndThreadsMatchScalarBitwise) {
+  const StateUnit u = tail_unit();
+  // Windows: whole rows of the row range, then block-grid pieces, the last to the unit end.
+  const std::vector<std::pair<int64_t, int64_t>> windows = {
+      {0, 576 * 5}, {576 * 5, 576 * 7}, {576 * 12, 2048}, {576 * 12 + 2048, u.numel - 576 * 12 - 2048}};
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512})
+    if (cpu_isa_supported(isa)) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "no SIMD variant on this CPU";
+  ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  for (StateFormat f : kAllFormats)
+    for (bool bf16_grad : {false, true}) {
+      OwnedState ref(u, f, 5);
+      std::vector<uint16_t> ref_out(size_t(u.numel), 0xdead);
+      run_steps(ref, windows, 3, bf16_grad, nullptr, CpuIsa::scalar, &ref_out);
+      for (CpuIsa isa : isas)
+        for (ThreadPool& pool : pools) {
+          OwnedState st(u, f, 5);
+          std::vector<uint16_t> out(size_t(u.numel), 0xdead);
+          run_steps(st, windows, 3, bf16_grad, &pool, isa, &out);
+          EXPECT_TRUE(st.same_bits(ref)) << format_label(f) << " bf16_grad " << bf16_grad
+                                         << " " << cpu_isa_name(isa) << " threads " << pool.size();
+          EXPECT_EQ(out, ref_out) << format_label(f) << " " << cpu_isa_name(isa);
+        }
+      // The state moved, and padding (between ranges) was not touched.
+      OwnedState init(u, f, 5);
+      EXPECT_FALSE(ref.same_bits(init)) << format_label(f);
+      EXPECT_EQ(ref_out[size_t(576 * 12 + 10)], 0xdead);
+    }
+}
+
+// A bf16 gradient array may double as the bf16 output (element read before written).
+TEST(StateAdamW, Bf16OutMayAliasBf16Grad) {
+  const StateUnit u = tail_unit();
+  for (StateFormat f : kAllFormats)
+    for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2}) {
+      if (!cpu_isa_supported(isa)) continue;
+      const auto g = test::random_vec(size_t(u.numel), 77);
+      std::vector<uint16_t> gb(g.size());
+      for (size_t i = 0; i < g.size(); ++i) gb[i] = f32_to_bf16(g[i]);
+      OwnedState a(u, f, 6), b(u, f, 6);
+      std::vector<uint16_t> out(g.size(), 0xdead), alias = gb;
+      adamw_update_state(a.view, 0, u.numel, gb.data(), out.data(), u.ranges, step_at(1),
+                         nullptr, isa);
+      adamw_update_state(b.view, 0, u.numel, alias.data(), alias.data(), u.ranges, step_at(1),
+                         nullptr, isa);
+      EXPECT_TRUE(a.same_bits(b)) << format_label(f);
+      for (const ParamRange& r : u.ranges)
+        for (int64_t i = r.offset; i < r.offset + r.numel; ++i)
+          ASSERT_EQ(alias[size_t(i)], out[size_t(i)]) << format_label(f) << " i " << i;
+    }
+}
+
+// With master bf16, the bf16 output is the stored master; with master fp32 it is the master
+// rounded to nearest even.
+TEST(StateAdamW, Bf16OutIsTheNewMaster) {
+  const StateUnit u = tail_unit();
+  for (StateFormat f : kAllFormats) {
+    OwnedState st(u, f, 8);
+    std::vector<uint16_t> out(size_t(u.numel), 0xdead);
+    run_steps(st, {{0, u.numel}}, 1, false, nullptr, CpuIsa::automatic, &out);
+    std::vector<float> p(size_t(u.numel));
+    state_to_f32(st.view, 0, u.numel, p.data(), nullptr, nullptr, u.ranges);
+    for (const ParamRange& r : u.ranges)
+      for (int64_t i = r.offset; i < r.offset + r.numel; ++i)
+        ASSERT_EQ(out[size_t(i)], f32_to_bf16(p[size_t(i)])) << format_label(f) << " " << i;
+  }
+}
+
+// 200 steps of each format against fp32 AdamW from the same start (decoded weights, zero
+// moments, as training starts), on a noisy quadratic (gradient = p - target + noise). The
+// RMS weight difference d must stay within a * |p| + b * |displacement| (RMS over elements;
+// displacement = the fp32 run's p_T - p_0):
+//  - b: the moments' encoding changes each step's update m / (sqrt(v) + eps) by at most
+//    (relative) half the m spacing plus half the sqrt(v) spacing, so the weights move by at
+//    most that fraction of the displacement if every step's error had the same sign:
+//    bf16 (2^-8 + 2^-9 = 0.6%): b = 1e-2; int8 (4.4% + 2.2%): b = 0.1.
+//  - a: bf16 master rounds stochastically each step: an unbiased error with standard
+//    deviation <= half a bf16 ulp <= 2^-8 |p|, independent per step, so after T steps
+//    <= sqrt(T) * 2^-8 |p|: a = sqrt(200) / 256 = 0.055. fp32 master: a = 0.
+TEST(StateAdamW, TrajectoryFollowsFp32) {
+  StateUnit u;
+  u.numel = 8192 + 512;
+  u.ranges = {{0, 8192, true}, {8192, 512, false}};
+  const size_t n = size_t(u.numel);
+  const auto target = test::random_vec(n, 901, -1.f, 1.f);
+  for (StateFormat f : kAllFormats) {
+    if (f.is_fp32()) continue;
+    OwnedState st(u, f, 9);
+    OwnedState ref(u, {}, 9);
+    // Training starts with zero moments; the fp32 reference starts from the compact state's
+    // decoded weights.
+    std::vector<float> p(n), zero(n, 0.f);
+    state_from_f32(st.view, 0, u.numel, nullptr, zero.data(), zero.data(), u.ranges);
+    state_to_f32(st.view, 0, u.numel, p.data(), nullptr, nullptr, u.ranges);
+    state_from_f32(ref.view, 0, u.numel, p.data(), zero.data(), zero.data(), u.ranges);
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> noise(0.f, 0.3f);
+    std::vector<float> g(n), pc(n), pr(n);
+    for (int t = 1; t <= 200; ++t) {
+      state_to_f32(st.view, 0, u.numel, pc.data(), nullptr, nullptr, u.ranges);
+      state_to_f32(ref.view, 0, u.numel, pr.data(), nullptr, nullptr, u.ranges);
+      for (size_t i = 0; i < n; ++i) g[i] = pr[i] - target[i] + noise(rng);
+      std::vector<float> gc(n);
+      for (size_t i = 0; i < n; ++i) gc[i] = g[i] + (pc[i] - pr[i]);  // each its own p
+      adamw_update_state(st.view, 0, u.numel, gc.data(), nullptr, u.ranges, step_at(t), nullptr);
+      adamw_update_state(ref.view, 0, u.numel, g.data(), nullptr, u.ranges, step_at(t), nullptr);
+    }
+    state_to_f32(st.view, 0, u.numel, pc.data(), nullptr, nullptr, u.ranges);
+    state_to_f32(ref.view, 0, u.numel, pr.data(), nullptr, nullptr, u.ranges);
+    double d2 = 0, r2 = 0, s2 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      d2 += double(pc[i] - pr[i]) * (pc[i] - pr[i]);
+      r2 += double(pr[i]) * pr[i];
+      s2 += double(pr[i] - p[i]) * (pr[i] - p[i]);
+    }
+    const double a = f.master == MasterFormat::bf16 ? std::sqrt(200.0) / 256 : 0.0;
+    const double b = f.moments == MomentFormat::int8 ? 0.1 : f.moments == MomentFormat::bf16 ? 1e-2 : 0.0;
+    EXPECT_LE(std::sqrt(d2), a * std::sqrt(r2) + b * std::sqrt(s2))
+        << format_label(f) << ": |d| / |p| " << std::sqrt(d2 / r2) << ", |d| / |displacement| "
+        << std::sqrt(d2 / s2);
+    EXPECT_GT(d2, 0.0) << format_label(f) << ": compact state gave fp32's exact bits?";
+  }
+}
+
+// Stochastic rounding: the same inputs give the same bits (deterministic); over many keys
+// the mean of the rounded values equals x (unbiased), and each result is one of x's two bf16
+// neighbours.
+TEST(StateFormat, StochasticRoundingUnbiasedAndDeterministic) {
+  const float xs[] = {1.0f + 0x1p-9f, -3.14159f, 1e-3f + 1e-7f, 0.7071f};
+  for (float x : xs) {
+    // x's bf16 neighbours: truncation (toward zero) and the next one away from zero.
+    const uint16_t trunc = uint16_t(std::bit_cast<uint32_t>(x) >> 16);
+    const float down = bf16_to_f32(trunc), up = bf16_to_f32(uint16_t(trunc + 1));
+    double sum = 0;
+    const int kDraws = 200000;
+    for (int i = 0; i < kDraws; ++i) {
+      const uint32_t key = stochastic_round_key(42, 7, i);
+      const uint16_t b = stochastic_round_bf16(x, stochastic_round_noise(key, 12345));
+      ASSERT_EQ(b, stochastic_round_bf16(x, stochastic_round_noise(key, 12345)));
+      const float r = bf16_to_f32(b);
+      ASSERT_TRUE(r == down || r == up) << x << " -> " << r;
+      sum += r;
+    }
+    // The mean of kDraws Bernoulli(q) roundings has standard deviation <= ulp / (2 sqrt(N)):
+    // allow 5 of them (a false failure has probability ~ 6e-7).
+    const double ulp = std::ldexp(1.0, std::ilogb(x) - 7);
+    EXPECT_NEAR(sum / kDraws, double(x), 5 * ulp / (2 * std::sqrt(double(kDraws)))) << x;
+  }
+  // A bf16 value stays itself; NaN stays NaN.
+  EXPECT_EQ(stochastic_round_bf16(1.5f, 0xffff), f32_to_bf16(1.5f));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(stochastic_round_bf16(NAN, 0x1234))));
+}
+
+// The stochastic rounding noise depends on (seed, unit, element, step) only: two runs give
+// the same bits, another seed other bits.
+TEST(StateAdamW, Bf16MasterDependsOnSeedOnly) {
+  const StateUnit u = tail_unit();
+  const StateFormat f{MomentFormat::bf16, MasterFormat::bf16};
+  OwnedState a(u, f, 10), b(u, f, 10), c(u, f, 10);
+  c.view.rounding_seed ^= 1;
+  ThreadPool pool(2);
+  run_steps(a, {{0, u.numel}}, 2, false, nullptr, CpuIsa::scalar, nullptr);
+  run_steps(b, {{0, 576 * 6}, {576 * 6, u.numel - 576 * 6}}, 2, false, &pool, CpuIsa::automatic,
+            nullptr);
+  run_steps(c, {{0, u.numel}}, 2, false, nullptr, CpuIsa::scalar, nullptr);
+  EXPECT_TRUE(a.same_bits(b));
+  EXPECT_NE(a.master, c.master);
+}
+
+// Encoding an fp32 state and decoding it again is the identity on the encoded values
+// (decode -> encode -> decode gives the same fp32), for every format.
+TEST(StateFormat, RoundTripIsStable) {
+  const StateUnit u = tail_unit();
+  const size_t n = size_t(u.numel);
+  for (StateFormat f : kAllFormats) {
+    OwnedState st(u, f, 12);
+    std::vector<float> p(n), m(n), v(n), p2(n), m2(n), v2(n);
+    state_to_f32(st.view, 0, u.numel, p.data(), m.data(), v.data(), u.ranges);
+    OwnedState st2(u, f, 13);
+    state_from_f32(st2.view, 0, u.numel, p.data(), m.data(), v.data(), u.ranges);
+    state_to_f32(st2.view, 0, u.numel, p2.data(), m2.data(), v2.data(), u.ranges);
+    EXPECT_EQ(p, p2) << format_label(f);
+    EXPECT_EQ(m, m2) << format_label(f);
+    EXPECT_EQ(v, v2) << format_label(f);
+    EXPECT_TRUE(st.same_bits(st2)) << format_label(f);
+  }
+}
+
+// A window must not split a row's blocks: a run of rows is fine, half a row is not.
+TEST(StateAdamW, RowRangeWindows) {
+  const StateUnit u = tail_unit();
+  OwnedState st(u, {MomentFormat::int8, MasterFormat::f32}, 14);
+  const auto g = test::random_vec(size_t(u.numel), 41);
+  EXPECT_NO_THROW(adamw_update_state(st.view, 576 * 3, 576 * 2, g.data(), nullptr, u.ranges,
+                                     step_at(1), nullptr));
+  EXPECT_NO_THROW(adamw_update_state(st.view, 576 * 3 + 512, 64, g.data(), nullptr, u.ranges,
+                                     step_at(1), nullptr));
+  EXPECT_THROW(adamw_update_state(st.view, 576 * 3, 288, g.data(), nullptr, u.ranges,
+                                  step_at(1), nullptr),
                Error);
 }
 
