@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "optim/adamw.h"
 #include "optim/adamw_undo.h"
+#include "optim/state_adamw.h"
 #include "optim/grad_norm.h"
 
 namespace sf {
@@ -161,6 +162,22 @@ void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, u
           adamw_update_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr);
           break;
       }
+    }
+  }, 1);
+}
+
+void EmbeddingGrad::adamw_state(Rows which, const UnitStateView& state, std::span<const ParamRange> ranges,
+                                uint16_t* out, const AdamWStep& s, ThreadPool& pool,
+                                const std::function<void(int64_t, int64_t)>& after) const {
+  const std::vector<Run>& runs = which == Rows::touched ? touched_runs_ : untouched_runs_;
+  const int64_t C = C_;
+  pool.parallel_for(int64_t(runs.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Run& run = runs[size_t(i)];
+      const int64_t n = run.n_rows * C, off = run.row * C;
+      const float* g = which == Rows::touched ? grad_ + run.slot * C : zeros_.data();
+      adamw_update_state(state, off, n, g, out ? out + off : nullptr, ranges, s, nullptr);
+      after(off, n);
     }
   }, 1);
 }

@@ -9,11 +9,14 @@
 // or of the row's sum, exactly as a dense f32 gradient would give.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/batch.h"
 #include "optim/param_range.h"
+#include "optim/state_format.h"
 
 namespace sf {
 
@@ -52,6 +55,12 @@ class EmbeddingGrad {
   // rows' bf16 copy (may be null). redo replaces step `done` by `s`; update and undo use s.
   void adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out, bool decay,
              const AdamWStep& s, const AdamWStep& done, ThreadPool& pool) const;
+  // The update on a compact state (optim/state_adamw.h), run by run; `ranges` the table
+  // unit's (rows of C elements, so a run of whole rows splits no int8 block). after(off, len)
+  // is called on each updated run (elements of the table).
+  void adamw_state(Rows which, const UnitStateView& state, std::span<const ParamRange> ranges,
+                   uint16_t* out, const AdamWStep& s, ThreadPool& pool,
+                   const std::function<void(int64_t, int64_t)>& after) const;
 
   int64_t touched_rows() const { return int64_t(rows_.size()); }
 

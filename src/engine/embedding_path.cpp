@@ -15,7 +15,12 @@ EmbeddingPath::EmbeddingPath(WindowContext& w) : w_(w) {
                                           static_cast<float*>(w.bufs.at(BufferRole::embedding_grad).data()));
   // The forward gathers its rows straight from the fp32 master (the device reads them over
   // PCIe; no host thread and no staging copy between the update and layer 0).
-  table_ = w.be.map_host(w.store.master(0), size_t(V * C) * 4, "the embedding table");
+  // A bf16 master is gathered as it is; an f32 compute dtype reads f32 rows (the master, or
+  // its decoded mirror).
+  table_dtype_ = w.ec.bf16_master() && w.reduced() ? DType::bf16 : DType::f32;
+  void* table = table_dtype_ == DType::bf16 ? static_cast<void*>(w.store.master_bf16(0))
+                                             : static_cast<void*>(w.f32_weights(0));
+  table_ = w.be.map_host(table, size_t(V * C) * dtype_size(table_dtype_), "the embedding table");
 }
 
 void EmbeddingPath::forward(const std::vector<Batch>& chunks, int c, Mat x0, const int32_t* tokens) {
@@ -33,7 +38,7 @@ void EmbeddingPath::forward(const std::vector<Batch>& chunks, int c, Mat x0, con
       w_.be.copy_to_device(h2d, w_.bufs.at(BufferRole::embedding_rows_device).data(), rows, host_rows.bytes());
     }
   }
-  const Mat table(table_->data(), DType::f32, w_.cfg.vocab_size, w_.cfg.hidden_size);
+  const Mat table(table_->data(), table_dtype_, w_.cfg.vocab_size, w_.cfg.hidden_size);
   w_.be.embedding_forward(h2d, x0, tokens, table);
   trace_mark("embed_forward: gather enqueued");
   w_.ev.emb_done[size_t(c)]->record(h2d);
@@ -109,6 +114,12 @@ void EmbeddingPath::adamw(EmbeddingGrad::Kind kind, EmbeddingGrad::Rows rows, co
                           const AdamWStep& done, ThreadPool& pool) {
   Buffer* staging = w_.bufs.find(BufferRole::home, 0);
   uint16_t* out = staging ? static_cast<uint16_t*>(staging->data()) : nullptr;
+  if (!w_.store.format().is_fp32()) {
+    SF_CHECK(kind == EmbeddingGrad::Kind::update, "a compact optimizer state has no undo or redo");
+    grad_->adamw_state(rows, w_.store.state(0), w_.store.ranges(0), out, s, pool,
+                       [this](int64_t off, int64_t len) { w_.follow_master(0, off, len); });
+    return;
+  }
   grad_->adamw(kind, rows, w_.store.master(0), w_.store.m(0), w_.store.v(0), out,
                w_.store.ranges(0)[0].decay, s, done, pool);
 }

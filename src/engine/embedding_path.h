@@ -41,7 +41,8 @@ class EmbeddingPath {
 
   WindowContext& w_;
   std::unique_ptr<EmbeddingGrad> grad_;
-  std::unique_ptr<Buffer> table_;  // the fp32 master table, mapped for embedding_forward
+  std::unique_ptr<Buffer> table_;  // the master table (or its f32 mirror), mapped for embedding_forward
+  DType table_dtype_ = DType::f32;
   int64_t block_ = 0;              // this step's rows per block (device scatter)
   float sumsq_ = 0;                // norms[0] after grad_on_device
 };

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "optim/state_format.h"
+
 namespace sf {
 
 // Elements per ring buffer of a device home's update trip (2 buffers, pinned host): small
@@ -91,6 +93,11 @@ struct EngineConfig {
   // (~0.3 ms at 8B with a reduced compute dtype). 1 needs no device-AdamW layers (layers 0
   // and 1 keep theirs until their update).
   int layer_grad_buffers = 2;
+  // How the host training state is stored (--optimizer-state, --master-weights;
+  // optim/state_format.h). A compact format has no exact undo, so it never speculates; a bf16
+  // master streams to the device as it is (no fp32 stage, no cast).
+  StateFormat state_format;
+  bool bf16_master() const { return state_format.master == MasterFormat::bf16; }
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
     return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);

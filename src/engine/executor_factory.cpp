@@ -123,9 +123,9 @@ void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& 
 #endif
 }
 
-HardwareModel hardware_for(BackendKind backend) {
+HardwareModel hardware_for(BackendKind backend, StateFormat state_format) {
   HardwareModel hw = backend == BackendKind::host ? HardwareModel::host_default()
-                                                  : HardwareModel::device_default();
+                                                  : HardwareModel::device_default(state_format);
 #if SF_WITH_CUDA
   // The GPU figures are the H200's; with the GPU at hand, measure it and rescale them.
   if (backend == BackendKind::cuda && cuda_available()) {
@@ -176,7 +176,7 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   set_host_budget(req, r.budget);
   set_optimizer_dir(req, r.budget);
   set_device_budget(req, r.backend, r.budget);
-  HardwareModel hw = hardware_for(r.backend);
+  HardwareModel hw = hardware_for(r.backend, req.step.state_format);
   const EngineChoice engine = parse_engine(req.engine);
   const int dev_adamw = parse_device_adamw_layers(req.device_adamw_layers);
   const bool allow_resident = engine != EngineChoice::sliding;
@@ -221,11 +221,13 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
   if (r.plan.mode == Plan::Mode::resident && r.backend == BackendKind::host)
     return std::make_unique<Owning<ResidentExecutor>>(std::move(be), cfg, max_tokens,
                                                       r.plan.keep_activations,
-                                                      r.plan.engine.head_chunk_rows);
+                                                      r.plan.engine.head_chunk_rows,
+                                                      r.plan.engine.state_format);
   if (r.plan.mode == Plan::Mode::resident)
     return std::make_unique<Owning<DeviceResidentExecutor>>(std::move(be), cfg, max_tokens,
                                                             r.plan.keep_activations,
-                                                            r.plan.engine.head_chunk_rows);
+                                                            r.plan.engine.head_chunk_rows,
+                                                      r.plan.engine.state_format);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 

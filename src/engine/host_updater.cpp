@@ -12,12 +12,16 @@
 #include "optim/adamw.h"
 #include "optim/adamw_undo.h"
 #include "optim/grad_norm.h"
+#include "optim/state_adamw.h"
 
 namespace sf {
 
 HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev)
     : w_(w), homes_(homes), emb_(emb), dev_(dev) {
   ring_piece_ = std::min(homes.max_resident_numel(), w.ec.ring_piece);
+  // A piece of an int8 state's unit must split no block: whole blocks of the unit's grid.
+  if (w.store.format().moments == MomentFormat::int8)
+    ring_piece_ = std::max(kStateBlock, ring_piece_ / kStateBlock * kStateBlock);
   if (w.ec.speculative()) spec_ = std::make_unique<SpeculationState>();
 }
 
@@ -220,6 +224,16 @@ void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, WeightsTo to, uint
   ParamStore& store = w_.store;
   ThreadPool* pool = &opt_pool();
   const bool in_place = to == WeightsTo::gradient_in_place;
+  if (!store.format().is_fp32()) {
+    SF_CHECK(kind == EmbeddingGrad::Kind::update, "a compact optimizer state has no undo or redo");
+    grad_pieces(u, in_place && !f32 ? Pieces::rewrite : Pieces::read, [&](void* g, int64_t off, int64_t len) {
+      uint16_t* o = f32 ? nullptr : in_place ? static_cast<uint16_t*>(g) : out ? out + off : nullptr;
+      if (f32) adamw_update_state(store.state(u), off, len, static_cast<const float*>(g), o, store.ranges(u), s, pool);
+      else adamw_update_state(store.state(u), off, len, static_cast<const uint16_t*>(g), o, store.ranges(u), s, pool);
+      w_.follow_master(u, off, len);
+    });
+    return;
+  }
   grad_pieces(u, in_place && !f32 ? Pieces::rewrite : Pieces::read, [&](void* g, int64_t off, int64_t len) {
     const std::vector<ParamRange> r = clip_ranges(store.ranges(u), off, len);
     float *p = store.master(u) + off, *m = store.m(u) + off, *v = store.v(u) + off;

@@ -12,6 +12,7 @@
 #include "model/device_batch.h"
 #include "model/param_layout.h"
 #include "model/recipes.h"
+#include "optim/state_format.h"
 
 namespace sf {
 
@@ -22,19 +23,48 @@ size_t dev_round(size_t b) { return (std::max<size_t>(b, 1) + 255) / 256 * 256; 
 // cuBLASLt + reduction workspaces the CUDA backend creates per stream that computes.
 constexpr size_t kBackendWorkspace = (size_t(32) << 20) + (size_t(8) << 20);
 
+// The host training state's line name: "fp32 master + AdamW m, v" by default, else its format.
+std::string state_line_name(StateFormat f) {
+  if (f.is_fp32()) return "fp32 master + AdamW m, v";
+  return cat(master_format_name(f.master), " master + ", moment_format_name(f.moments), " AdamW m, v");
+}
+
+// The state as ParamStore allocates it: in RAM, or with m and v in --optimizer-dir's file
+// (the int8 scales stay in RAM).
+void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<MemoryLine>& m) {
+  const std::vector<StateUnit> units = state_units(l);
+  const StateFormat f = ec.state_format;
+  size_t all = 0, in_ram = 0;
+  for (const StateUnit& u : units) {
+    all += unit_state_bytes(u, f);
+    const UnitStateLayout ul = unit_state_layout(u, f);
+    in_ram += ul.master_bytes + 2 * size_t(ul.scale_count) * 4;
+  }
+  if (ec.moments_dir.empty()) {
+    m.push_back({state_line_name(f), all, false});
+    return;
+  }
+  m.push_back({cat(master_format_name(f.master), " master", f.moments == MomentFormat::int8 ? " + int8 scales" : ""),
+               in_ram, false});
+  m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(units, f), false, true});
+}
+
 }  // namespace
+
+std::string state_format_words(StateFormat f) {
+  return cat(master_format_name(f.master), " master, ", moment_format_name(f.moments), " AdamW moments");
+}
+
+double state_bytes_per_param(const ModelConfig& cfg, StateFormat f) {
+  size_t bytes = 0;
+  for (const StateUnit& u : state_units(ModelLayout::build(cfg))) bytes += unit_state_bytes(u, f);
+  return double(bytes) / double(cfg.num_parameters());
+}
 
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
   ModelLayout l = ModelLayout::build(cfg);
   std::vector<MemoryLine> m;
-  size_t state = 0;
-  for (const Unit& u : l.units) state += 3 * size_t(u.numel) * 4;
-  if (ec.moments_dir.empty()) {
-    m.push_back({"fp32 master + AdamW m, v", state, false});
-  } else {
-    m.push_back({"fp32 master", state / 3, false});
-    m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(state_units(l)), false, true});
-  }
+  add_state_lines(l, ec, m);
   // The buffers, one line per label in the list's order, host lines first.
   std::vector<MemoryLine> dev;
   for (const BufferSpec& s : window_buffer_specs(cfg, ec, cd)) {
@@ -61,27 +91,32 @@ int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
 }
 
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep,
-                                        int64_t head_rows) {
+                                        int64_t head_rows, StateFormat f) {
   // The fp32 master and AdamW moments live on the device when the compute dtype is reduced
   // (CUDA: DeviceResidentExecutor), on the host for the fp32 reference (ResidentExecutor).
   const bool state_on_device = cd != DType::f32;
   ModelLayout l = ModelLayout::build(cfg);
   const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size);
-  size_t w = 0, g = 0, state = 0, dev_state = 0, host_g = 0;
+  SF_CHECK(!state_on_device || f.is_fp32(), "the device-resident executor keeps an fp32 state");
+  size_t w = 0, g = 0, state = 0, dev_state = 0, host_g = 0, decode = 0;
   for (auto& u : l.units) {
     w += dev_round(size_t(u.numel) * es);
     g += dev_round(size_t(u.numel) * 4);
-    state += 3 * size_t(u.numel) * 4;
     dev_state += 3 * dev_round(size_t(u.numel) * 4);
     host_g += size_t(u.numel) * 4;
+    decode = std::max(decode, size_t(u.numel) * 4);
   }
+  for (const StateUnit& u : state_units(l)) state += unit_state_bytes(u, f);
   size_t x = size_t(T) * C * es;
   int64_t rows = std::min<int64_t>(head_rows, T);
   std::vector<MemoryLine> m = {
-      {state_on_device ? "fp32 master + AdamW m, v (checkpoint copy)" : "fp32 master + AdamW m, v",
+      {state_on_device ? "fp32 master + AdamW m, v (checkpoint copy)" : state_line_name(f),
        state, false}};
   if (state_on_device) m.push_back({"fp32 master + AdamW m, v", dev_state, true});
   else m.push_back({"gradient copy (f32)", host_g, false});
+  // ResidentExecutor decodes a bf16 master unit by unit for its f32 model.
+  if (!state_on_device && f.master == MasterFormat::bf16)
+    m.push_back({"f32 weights of one unit, decoded from the bf16 master", decode, false});
   for (MemoryLine line : std::vector<MemoryLine>{
            {"weights (compute dtype)", w, true},
            {"gradients (f32)", g, true},

@@ -168,8 +168,9 @@ TransferTimes transfer_times(const ModelConfig& cfg, const ModelLayout& l, doubl
                              const HardwareModel& hw, const EngineConfig& e) {
   const double L = double(l.n_layers), C = double(cfg.hidden_size);
   const double es = double(dtype_size(DType::bf16));
-  // From the master the weights cross PCIe in fp32 (cast on the device); gradients in bf16.
-  const double w_es = e.from_master() ? 4.0 : es;
+  // From an fp32 master the weights cross PCIe in fp32 (cast on the device), from a bf16 one
+  // as they are; gradients in the compute dtype.
+  const double w_es = e.from_master() ? (e.bf16_master() ? 2.0 : 4.0) : es;
   const double layer_bytes = double(max_layer_numel(l)) * w_es;
   const double grad_bytes = double(max_layer_numel(l)) * es;
   const double streamed = L - double(plan_internal::resident_layer_count(l.n_layers, e));

@@ -5,6 +5,7 @@
 // candidate that misses by least with advice on what to change. Counts memory through
 // plan_memory.cpp and predicts through plan_prediction.cpp; allocates nothing.
 #include <algorithm>
+#include <iomanip>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -109,6 +110,8 @@ void check_request(const PlanInputs& in) {
 //    its scratch is its own). The first that fits, predicted; none when none fits.
 std::optional<Plan> resident_plan(const PlanInputs& in) {
   if (!in.allow_resident) return std::nullopt;
+  // The device-resident executor's AdamW keeps an fp32 state on the device.
+  if (in.cd != DType::f32 && !in.req.state_format.is_fp32()) return std::nullopt;
   const int64_t head_rows = head_chunk_rows_for(in.cfg, in.req.micro_tokens, in.cd);
   for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
                             std::pair{false, head_rows}}) {
@@ -116,7 +119,8 @@ std::optional<Plan> resident_plan(const PlanInputs& in) {
     res.mode = Plan::Mode::resident;
     res.keep_activations = keep;
     res.engine.head_chunk_rows = rows;
-    res.lines = resident_memory(in.cfg, in.req.micro_tokens, in.cd, keep, rows);
+    res.engine.state_format = in.req.state_format;
+    res.lines = resident_memory(in.cfg, in.req.micro_tokens, in.cd, keep, rows, in.req.state_format);
     total(res);
     res.fits = fits(in.budget, res);
     if (res.fits) {
@@ -197,7 +201,8 @@ void consider(const PlanInputs& in, Plan p, SearchResult& r) {
       r.closest_miss = p;
     return;
   }
-  if (!from_master) choose_speculation(in, p);
+  // A compact state has no exact undo: its updates wait for the norm (deferred).
+  if (!from_master && p.engine.state_format.is_fp32()) choose_speculation(in, p);
   if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
   predict(in.cfg, in.req, in.hw, p);
   if (beats(p, r.fastest)) r.fastest = p;
@@ -219,6 +224,7 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
                                      int slots, int64_t chunk) {
   Plan p;
   p.mode = Plan::Mode::sliding;
+  p.engine.state_format = in.req.state_format;
   p.engine.host_weights = host_weights;
   p.engine.moments_dir = moments_dir;
   p.engine.n_slots = slots;
@@ -242,7 +248,7 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
 // the CPU's work).
 std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   if (in.device_adamw_layers >= 0) return {in.device_adamw_layers};
-  if (in.cd == DType::f32 || p.engine.from_master()) return {0};
+  if (in.cd == DType::f32 || p.engine.from_master() || !p.engine.state_format.is_fp32()) return {0};
   std::vector<int> counts;
   for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
     if (d <= in.cfg.num_hidden_layers) counts.push_back(d);
@@ -373,16 +379,36 @@ void say_fits_without_clipping(const PlanInputs& in, std::ostream& a) {
       << int64_t(p.tokens_per_second) << " tokens/s).";
 }
 
+// An fp32 state that does not fit: say which compact state would (issue: the user opts in).
+void say_fits_with_compact_state(const PlanInputs& in, std::ostream& a) {
+  if (!in.req.state_format.is_fp32()) return;
+  for (StateFormat f : {StateFormat{MomentFormat::int8, MasterFormat::f32},
+                        StateFormat{MomentFormat::int8, MasterFormat::bf16}}) {
+    StepRequest q = in.req;
+    q.state_format = f;
+    const PlanInputs compact{in.cfg, q, in.budget, in.cd, in.hw, in.allow_resident, in.device_adamw_layers};
+    const Plan p = plan_step(compact, BatchSuggestion::none);
+    if (!p.fits) continue;
+    a << " With a compact optimizer state (--optimizer-state int8"
+      << (f.master == MasterFormat::bf16 ? " --master-weights bf16" : "") << ": "
+      << std::setprecision(3) << state_bytes_per_param(in.cfg, f) << " B/param instead of "
+      << std::setprecision(3) << state_bytes_per_param(in.cfg, StateFormat{})
+      << ") it fits (predicted " << int64_t(p.tokens_per_second) << " tokens/s).";
+    return;
+  }
+}
+
 // The candidate that missed by least, predicted, with the advice.
 Plan refusal(const PlanInputs& in, Plan best, BatchSuggestion suggest) {
   predict(in.cfg, in.req, in.hw, best);
   std::ostringstream a;
-  const size_t moments = moments_file_bytes(state_units(ModelLayout::build(in.cfg)));
+  const size_t moments = moments_file_bytes(state_units(ModelLayout::build(in.cfg)), in.req.state_format);
   say_host_shortfall(in.budget, best, moments, a);
   say_optimizer_dir_shortfall(in.budget, moments, a);
   say_device_shortfall(in, best, a);
   if (suggest == BatchSuggestion::search) {
     say_fits_without_clipping(in, a);
+    say_fits_with_compact_state(in, a);
     say_largest_fitting_batch(in, a);
   }
   best.fits = false;

@@ -41,7 +41,15 @@ std::string activation_store_words(const ModelConfig& cfg, const EngineConfig& e
   return cat("device for ", on_device, " layers, host for the rest");
 }
 
+void say_state(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
+  const StateFormat f = p.engine.state_format;
+  os << "state      " << state_format_words(f) << " (" << std::setprecision(3)
+     << state_bytes_per_param(cfg, f) << " B/param"
+     << (f.is_fp32() ? "; --optimizer-state int8 and --master-weights bf16 shrink it" : "") << ")\n";
+}
+
 void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
+  say_state(cfg, p, os);
   if (p.mode == Plan::Mode::resident) {
     os << "mode       resident: the whole model stays on the device"
        << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
@@ -50,8 +58,8 @@ void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
   os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
      << resident_layer_count(cfg.num_hidden_layers, p.engine) << " of " << cfg.num_hidden_layers
      << " layers resident, "
-     << (p.engine.from_master() ? "weights streamed from the fp32 master (no host copy), each gradient "
-                                  "applied as it lands"
+     << (p.engine.from_master() ? cat("weights streamed from the ", master_format_name(p.engine.state_format.master),
+                                      " master (no host copy), each gradient applied as it lands")
                                 : p.engine.speculative() ? "speculative update" : "deferred update")
      << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
      << " tokens (" << p.engine.max_chunks << " per step), activation store on the "

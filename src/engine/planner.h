@@ -43,7 +43,7 @@ struct HardwareModel {
   static HardwareModel host_default();  // measures the host's fp32 GEMM rate briefly
   // The GPU figures above with this machine's CPU AdamW rate, measured briefly (~0.1-0.5 s,
   // 512 MiB): the optimizer's speed is the CPU's and its memory's, whatever the GPU.
-  static HardwareModel device_default();
+  static HardwareModel device_default(StateFormat state_format = {});  // that format's AdamW
 };
 
 struct StepRequest {
@@ -105,7 +105,12 @@ struct Plan {
 std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfig& ec, DType cd);
 // keep_activations: one layer scratch per layer (no recompute in the backward).
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd,
-                                        bool keep_activations = false, int64_t head_chunk_rows = 256);
+                                        bool keep_activations = false, int64_t head_chunk_rows = 256,
+                                        StateFormat state_format = {});
+// "fp32 master, int8 AdamW moments": the state format in the plan's words.
+std::string state_format_words(StateFormat f);
+// Bytes of host training state per model parameter in format f (12 for fp32; padding included).
+double state_bytes_per_param(const ModelConfig& cfg, StateFormat f);
 
 // Tokens per LM-head logits chunk for T tokens per layer visit. Each chunk adds its share of
 // the head's weight gradient into the whole f32 [V, C] accumulator, which at 256 rows makes

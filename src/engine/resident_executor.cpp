@@ -4,18 +4,29 @@
 #include "engine/clip_decision.h"
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
+#include "optim/state_adamw.h"
 
 namespace sf {
 
 ResidentExecutor::ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                         bool keep_activations, int64_t head_chunk_rows)
-    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout())),
+                         bool keep_activations, int64_t head_chunk_rows,
+                         StateFormat state_format)
+    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout()), state_format),
       name_("resident on " + be.name()) {
   for (int u = 0; u < store_.n_units(); ++u) grads_.emplace_back(size_t(store_.numel(u)));
 }
 
 void ResidentExecutor::params_changed() {
-  for (int u = 0; u < store_.n_units(); ++u) model_.set_unit_weights(u, store_.master(u));
+  if (store_.format().master == MasterFormat::f32) {
+    for (int u = 0; u < store_.n_units(); ++u) model_.set_unit_weights(u, store_.master(u));
+    return;
+  }
+  std::vector<float> w;  // a bf16 master, decoded for the f32 model
+  for (int u = 0; u < store_.n_units(); ++u) {
+    w.assign(size_t(store_.numel(u)), 0.f);
+    store_.read_master_f32(u, w.data());
+    model_.set_unit_weights(u, w.data());
+  }
 }
 
 StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
@@ -35,9 +46,14 @@ StepStats ResidentExecutor::train_step(std::span<const Batch> micro, const Optim
   if (d.skip) return st;  // keep the weights
 
   const AdamWStep s = next_adamw_step(h, store_, d.coef);
-  for (int u = 0; u < store_.n_units(); ++u)
-    adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), grads_[size_t(u)].data(),
-                        nullptr, store_.numel(u), store_.ranges(u), s, &pool);
+  for (int u = 0; u < store_.n_units(); ++u) {
+    if (store_.format().is_fp32())
+      adamw_update_ranges(store_.master(u), store_.m(u), store_.v(u), grads_[size_t(u)].data(),
+                          nullptr, store_.numel(u), store_.ranges(u), s, &pool);
+    else
+      adamw_update_state(store_.state(u), 0, store_.numel(u), grads_[size_t(u)].data(), nullptr,
+                         store_.ranges(u), s, &pool);
+  }
   advance_step(store_, s);
   params_changed();
   return st;

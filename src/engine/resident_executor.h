@@ -17,7 +17,8 @@ class ResidentExecutor final : public StepExecutor {
   // keep_activations: one scratch per layer, no recompute in the backward (planner's choice
   // when the memory is there; the same results).
   ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                   bool keep_activations = false, int64_t head_chunk_rows = 256);
+                   bool keep_activations = false, int64_t head_chunk_rows = 256,
+                   StateFormat state_format = {});
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
   double eval_loss_sum(const Batch& b) override { return model_.forward(b); }
   ParamStore& params() override { return store_; }

@@ -10,7 +10,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                                              const EngineTestModes& test)
     : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
       name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
-      store_(state_units(layout_), ec.moments_dir, ec.moments_streamed),
+      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
@@ -21,8 +21,11 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
   for (int u = 1; u < w_.n_units(); ++u)
     if (homes_.from_master(u) && w_.reduced())
-      pinned_masters_.push_back(be.map_host(store_.master(u), size_t(store_.numel(u)) * 4,
-                                            cat("fp32 master of unit ", u)));
+      pinned_masters_.push_back(ec.bf16_master()
+                                    ? be.map_host(store_.master_bf16(u), size_t(store_.numel(u)) * 2,
+                                                  cat("bf16 master of unit ", u))
+                                    : be.map_host(store_.master(u), size_t(store_.numel(u)) * 4,
+                                                  cat("fp32 master of unit ", u)));
   for (int c = 0; c < ec.max_chunks; ++c)
     batches_.push_back(std::make_unique<DeviceBatch>(be, *streams_.h2d, cfg, ec.max_chunk_tokens,
                                                      &bufs_.at(BufferRole::batch_inputs, c)));
@@ -42,6 +45,10 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
              "with a reduced-precision compute dtype the head's home must be resident");
   SF_REQUIRE(ec.device_adamw_layers >= 0 && ec.device_adamw_layers <= layout.n_layers,
              "device_adamw_layers must be in [0, n_layers]");
+  SF_REQUIRE(ec.state_format.is_fp32() || !ec.speculative(),
+             "sliding window: a compact optimizer state has no exact undo, so no speculative update");
+  SF_REQUIRE(ec.state_format.is_fp32() || ec.device_adamw_layers == 0,
+             "sliding window: device-AdamW layers keep an fp32 state");
   return window_buffer_specs(cfg, ec, cd);
 }
 
@@ -199,8 +206,14 @@ void SlidingWindowExecutor::load_weights(const Op& op) {
 
 // The fp32 master in pieces through the stage, each cast into the slot on h2d (one stream:
 // a piece's copy waits for the previous cast, which takes a few percent of the copy's time).
+// A bf16 master is the compute dtype's bits already: one copy, half the bytes.
 void SlidingWindowExecutor::load_from_master(int u, void* slot) {
   Stream& h2d = *streams_.h2d;
+  if (ec_.bf16_master()) {
+    SF_CHECK(cd_ == DType::bf16, "a bf16 master streams into bf16 slots only");
+    be_.copy_to_device(h2d, slot, store_.master_bf16(u), size_t(store_.numel(u)) * 2);
+    return;
+  }
   Buffer& stage = bufs_.at(BufferRole::master_stage);
   const int64_t n = store_.numel(u), P = int64_t(stage.bytes() / 4);
   const float* master = store_.master(u);

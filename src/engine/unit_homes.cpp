@@ -37,7 +37,7 @@ UnitHomes::UnitHomes(WindowContext& w) : w_(w) {
 }
 
 const void* UnitHomes::host_weights(int u) const {
-  if (!w_.reduced()) return w_.store.master(u);
+  if (!w_.reduced()) return w_.f32_weights(u);
   SF_CHECK(!(u > 0 && resident(u)), "resident unit ", u, " has no host weights");
   SF_CHECK(!from_master(u), "unit ", u, " streams from the fp32 master: it has no compute-dtype copy");
   return home_[size_t(u)]->data();
@@ -91,12 +91,14 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
   // A skipped step leaves device-AdamW layers' weights as they were too.
   for (int u = 0; u < w_.n_units(); ++u)
     state_[size_t(u)].store(uint8_t(HomeState::weights), std::memory_order_release);
-  if (!w_.reduced()) return;  // weights load straight from the master
+  if (!w_.reduced()) {  // weights load straight from the master, or its decoded mirror
+    for (int u = 0; u < w_.n_units(); ++u) w_.follow_master(u, 0, w_.store.numel(u));
+    return;
+  }
   const size_t es = dtype_size(w_.cd);
   std::vector<char> tmp;
   for (int u = 0; u < w_.n_units(); ++u) {
     if (!home_[size_t(u)] || (w_.ec.device_adamw(u) && !with_device_units)) continue;
-    const float* src = w_.store.master(u);
     const size_t n = size_t(w_.store.numel(u));
     void* dst = home_[size_t(u)]->data();
     if (u > 0 && resident(u)) {
@@ -104,7 +106,7 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
       dst = tmp.data();
     }
     host_pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
-      convert_from_f32(src + b, static_cast<char*>(dst) + size_t(b) * es, w_.cd, size_t(e - b));
+      w_.master_to_compute(u, static_cast<char*>(dst) + size_t(b) * es, b, e);
     }, 1 << 16);
     if (u > 0 && resident(u)) {
       w_.be.copy_to_device(*w_.streams.h2d, home_[size_t(u)]->data(), tmp.data(), tmp.size());

@@ -28,6 +28,7 @@ class SpecList {
 
   std::vector<BufferSpec> build() {
     device_adamw();
+    master_mirrors();
     homes();
     embedding();
     update_buffers();
@@ -56,6 +57,15 @@ class SpecList {
         add(BufferRole::device_adamw_grad, k, Tier::device, n * 4, cat("layer ", k, " gradient accumulator"),
             cat("gradient accumulators of layers 2-", D - 1));
     }
+  }
+
+  // An f32 compute dtype reads its weights from the master itself; a bf16 master has to be
+  // decoded for it first (the host backend: tests and CPU-only runs).
+  void master_mirrors() {
+    if (cd_ != DType::f32 || !ec_.bf16_master()) return;
+    for (int u = 0; u < n_units_; ++u)
+      add(BufferRole::master_mirror, u, Tier::host, size_t(numel(u)) * 4, cat("f32 weights of unit ", u),
+          "f32 weights decoded from the bf16 master");
   }
 
   // [0] holds the tied table's compute-dtype weights when the head needs them.
@@ -129,7 +139,7 @@ class SpecList {
     for (int i = 0; i < 2; ++i)
       add(BufferRole::grad_ring, i, Tier::host, size_t(largest) * es_, cat("gradient ring ", i),
           "gradient ring (2 layers)");
-    if (cd_ != DType::f32)
+    if (cd_ != DType::f32 && !ec_.bf16_master())  // a bf16 master is copied as it is
       add(BufferRole::master_stage, 0, Tier::device, size_t(std::min(max_layer_, ec_.ring_piece)) * 4,
           "fp32 master stage", "fp32 master stage (cast on the device)");
   }

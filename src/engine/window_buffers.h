@@ -36,6 +36,7 @@ enum class BufferRole : uint8_t {
   update_ring,          // [2]: pinned pieces of device homes' update trips
   grad_ring,            // [2]: a streamed layer's gradient, landed for its update (from_master)
   master_stage,         // f32 pieces of the master on their way into a slot (from_master, bf16)
+  master_mirror,        // [unit]: f32 weights decoded from a bf16 master (f32 compute only)
   grad_cast,            // [2]: a layer's gradient cast to the compute dtype for its trip home
   norms,                // f32 [units]: gradient sums of squares reduced on the device
   next_weights,         // [unit]: speculated weights (EngineConfig::has_next)

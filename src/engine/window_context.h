@@ -42,6 +42,14 @@ struct WindowContext {
   int n_units() const { return int(layout.units.size()); }
   int head_unit() const { return n_units() - 1; }
   bool reduced() const { return cd != DType::f32; }
+  // Unit u's weights as an f32 compute dtype reads them: the fp32 master, or its decoded
+  // mirror when the master is bf16 (BufferRole::master_mirror).
+  float* f32_weights(int u) const;
+  // After an update of [off, off + len) of unit u: a mirror follows its bf16 master (a no-op
+  // without one).
+  void follow_master(int u, int64_t off, int64_t len) const;
+  // Elements [b, e) of unit u's master as compute-dtype values into dst (dst[0] is element b).
+  void master_to_compute(int u, void* dst, int64_t b, int64_t e) const;
   // Device-reduced gradient sums of squares, f32 [units].
   float* norms() const { return static_cast<float*>(bufs.at(BufferRole::norms).data()); }
   // Layer k's f32 gradient accumulator: the two alternating ones, or its own (device-AdamW

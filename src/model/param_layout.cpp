@@ -162,6 +162,10 @@ std::vector<StateUnit> state_units(const ModelLayout& layout) {
       else
         s.ranges.push_back({slot.offset, slot.numel(), slot.decay});
     }
+    // The embedding table is updated in runs of whole rows (the step's touched rows, then the
+    // others): a compact state's blocks follow its rows (optim/state_format.h).
+    if (unit.kind == UnitKind::embedding && s.ranges.size() == 1 && unit.params.size() == 1)
+      s.ranges[0].row = unit.params[0].cols;
     out.push_back(std::move(s));
   }
   return out;
