@@ -220,6 +220,14 @@ void for_each_window_block(const UnitStateView& s, int64_t off, int64_t len,
 
 }  // namespace
 
+std::vector<StatePiece> state_window_pieces(const UnitStateView& state, int64_t off,
+                                            int64_t len, std::span<const ParamRange> ranges) {
+  std::vector<StatePiece> out;
+  for (const Piece& p : window_pieces(state, off, len, ranges, "state_window_pieces"))
+    out.push_back({p.r, p.b, p.e});
+  return out;
+}
+
 void adamw_update_state(const UnitStateView& state, int64_t off, int64_t len,
                         const float* grad, uint16_t* bf16_out,
                         std::span<const ParamRange> ranges, const AdamWStep& s,
