@@ -391,8 +391,8 @@ void say_fits_with_compact_state(const PlanInputs& in, std::ostream& a) {
     if (!p.fits) continue;
     a << " With a compact optimizer state (--optimizer-state int8"
       << (f.master == MasterFormat::bf16 ? " --master-weights bf16" : "") << ": "
-      << std::setprecision(3) << state_bytes_per_param(in.cfg, f) << " B/param instead of "
-      << std::setprecision(3) << state_bytes_per_param(in.cfg, StateFormat{})
+      << std::fixed << std::setprecision(2) << state_bytes_per_param(in.cfg, f) << " B/param instead of "
+      << state_bytes_per_param(in.cfg, StateFormat{})
       << ") it fits (predicted " << int64_t(p.tokens_per_second) << " tokens/s).";
     return;
   }

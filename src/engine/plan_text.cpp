@@ -43,16 +43,16 @@ std::string activation_store_words(const ModelConfig& cfg, const EngineConfig& e
 
 void say_state(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
   const StateFormat f = p.engine.state_format;
-  os << "state      " << state_format_words(f) << " (" << std::setprecision(3)
+  os << "state      " << state_format_words(f) << " (" << std::fixed << std::setprecision(2)
      << state_bytes_per_param(cfg, f) << " B/param"
      << (f.is_fp32() ? "; --optimizer-state int8 and --master-weights bf16 shrink it" : "") << ")\n";
 }
 
 void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
-  say_state(cfg, p, os);
   if (p.mode == Plan::Mode::resident) {
     os << "mode       resident: the whole model stays on the device"
        << (p.keep_activations ? ", every layer's activations kept (no recompute)" : "") << "\n";
+    say_state(cfg, p, os);
     return;
   }
   os << "mode       sliding window: " << p.engine.n_slots << " weight slots, "
@@ -64,6 +64,7 @@ void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
      << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
      << " tokens (" << p.engine.max_chunks << " per step), activation store on the "
      << activation_store_words(cfg, p.engine) << "\n";
+  say_state(cfg, p, os);
 }
 
 // One row of the memory table (os is left-aligned).

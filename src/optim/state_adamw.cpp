@@ -66,7 +66,8 @@ std::vector<Piece> window_pieces(const UnitStateView& s, int64_t off, int64_t le
   }
   if (!out.empty())
     SF_CHECK(s.master && s.m && s.v &&
-                 (s.format.moments != MomentFormat::int8 || (s.m_scale && s.v_scale)),
+                 (s.format.moments != MomentFormat::int8 || s.layout->scale_count == 0 ||
+                  (s.m_scale && s.v_scale)),
              who, ": null master/m/v/scale pointer in the state view of unit ", s.unit);
   return out;
 }

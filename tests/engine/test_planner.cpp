@@ -106,6 +106,71 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
         }
 }
 
+// Each state format: the window's buffers (a bf16 master's f32 mirrors for the host
+// backend's f32 compute) and the state line are what the executor and its ParamStore
+// allocate, to the byte; int8 moments with an fp32 master stay within 6.1 B/param, with a
+// bf16 master within 4.1 (issue 18), counted on the 8B shape.
+TEST(Planner, CompactStatesAreCountedAsAllocated) {
+  const StateFormat formats[] = {{MomentFormat::f32, MasterFormat::f32},
+                                 {MomentFormat::bf16, MasterFormat::f32},
+                                 {MomentFormat::int8, MasterFormat::f32},
+                                 {MomentFormat::int8, MasterFormat::bf16},
+                                 {MomentFormat::bf16, MasterFormat::bf16}};
+  for (const StateFormat& f : formats)
+    for (bool master : {false, true}) {
+      ModelConfig cfg = tiny_config(Arch::qwen2, false);
+      SCOPED_TRACE(cat(state_format_words(f), master ? ", from the master" : ""));
+      EngineConfig ec;
+      ec.max_chunk_tokens = 40;
+      ec.max_chunks = 2;
+      ec.state_format = f;
+      if (master) ec.host_weights = EngineConfig::HostWeights::master;
+      HostBackend host;
+      RecordingBackend be(host);
+      SlidingWindowExecutor ex(be, cfg, ec);
+      size_t allocated = 0;
+      for (const auto& a : be.allocs) {
+        const size_t g = a.tier == Tier::device ? 256 : 64;  // window_buffers' tier_bytes
+        allocated += (std::max<size_t>(a.bytes, 1) + g - 1) / g * g;
+      }
+      size_t planned = 0, state = 0, workspaces = 0;
+      for (const MemoryLine& l : sliding_memory(cfg, ec, DType::f32)) {
+        planned += l.bytes;
+        if (l.what.find("AdamW m, v") != std::string::npos) state = l.bytes;
+        if (l.what == "backend workspaces") workspaces = l.bytes;
+      }
+      EXPECT_EQ(state, ex.params().host_bytes());
+      EXPECT_EQ(planned, allocated + state + workspaces);
+      size_t mirrors = 0;
+      for (const auto& a : be.allocs) mirrors += a.what.find("f32 weights of unit") == 0;
+      EXPECT_EQ(mirrors, f.master == MasterFormat::bf16 ? size_t(ex.params().n_units()) : 0u);
+    }
+  const ModelConfig big = model_preset("llama3-8b");
+  EXPECT_NEAR(state_bytes_per_param(big, {}), 12.0, 0.01);
+  EXPECT_LE(state_bytes_per_param(big, {MomentFormat::int8, MasterFormat::f32}), 6.1);
+  EXPECT_LE(state_bytes_per_param(big, {MomentFormat::int8, MasterFormat::bf16}), 4.1);
+}
+
+// A run whose fp32 state does not fit says which compact state would (8B in 64 GiB of RAM),
+// and the plan names the format it assumes.
+TEST(Planner, AnFp32RefusalNamesTheCompactStateThatFits) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  Budget b{size_t(24) << 30, size_t(64) << 30, false};
+  StepRequest req{32 * 1024, 1, 1024};
+  Plan fp32 = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
+  ASSERT_FALSE(fp32.fits);
+  EXPECT_NE(fp32.advice.find("--optimizer-state int8"), std::string::npos) << fp32.advice;
+  req.state_format = {MomentFormat::int8, MasterFormat::f32};
+  Plan int8 = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(int8.fits) << int8.advice;
+  EXPECT_EQ(int8.engine.state_format, req.state_format);
+  EXPECT_FALSE(int8.engine.speculative()) << "a compact state has no exact undo";
+  EXPECT_EQ(int8.engine.device_adamw_layers, 0);
+  const std::string d = describe_plan(cfg, req, b, int8);
+  EXPECT_NE(d.find("state      fp32 master, int8 AdamW moments (6.03 B/param)"), std::string::npos) << d;
+  EXPECT_NE(d.find("fp32 master + int8 AdamW m, v"), std::string::npos) << d;
+}
+
 // Over a sweep of budgets, with and without clipping: more memory never predicts a slower
 // step (nor refuses what a smaller budget took), and every plan's windows allocate exactly
 // what it counted. On the host backend (one pool) and for a GPU (device and host apart).
