@@ -108,5 +108,15 @@ void ForwardingBackend::adamw(Stream& s, float* param, float* m, float* v, const
   run_op(s, "adamw",
          [=](Backend& b, Stream& is) { b.adamw(is, param, m, v, grad, w_out, n, step); });
 }
+// The op may run later (threaded streams): it keeps its own copy of the ranges (the view's
+// layout is the caller's, alive while the state is).
+void ForwardingBackend::adamw_state(Stream& s, const UnitStateView& state, int64_t off, int64_t len,
+                                    const float* grad, void* weights_out,
+                                    std::span<const ParamRange> ranges, const AdamWStep& step) {
+  std::vector<ParamRange> r(ranges.begin(), ranges.end());
+  run_op(s, "adamw_state", [=, r = std::move(r)](Backend& b, Stream& is) {
+    b.adamw_state(is, state, off, len, grad, weights_out, r, step);
+  });
+}
 
 }  // namespace sf

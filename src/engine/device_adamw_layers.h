@@ -13,7 +13,8 @@ namespace sf {
 class DeviceAdamWLayers {
  public:
   DeviceAdamWLayers(WindowContext& w, UnitHomes& homes) : w_(w), homes_(homes) {}
-  // Unit u's fp32 master on the device (an fp32 compute dtype reads its weights there).
+  // Unit u's fp32 master on the device (an fp32 compute dtype reads its weights there; with a
+  // bf16 master it reads its home, which each update refreshes).
   float* master(int u) const;
   // Its AdamW on upd_h2d, after its gradient is home and before its next load.
   void adamw(int u, const AdamWStep& s);
@@ -24,6 +25,9 @@ class DeviceAdamWLayers {
   // Every device-AdamW layer's state to or from the host store, synchronously.
   enum class Copy : uint8_t { to_host, to_device };
   void copy_state(Copy direction);
+  UnitStateView compact_view(int u) const;  // a compact state's buffer (engine/device_state.h)
+  void adamw_fp32(Stream& st, int u, float* p, float* m, float* v, const float* g, char* out,
+                  const AdamWStep& s);
 
   WindowContext& w_;
   UnitHomes& homes_;

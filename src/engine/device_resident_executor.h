@@ -1,5 +1,6 @@
 // Everything on the device, optimizer included: bf16 weights, f32 gradients, and the fp32
-// master weights with AdamW m and v (16 bytes per parameter plus activations). The fastest
+// master weights with AdamW m and v (16 bytes per parameter plus activations; a compact
+// state, optim/state_format.h, in one buffer per unit as engine/device_state.h lays it out). The fastest
 // way to train when the whole state fits on the GPU, and the baseline the sliding window is
 // measured against. The global gradient norm and AdamW run on the device; the host ParamStore
 // is synchronised only when params() is asked for (checkpoints) or set (params_changed()).
@@ -30,7 +31,10 @@ class DeviceResidentExecutor final : public StepExecutor {
   Backend& be_;
   ReferenceModel model_;
   ParamStore store_;
-  std::vector<std::unique_ptr<Buffer>> master_, m_, v_;  // per unit, device
+  std::vector<std::unique_ptr<Buffer>> master_, m_, v_;  // per unit, device (fp32 state)
+  std::vector<std::unique_ptr<Buffer>> state_;  // per unit, device (a compact state: device_state.h)
+  bool compact() const { return !state_.empty(); }
+  UnitStateView device_view(int u) const;
   std::unique_ptr<Buffer> norm_;                         // device f32 scalar
   bool host_stale_ = false;  // the device state moved on since the last download/upload
   std::string name_;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "optim/param_store.h"
+#include "engine/device_state.h"
 #include "engine/planner.h"
 #include "engine/window_buffers.h"
 #include "model/device_batch.h"
@@ -97,25 +98,26 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
   const bool state_on_device = cd != DType::f32;
   ModelLayout l = ModelLayout::build(cfg);
   const size_t es = dtype_size(cd), C = size_t(cfg.hidden_size);
-  SF_CHECK(!state_on_device || f.is_fp32(), "the device-resident executor keeps an fp32 state");
   size_t w = 0, g = 0, state = 0, dev_state = 0, host_g = 0, decode = 0;
   for (auto& u : l.units) {
     w += dev_round(size_t(u.numel) * es);
     g += dev_round(size_t(u.numel) * 4);
-    dev_state += 3 * dev_round(size_t(u.numel) * 4);
+    if (f.is_fp32()) dev_state += 3 * dev_round(size_t(u.numel) * 4);
     host_g += size_t(u.numel) * 4;
     decode = std::max(decode, size_t(u.numel) * 4);
   }
-  for (const StateUnit& u : state_units(l)) state += unit_state_bytes(u, f);
+  for (const StateUnit& u : state_units(l)) {
+    state += unit_state_bytes(u, f);
+    if (!f.is_fp32()) dev_state += dev_round(device_state_parts(unit_state_layout(u, f)).bytes);
+  }
   size_t x = size_t(T) * C * es;
   int64_t rows = std::min<int64_t>(head_rows, T);
   std::vector<MemoryLine> m = {
-      {state_on_device ? "fp32 master + AdamW m, v (checkpoint copy)" : state_line_name(f),
-       state, false}};
-  if (state_on_device) m.push_back({"fp32 master + AdamW m, v", dev_state, true});
+      {state_on_device ? state_line_name(f) + " (checkpoint copy)" : state_line_name(f), state, false}};
+  if (state_on_device) m.push_back({state_line_name(f), dev_state, true});
   else m.push_back({"gradient copy (f32)", host_g, false});
-  // ResidentExecutor decodes a bf16 master unit by unit for its f32 model.
-  if (!state_on_device && f.master == MasterFormat::bf16)
+  // Both executors decode a bf16 master unit by unit for their models' weights.
+  if (f.master == MasterFormat::bf16)
     m.push_back({"f32 weights of one unit, decoded from the bf16 master", decode, false});
   for (MemoryLine line : std::vector<MemoryLine>{
            {"weights (compute dtype)", w, true},

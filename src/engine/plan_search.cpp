@@ -110,8 +110,6 @@ void check_request(const PlanInputs& in) {
 //    its scratch is its own). The first that fits, predicted; none when none fits.
 std::optional<Plan> resident_plan(const PlanInputs& in) {
   if (!in.allow_resident) return std::nullopt;
-  // The device-resident executor's AdamW keeps an fp32 state on the device.
-  if (in.cd != DType::f32 && !in.req.state_format.is_fp32()) return std::nullopt;
   const int64_t head_rows = head_chunk_rows_for(in.cfg, in.req.micro_tokens, in.cd);
   for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
                             std::pair{false, head_rows}}) {
@@ -248,7 +246,7 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
 // the CPU's work).
 std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   if (in.device_adamw_layers >= 0) return {in.device_adamw_layers};
-  if (in.cd == DType::f32 || p.engine.from_master() || !p.engine.state_format.is_fp32()) return {0};
+  if (in.cd == DType::f32 || p.engine.from_master()) return {0};
   std::vector<int> counts;
   for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
     if (d <= in.cfg.num_hidden_layers) counts.push_back(d);

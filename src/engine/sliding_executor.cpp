@@ -47,8 +47,6 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
              "device_adamw_layers must be in [0, n_layers]");
   SF_REQUIRE(ec.state_format.is_fp32() || !ec.speculative(),
              "sliding window: a compact optimizer state has no exact undo, so no speculative update");
-  SF_REQUIRE(ec.state_format.is_fp32() || ec.device_adamw_layers == 0,
-             "sliding window: device-AdamW layers keep an fp32 state");
   return window_buffer_specs(cfg, ec, cd);
 }
 
@@ -105,8 +103,9 @@ LayerActs SlidingWindowExecutor::acts_for(int c) const {
 }
 
 void* SlidingWindowExecutor::weights_on_device(const Op& op) const {
-  if (ec_.device_adamw(op.unit) && !w_.reduced()) return dev_adamw_.master(op.unit);
-  if (op.unit > 0 && homes_.resident(op.unit) && w_.reduced()) return homes_.home(op.unit)->data();
+  const bool device_adamw = ec_.device_adamw(op.unit);
+  if (device_adamw && !w_.reduced() && !ec_.bf16_master()) return dev_adamw_.master(op.unit);
+  if (op.unit > 0 && homes_.resident(op.unit) && (w_.reduced() || device_adamw)) return homes_.home(op.unit)->data();
   return bufs_.at(BufferRole::weight_slot, op.slot).data();
 }
 

@@ -93,6 +93,12 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
     state_[size_t(u)].store(uint8_t(HomeState::weights), std::memory_order_release);
   if (!w_.reduced()) {  // weights load straight from the master, or its decoded mirror
     for (int u = 0; u < w_.n_units(); ++u) w_.follow_master(u, 0, w_.store.numel(u));
+    // A device-AdamW layer over a bf16 master reads its weights from its home.
+    for (int u = 1; u < w_.n_units() && w_.ec.bf16_master() && with_device_units; ++u)
+      if (w_.ec.device_adamw(u))
+        w_.be.copy_to_device(*w_.streams.h2d, home_[size_t(u)]->data(), w_.f32_weights(u),
+                             size_t(w_.store.numel(u)) * 4);
+    w_.streams.h2d->synchronize();
     return;
   }
   const size_t es = dtype_size(w_.cd);

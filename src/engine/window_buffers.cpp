@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/device_state.h"
 #include "engine/embedding_grad.h"  // EmbeddingGrad::max_rows
 #include "model/device_batch.h"
 #include "model/param_layout.h"
@@ -50,9 +51,13 @@ class SpecList {
     const int D = ec_.device_adamw_layers;
     const std::string line = D == 1 ? std::string("layer 0 master + AdamW m, v (its AdamW on the device)")
                                     : cat("layers 0-", D - 1, " master + AdamW m, v (their AdamW on the device)");
+    const std::vector<StateUnit> units = D > 0 ? state_units(l_) : std::vector<StateUnit>{};
     for (int k = 0; k < D; ++k) {
       const size_t n = size_t(l_.layer(k).numel);
-      add(BufferRole::device_adamw_state, k, Tier::device, n * 12, cat("layer ", k, " master, AdamW m and v"), line);
+      const size_t state = ec_.state_format.is_fp32()
+                               ? n * 12
+                               : device_state_parts(unit_state_layout(units[size_t(k + 1)], ec_.state_format)).bytes;
+      add(BufferRole::device_adamw_state, k, Tier::device, state, cat("layer ", k, " master, AdamW m and v"), line);
       if (k >= 2)
         add(BufferRole::device_adamw_grad, k, Tier::device, n * 4, cat("layer ", k, " gradient accumulator"),
             cat("gradient accumulators of layers 2-", D - 1));

@@ -301,7 +301,12 @@ std::vector<Case> engine_cases() {
                     MomentFormat::int8, MasterFormat::bf16),
           in_format(Case{Arch::qwen2, true, 0.05f, 2, 16, true}, MomentFormat::bf16, MasterFormat::bf16),
           in_format(from_master(Case{Arch::llama, false, 0.f, 1, 64, false}), MomentFormat::int8, MasterFormat::bf16),
-          in_format(from_master(Case{Arch::qwen3, true, 0.f, 2, 16, true}), MomentFormat::int8, MasterFormat::f32)};
+          in_format(from_master(Case{Arch::qwen3, true, 0.f, 2, 16, true}), MomentFormat::int8, MasterFormat::f32),
+          // Device-AdamW layers over a compact state (the backend's adamw_state).
+          in_format(Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 1}, MomentFormat::int8,
+                    MasterFormat::bf16),
+          in_format(Case{Arch::qwen2, false, 50.f, 1, 64, false, 2, false, -1, false, 3}, MomentFormat::int8,
+                    MasterFormat::f32)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
