@@ -469,3 +469,56 @@ TEST(CompactStateFlags, InfoPrintsTheStateSizePerMode) {
 
 }  // namespace
 }  // namespace sf::test
+
+namespace sf::test {
+namespace {
+
+// Conversion windows: in order, covering every range exactly once, each inside one range,
+// ending on the block grid (row == 0: absolute multiples of kStateBlock, or the range's end;
+// row > 0: whole rows), and no longer than the chunk (rows: one row when a row exceeds it).
+TEST(CompactCheckpointConversion, WindowsCoverTheRangesOnTheBlockGrid) {
+  StateUnit u;
+  u.numel = 20000;
+  u.ranges = {{100, 3000, true, 0}, {3100, 40, false, 0}, {3200, 9 * 576, true, 576},
+              {8400, 11000, true, 0}};
+  for (int64_t chunk : {512, 1000, 4096}) {
+    std::vector<std::pair<int64_t, int64_t>> w;
+    for_each_state_window(u, chunk, [&](int64_t off, int64_t len) { w.push_back({off, len}); });
+    size_t k = 0;
+    for (const ParamRange& r : u.ranges) {
+      int64_t at = r.offset;
+      while (at < r.offset + r.numel) {
+        ASSERT_LT(k, w.size());
+        const auto [off, len] = w[k++];
+        ASSERT_EQ(off, at) << "chunk " << chunk;
+        ASSERT_GT(len, 0);
+        const int64_t end = off + len;
+        ASSERT_LE(end, r.offset + r.numel);
+        if (r.row > 0) {
+          EXPECT_EQ(len % r.row, 0) << off;
+          EXPECT_LE(len, std::max(r.row, chunk));
+        } else {
+          EXPECT_TRUE(end == r.offset + r.numel || end % kStateBlock == 0) << off << " " << len;
+          EXPECT_LE(len, chunk);
+        }
+        at = end;
+      }
+    }
+    EXPECT_EQ(k, w.size()) << "chunk " << chunk;
+    // The encoders take these windows and give the bytes of one whole-unit call.
+    for (StateFormat f : kAllModes) {
+      ParamStore whole({u}, f), pieces({u}, f);
+      const size_t n = size_t(u.numel);
+      const auto p = random_vec(n, 1, -1.f, 1.f), m = random_vec(n, 2, -.1f, .1f),
+                 v = random_vec(n, 3, 0.f, .01f);
+      state_from_f32(whole.state(0), 0, u.numel, p.data(), m.data(), v.data(), u.ranges);
+      for (auto [off, len] : w)
+        state_from_f32(pieces.state(0), off, len, p.data() + off, m.data() + off, v.data() + off,
+                       u.ranges);
+      expect_same_state(whole, pieces, mode_name(f) + " chunk " + std::to_string(chunk));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sf::test
