@@ -4,6 +4,7 @@
 // stochastic rounding (unbiased, deterministic), fp32 round trips, refused windows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <bit>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "optim/cpu_isa.h"
 #include "optim/state_adamw.h"
 #include "optim/state_format.h"
+#include "optim/state_kernel_table.h"
 #include "test_util.h"
 
 using namespace sf;
@@ -481,6 +483,104 @@ TEST(StateAdamW, RowRangeWindows) {
   EXPECT_THROW(adamw_update_state(st.view, 576 * 3, 288, g.data(), nullptr, u.ranges,
                                   step_at(1), nullptr),
                Error);
+}
+
+
+namespace ok = sf::optim_kernels;
+
+ok::StateConsts codec_consts() {
+  ok::StateConsts c{};
+  c.map_m = int8_map(false);
+  c.mid_m = int8_midpoints(false);
+  c.map_v = int8_map(true);
+  c.mid_v = int8_midpoints(true);
+  return c;
+}
+
+// Values that probe every decision of the int8 quantiser, normalised to absmax 1: each map
+// entry, each midpoint exactly (a tie) and the floats either side of it, both signs, zeros,
+// a denormal, NaN.
+std::vector<float> codec_probes(bool is_v) {
+  std::vector<float> x;
+  const float* map = int8_map(is_v);
+  const float* mid = int8_midpoints(is_v);
+  for (int k = 0; k < 256; ++k) x.push_back(map[k]);
+  for (int k = 0; k < 255; ++k)
+    for (float y : {mid[k], std::nextafter(mid[k], -2.f), std::nextafter(mid[k], 2.f)})
+      x.push_back(y);
+  if (!is_v) {
+    const size_t n = x.size();
+    for (size_t i = 0; i < n; ++i) x.push_back(-x[i]);
+  }
+  for (float y : {0.0f, -0.0f, 1e-40f, 1.0f, NAN}) x.push_back(y);
+  return x;
+}
+
+// The SIMD int8 codecs (which exploit the maps' octave structure instead of searching them)
+// give the scalar search's codes for every probe, and decode every code to map[code] * scale.
+TEST(StateFormat, Int8CodecsAgreeAcrossIsasOnTies) {
+  const ok::StateConsts c = codec_consts();
+  const ok::StateKernelTable& ref = ok::state_kernel_table(CpuIsa::scalar);
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_isa_supported(isa)) continue;
+    const ok::StateKernelTable& t = ok::state_kernel_table(isa);
+    for (bool is_v : {false, true}) {
+      const std::vector<float> x = codec_probes(is_v);
+      // Blocks of every length 1..256 at every start, so that vector tails see each probe.
+      for (size_t b = 0; b < x.size(); b += 97) {
+        const int64_t n = std::min<int64_t>(int64_t(x.size() - b), 1 + int64_t(b % 256));
+        uint8_t c1[256], c2[256];
+        float s1 = -1, s2 = -2;
+        ref.int8_encode(x.data() + b, n, is_v, c, c1, &s1);
+        t.int8_encode(x.data() + b, n, is_v, c, c2, &s2);
+        ASSERT_EQ(std::bit_cast<uint32_t>(s1), std::bit_cast<uint32_t>(s2));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(c1[i], c2[i]) << cpu_isa_name(isa) << " is_v " << is_v << " x "
+                                  << x[b + size_t(i)] << " scale " << s1;
+      }
+      // Every probe at scale 1 (a block holding +-1 and the probe).
+      for (float y : x) {
+        const float blk[2] = {is_v ? 1.0f : -1.0f, y};
+        uint8_t c1[2], c2[2];
+        float s1, s2;
+        ref.int8_encode(blk, 2, is_v, c, c1, &s1);
+        t.int8_encode(blk, 2, is_v, c, c2, &s2);
+        ASSERT_EQ(c1[1], c2[1]) << cpu_isa_name(isa) << " is_v " << is_v << " y " << y;
+      }
+      uint8_t all[256];
+      for (int k = 0; k < 256; ++k) all[k] = uint8_t(k);
+      for (float scale : {1.0f, 0.37f, 0.0f}) {
+        float d1[256], d2[256];
+        ref.int8_decode(all, 256, is_v, scale, c, d1);
+        t.int8_decode(all, 256, is_v, scale, c, d2);
+        for (int k = 0; k < 256; ++k) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(d1[k]), std::bit_cast<uint32_t>(int8_map(is_v)[k] * scale));
+          ASSERT_EQ(std::bit_cast<uint32_t>(d1[k]), std::bit_cast<uint32_t>(d2[k]))
+              << cpu_isa_name(isa) << " code " << k;
+        }
+      }
+    }
+  }
+}
+
+// Each variant's table row holds that variant's kernels (a row wired to scalar would pass
+// every cross-ISA test without running SIMD code).
+TEST(StateFormat, KernelTableRowsAreTheirOwn) {
+  EXPECT_EQ(ok::state_kernel_table(CpuIsa::scalar).k[1][2][1], &ok::state_bf16_int8_bf16_scalar);
+  EXPECT_EQ(ok::state_kernel_table(CpuIsa::scalar).int8_encode, &ok::int8_encode_scalar);
+  if (cpu_isa_supported(CpuIsa::avx2)) {
+    const ok::StateKernelTable& t = ok::state_kernel_table(CpuIsa::avx2);
+    EXPECT_EQ(t.k[0][0][0], &ok::state_f32_f32_f32_avx2);
+    EXPECT_EQ(t.k[1][2][1], &ok::state_bf16_int8_bf16_avx2);
+    EXPECT_EQ(t.k[0][1][1], &ok::state_f32_bf16_bf16_avx2);
+    EXPECT_EQ(t.int8_decode, &ok::int8_decode_avx2);
+  }
+  if (cpu_isa_supported(CpuIsa::avx512)) {
+    const ok::StateKernelTable& t = ok::state_kernel_table(CpuIsa::avx512);
+    EXPECT_EQ(t.k[1][0][1], &ok::state_bf16_f32_bf16_avx512);
+    EXPECT_EQ(t.k[0][2][0], &ok::state_f32_int8_f32_avx512);
+    EXPECT_EQ(t.int8_encode, &ok::int8_encode_avx512);
+  }
 }
 
 }  // namespace
