@@ -97,6 +97,12 @@ TEST(StateFormat, BytesPerParamMeetTargets) {
   EXPECT_EQ(unit_state_bytes(u, {MomentFormat::bf16, MasterFormat::bf16}), size_t(6 * u.numel));
   EXPECT_LE(unit_state_bytes(u, {MomentFormat::int8, MasterFormat::f32}) / n, 6.1);
   EXPECT_LE(unit_state_bytes(u, {MomentFormat::int8, MasterFormat::bf16}) / n, 4.1);
+  // An embedding table cut per row (576 = 2.25 blocks: 3 scales per row) meets them too.
+  StateUnit emb;
+  emb.numel = 49152 * 576;
+  emb.ranges = {{0, emb.numel, true, 576}};
+  EXPECT_LE(unit_state_bytes(emb, {MomentFormat::int8, MasterFormat::f32}) / double(emb.numel), 6.1);
+  EXPECT_LE(unit_state_bytes(emb, {MomentFormat::int8, MasterFormat::bf16}) / double(emb.numel), 4.1);
   const UnitStateLayout L = unit_state_layout(u, {MomentFormat::int8, MasterFormat::bf16});
   EXPECT_EQ(L.ranges[0].moments, MomentFormat::f32);
   EXPECT_EQ(L.ranges[1].moments, MomentFormat::int8);
