@@ -16,8 +16,8 @@
 //    of midpoints strictly below x / scale (a tie goes to the smaller entry). Exact fp32
 //    comparisons, so every ISA and the GPU pick the same code.
 //      m (signed) map: 0, +-2^(-k/8) for k = 0..126 and +2^(-127/8): 127 negative, zero,
-//      128 positive entries, dense near 0 (constant ratio 2^(1/8), i.e. <= 4.4% relative
-//      spacing down to 2^-15.9 * absmax).
+//      128 positive entries, dense near 0 (constant ratio 2^(1/8): a relative rounding error
+//      <= 4.5% down to 2^-15.9 * absmax).
 //      v (unsigned) map: 0 and 2^(-k/8) for k = 0..254 (down to 2^-31.75 * absmax: sqrt(v)
 //      then spans the same range as m).
 //    Non-finite moments are not representable (a block's scale ignores NaN); the caller
