@@ -1,12 +1,13 @@
 #include "engine/device_resident_executor.h"
 
 #include "engine/clip_decision.h"
+#include "engine/engine_config.h"  // kMlpTileTokens
 
 namespace sf {
 
 DeviceResidentExecutor::DeviceResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
                          bool keep_activations, int64_t head_chunk_rows)
-    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout())),
+    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations, kMlpTileTokens), store_(state_units(model_.layout())),
       name_("resident on " + be.name() + " with device AdamW") {
   for (int u = 0; u < store_.n_units(); ++u) {
     size_t bytes = size_t(store_.numel(u)) * 4;
