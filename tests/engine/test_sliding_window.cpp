@@ -22,6 +22,7 @@
 #include "engine/resident_executor.h"
 #include "engine/schedule.h"
 #include "engine/sliding_executor.h"
+#include "engine/window_buffers.h"
 #include "model/model_init.h"
 
 using namespace sf;
@@ -145,7 +146,18 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
-  if (tc.mlp_tile > 0) ec.mlp_tile_tokens = tc.mlp_tile;
+  if (tc.mlp_tile > 0) {
+    ec.mlp_tile_tokens = tc.mlp_tile;
+    // The tile is in effect: the window's layer scratch is smaller than the untiled chunk's.
+    EngineConfig untiled = ec;
+    untiled.mlp_tile_tokens = 0;
+    auto scratch = [&](const EngineConfig& e) {
+      for (const BufferSpec& b : window_buffer_specs(cfg, e, DType::f32))
+        if (b.role == BufferRole::scratch) return b.bytes;
+      return size_t(0);
+    };
+    EXPECT_LT(scratch(ec), scratch(untiled));
+  }
   SlidingWindowExecutor eng(be_eng, cfg, ec, test);
   ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
 
