@@ -107,6 +107,33 @@ struct Case {
   }
 };
 
+// A pass-through decorator that records the most rows a swiglu_forward had: the MLP tile
+// the engine's layers actually ran (the cases with EngineConfig::mlp_tile_tokens).
+class SwigluRows final : public ForwardingBackend {
+ public:
+  explicit SwigluRows(Backend& in) : ForwardingBackend(in) {}
+  std::string name() const override { return in_.name() + " (swiglu rows)"; }
+  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
+  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
+  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
+    return in_.map_host(p, n, w);
+  }
+  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
+  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
+  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
+  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
+  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
+  Stream& default_stream() override { return in_.default_stream(); }
+  void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) override {
+    max_rows = std::max(max_rows, out.rows);
+    ForwardingBackend::swiglu_forward(s, out, gate, up);
+  }
+  int64_t max_rows = 0;  // ops are enqueued by the engine's thread only
+
+ private:
+  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
+};
+
 class SlidingVsResident : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SlidingVsResident, SameLossesAndWeights) {
@@ -122,7 +149,9 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   HostBackend be_ref, be_host;
   ResidentExecutor ref(be_ref, cfg, rows * (seq + 2));
   LazyStreams lazy;
-  Backend& be_eng = tc.threaded ? static_cast<Backend&>(lazy.be) : be_host;
+  Backend& be_inner = tc.threaded ? static_cast<Backend&>(lazy.be) : be_host;
+  SwigluRows rows_seen(be_inner);
+  Backend& be_eng = tc.mlp_tile > 0 ? static_cast<Backend&>(rows_seen) : be_inner;
   EngineConfig ec;
   ec.n_slots = 2;
   ec.max_chunk_tokens = tc.chunk_tokens;
@@ -182,6 +211,10 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   }
   if (tc.max_grad_norm > 0 && tc.max_grad_norm < 10) {
     EXPECT_TRUE(clipped) << "the clipping case must actually clip";
+  }
+  if (tc.mlp_tile > 0) {
+    EXPECT_GT(rows_seen.max_rows, 0);
+    EXPECT_LE(rows_seen.max_rows, tc.mlp_tile);
   }
   // Weights after 3 updates. When every micro-batch is one chunk and the embeddings are
   // untied, the engine performs the reference's operations in the reference's order: the
