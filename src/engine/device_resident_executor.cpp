@@ -2,13 +2,14 @@
 
 #include "engine/clip_decision.h"
 #include "engine/device_state.h"
+#include "engine/engine_config.h"  // kMlpTileTokens
 
 namespace sf {
 
 DeviceResidentExecutor::DeviceResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
                          bool keep_activations, int64_t head_chunk_rows,
                          StateFormat state_format)
-    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout()), state_format),
+    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations, kMlpTileTokens), store_(state_units(model_.layout()), state_format),
       name_("resident on " + be.name() + " with device AdamW") {
   for (int u = 0; u < store_.n_units(); ++u) {
     if (!state_format.is_fp32()) {

@@ -16,11 +16,23 @@ namespace sf {
 // enough to cost little memory, large enough that each copy runs at full PCIe speed.
 constexpr int64_t kRingPiece = int64_t(32) << 20;
 
+// Tokens per MLP tile of the layer scratch (LayerActs, model/recipes.h): the MLP's gate_up
+// [tile, 2F] and SwiGLU output [tile, F] instead of [chunk, 3F] (10.5 GiB at 8B and 128K
+// tokens), so long chunks fit. 16K because a GEMM of M >= 16K rows runs at full rate on an
+// H200 (docs/BENCHMARKS.md: 16384 x 6144 x 4096 at ~800 TFLOP/s; the planner's
+// gemm_efficiency gives 16K / (16K + 512) = 97%); chunks up to 16K are one tile, as before.
+// A multiple of 128 also keeps the host backend's results those of an untiled MLP, but for
+// the MLP's weight gradients' summation order (tests/model/test_mlp_tiles.cpp). The sliding
+// window uses EngineConfig::mlp_tile_tokens (this by default); the resident executors and
+// their memory lines use this.
+constexpr int64_t kMlpTileTokens = 16384;
+
 struct EngineConfig {
   int n_slots = 2;                 // weight slots on the device (>= 2)
   int64_t max_chunk_tokens = 0;    // tokens per chunk (layer scratch is sized for this)
   int max_chunks = 1;              // chunks per step
   int64_t head_chunk_rows = 256;   // tokens per LM-head logits chunk
+  int64_t mlp_tile_tokens = kMlpTileTokens;  // tokens per MLP tile (tests: small; 0 untiled)
   bool activations_on_device = false;  // activation store tier (all layers)
   // When >= 0: only the saved inputs of the first `device_act_layers` layers stay on the
   // device, the rest go to pinned host memory (the planner's split when neither tier alone

@@ -85,7 +85,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
 int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
   const int64_t base = std::min<int64_t>(256, std::max<int64_t>(1, T));
   if (cd == DType::f32) return base;
-  const size_t layer = layer_acts_bytes(cfg, T, cd);
+  const size_t layer = layer_acts_bytes(cfg, T, cd, kMlpTileTokens);
   for (int64_t r = 4096; r > 256; r /= 2)
     if (r <= T && head_acts_bytes(cfg, T, cd, r) <= layer) return r;
   return base;
@@ -124,11 +124,12 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
            {"gradients (f32)", g, true},
            {"layer inputs + activation gradient", dev_round(x * size_t(l.n_layers + 1)) + dev_round(x), true},
            keep ? MemoryLine{cat("kept activations (", l.n_layers, " layers) + head scratch"),
-                             size_t(l.n_layers) * dev_round(layer_acts_bytes(cfg, T, cd)) +
+                             size_t(l.n_layers) * dev_round(layer_acts_bytes(cfg, T, cd, kMlpTileTokens)) +
                                  dev_round(head_acts_bytes(cfg, T, cd, rows)),
                              true}
                 : MemoryLine{"layer/head scratch",
-                             dev_round(std::max(layer_acts_bytes(cfg, T, cd), head_acts_bytes(cfg, T, cd, rows))),
+                             dev_round(std::max(layer_acts_bytes(cfg, T, cd, kMlpTileTokens),
+                                                head_acts_bytes(cfg, T, cd, rows))),
                              true},
            {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})

@@ -2,6 +2,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/clip_decision.h"
+#include "engine/engine_config.h"  // kMlpTileTokens
 #include "optim/adamw.h"
 #include "optim/grad_norm.h"
 #include "optim/state_adamw.h"
@@ -11,7 +12,7 @@ namespace sf {
 ResidentExecutor::ResidentExecutor(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
                          bool keep_activations, int64_t head_chunk_rows,
                          StateFormat state_format)
-    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations), store_(state_units(model_.layout()), state_format),
+    : be_(be), model_(be, cfg, max_tokens, head_chunk_rows, keep_activations, kMlpTileTokens), store_(state_units(model_.layout()), state_format),
       name_("resident on " + be.name()) {
   for (int u = 0; u < store_.n_units(); ++u) grads_.emplace_back(size_t(store_.numel(u)));
 }

@@ -99,7 +99,7 @@ Mat SlidingWindowExecutor::rows(Buffer& b, int chunk) const {
 
 LayerActs SlidingWindowExecutor::acts_for(int c) const {
   Buffer& s = bufs_.at(BufferRole::scratch);
-  return bind_layer_acts(cfg_, chunk_tokens(c), cd_, s.data(), s.bytes());
+  return bind_layer_acts(cfg_, chunk_tokens(c), cd_, s.data(), s.bytes(), ec_.mlp_tile_tokens);
 }
 
 void* SlidingWindowExecutor::weights_on_device(const Op& op) const {

@@ -179,7 +179,7 @@ class SpecList {
     add(BufferRole::activation_grad, 0, Tier::device, xbytes_, "activation gradient", x_line);
     const int64_t rows = std::min(ec_.head_chunk_rows, Tc_);
     add(BufferRole::scratch, 0, Tier::device,
-        std::max(layer_acts_bytes(cfg_, Tc_, cd_), head_acts_bytes(cfg_, Tc_, cd_, rows)),
+        std::max(layer_acts_bytes(cfg_, Tc_, cd_, ec_.mlp_tile_tokens), head_acts_bytes(cfg_, Tc_, cd_, rows)),
         "layer and head scratch", "layer/head scratch");
     add(BufferRole::loss, 0, Tier::device, 4, "loss", "batch inputs, loss, norms");
     const int dev_acts = ec_.n_device_act_layers(l_.n_layers);

@@ -92,9 +92,19 @@ struct LayerWidths {
   int64_t C, Q, KV, F, H, KVH;
   bool qk_norm;
   int64_t qkv() const { return Q + 2 * KV; }
-  int64_t slot_g() const { return std::max({C, 2 * F, qkv()}); }
-  int64_t slot_s() const { return std::max(F, Q); }
+  // Slots G and S: their [T, .] users and the MLP tile's (see recipes.h).
+  int64_t slot_g(int64_t T, int64_t tile) const {
+    return std::max(T * std::max(C, qkv()), tile * 2 * F);
+  }
+  int64_t slot_s(int64_t T, int64_t tile) const { return std::max(T * Q, tile * F); }
 };
+
+// Rows of one MLP tile: T when untiled (0) or when the tile covers every token.
+int64_t mlp_tile_rows(int64_t T, int64_t mlp_tile_tokens) {
+  SF_CHECK(mlp_tile_tokens >= 0, "layer scratch: mlp_tile_tokens is ", mlp_tile_tokens,
+           "; pass a positive token count, or 0 for an untiled MLP");
+  return mlp_tile_tokens == 0 ? T : std::min(T, mlp_tile_tokens);
+}
 
 LayerWidths widths(const ModelConfig& c) {
   SF_CHECK(c.hidden_size > 0 && c.head_dim > 0 && c.num_attention_heads > 0,
@@ -103,9 +113,10 @@ LayerWidths widths(const ModelConfig& c) {
           c.num_key_value_heads, c.qk_norm};
 }
 
-Carver carve_layer(const ModelConfig& cfg, int64_t T, DType dt) {
+Carver carve_layer(const ModelConfig& cfg, int64_t T, DType dt, int64_t mlp_tile_tokens) {
   SF_CHECK(T > 0, "layer scratch for ", T, " tokens");
   LayerWidths w = widths(cfg);
+  const int64_t tile = mlp_tile_rows(T, mlp_tile_tokens);
   size_t e = dtype_size(dt), T_ = size_t(T);
   Carver c;
   c.add("R: xn1 | resid", T_ * w.C * e);
@@ -113,8 +124,8 @@ Carver carve_layer(const ModelConfig& cfg, int64_t T, DType dt) {
   c.add("QKV: q k v", T_ * w.qkv() * e);
   if (w.qk_norm) c.add("QKN: normed q k | dq_raw dk_raw", T_ * (w.Q + w.KV) * e);
   c.add("A: att", T_ * w.Q * e);
-  c.add("G: attn_proj | gate_up | dq dk dv", T_ * w.slot_g() * e);
-  c.add("S: sw | dsw | datt", T_ * w.slot_s() * e);
+  c.add("G: attn_proj | gate_up tile | dq dk dv", size_t(w.slot_g(T, tile)) * e);
+  c.add("S: sw tile | dsw tile | datt", size_t(w.slot_s(T, tile)) * e);
   c.add("rstd1", T_ * 4);
   c.add("rstd2", T_ * 4);
   c.add("lse", T_ * w.H * 4);
@@ -127,20 +138,22 @@ Carver carve_layer(const ModelConfig& cfg, int64_t T, DType dt) {
 
 }  // namespace
 
-std::vector<ScratchEntry> layer_acts_table(const ModelConfig& cfg, int64_t T, DType dt) {
-  return carve_layer(cfg, T, dt).table;
+std::vector<ScratchEntry> layer_acts_table(const ModelConfig& cfg, int64_t T, DType dt,
+                                           int64_t mlp_tile_tokens) {
+  return carve_layer(cfg, T, dt, mlp_tile_tokens).table;
 }
 
-size_t layer_acts_bytes(const ModelConfig& cfg, int64_t T, DType dt) {
-  return carve_layer(cfg, T, dt).total();
+size_t layer_acts_bytes(const ModelConfig& cfg, int64_t T, DType dt, int64_t mlp_tile_tokens) {
+  return carve_layer(cfg, T, dt, mlp_tile_tokens).total();
 }
 
 LayerActs bind_layer_acts(const ModelConfig& cfg, int64_t T, DType dt, void* base,
-                          size_t bytes) {
-  Carver c = carve_layer(cfg, T, dt);
+                          size_t bytes, int64_t mlp_tile_tokens) {
+  Carver c = carve_layer(cfg, T, dt, mlp_tile_tokens);
   SF_CHECK(base, "bind_layer_acts: null buffer");
   SF_CHECK(bytes >= c.total(), "bind_layer_acts: buffer of ", bytes, " bytes is smaller than the ",
-           c.total(), " bytes needed for ", T, " tokens");
+           c.total(), " bytes needed for ", T, " tokens (MLP tile ", mlp_tile_tokens, ")");
+  const int64_t tile = mlp_tile_rows(T, mlp_tile_tokens);
   LayerWidths w = widths(cfg);
   char* b = static_cast<char*>(base);
   size_t e = dtype_size(dt);
@@ -150,6 +163,7 @@ LayerActs bind_layer_acts(const ModelConfig& cfg, int64_t T, DType dt, void* bas
 
   LayerActs a;
   a.T = T;
+  a.mlp_tile = tile;
   char* r = next();
   a.xn1 = mat(r, w.C);
   a.resid = mat(r, w.C);
@@ -175,7 +189,7 @@ LayerActs bind_layer_acts(const ModelConfig& cfg, int64_t T, DType dt, void* bas
   a.att = mat(next(), w.Q);
   char* g = next();
   a.attn_proj = mat(g, w.C);
-  a.gate_up = mat(g, 2 * w.F);
+  a.gate_up = Mat(g, dt, tile, 2 * w.F);
   if (!w.qk_norm) {
     a.dqkv = mat(g, w.qkv());
     a.dq = a.dqkv.col_block(0, w.Q);
@@ -191,8 +205,8 @@ LayerActs bind_layer_acts(const ModelConfig& cfg, int64_t T, DType dt, void* bas
     a.dk_raw = a.kr;
   }
   char* sw = next();
-  a.sw = mat(sw, w.F);
-  a.dsw = mat(sw, w.F);
+  a.sw = Mat(sw, dt, tile, w.F);
+  a.dsw = a.sw;
   a.datt = mat(sw, w.Q);
   a.rstd1 = reinterpret_cast<float*>(next());
   a.rstd2 = reinterpret_cast<float*>(next());

@@ -3,6 +3,8 @@
 // where a slot changes owner, which is what makes the ordering of these calls matter.
 #include "model/recipes.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace sf {
@@ -20,12 +22,12 @@ void check_inputs(const BatchInputs& in, const LayerActs& a) {
   SF_CHECK(in.positions && in.cu_seqlens && in.inv_freq, "layer recipe: batch inputs not bound");
 }
 
-// Forward up to (and including) the SwiGLU: everything but the down projection.
-// Leaves resid, xn2, rstd2, q/k/v (+qr/kr), att, lse, gate_up, sw valid; xn1 is dead.
-void layer_forward_body(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+// Forward of the attention half, up to the mlp-norm: everything the MLP tiles need.
+// Leaves resid, xn2, rstd2, q/k/v (+qr/kr), att, lse valid; xn1 is dead.
+void attention_half_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                         const LayerActs& a, const BatchInputs& in, Mat x_in) {
   const float eps = float(cfg.rms_norm_eps);
-  const int64_t T = a.T, Q = cfg.q_dim(), KV = cfg.kv_dim(), F = cfg.intermediate_size;
+  const int64_t T = a.T, Q = cfg.q_dim(), KV = cfg.kv_dim();
   const int H = int(cfg.num_attention_heads), KVH = int(cfg.num_key_value_heads);
   const int D = int(cfg.head_dim);
 
@@ -57,75 +59,86 @@ void layer_forward_body(Backend& be, Stream& s, const ModelConfig& cfg, const La
   be.gemm(s, a.attn_proj, a.att, Trans::no, w.wo, Trans::yes, 1.f, 0.f);
   // slot R: xn1 is dead (consumed by the qkv GEMM); resid takes it over.
   be.add_rmsnorm_forward(s, a.resid, a.xn2, a.rstd2, x_in, a.attn_proj, w.mlp_norm, eps);
-  // slot G: gate_up overwrites attn_proj.
-  be.gemm(s, a.gate_up, a.xn2, Trans::no, w.w_gate_up, Trans::yes, 1.f, 0.f);
-  be.swiglu_forward(s, a.sw, a.gate_up.col_block(0, F), a.gate_up.col_block(F, F));
 }
 
-}  // namespace
+// One MLP tile: tokens [r0, r0 + n) of the chunk. Rows of the [T, .] buffers are views into
+// them; gate_up, sw and dsw are the first n rows of the tile scratch (slots G, S).
+struct MlpTile {
+  int64_t r0 = 0, n = 0;
+  Mat xn2, dxn2, gate_up, sw, dsw;
+};
 
-void embedding_forward(Backend& be, Stream& s, const EmbeddingWeights& w, const BatchInputs& in,
-                       Mat x) {
-  check_x("embedding_forward x", x, in.n_tokens, w.table.cols);
-  be.embedding_forward(s, x, in.tokens, w.table);
+MlpTile mlp_tile(const LayerActs& a, int64_t r0) {
+  const int64_t n = std::min(a.mlp_tile, a.T - r0);
+  return {r0, n, a.xn2.row_block(r0, n), a.dxn.row_block(r0, n), a.gate_up.row_block(0, n),
+          a.sw.row_block(0, n), a.dsw.row_block(0, n)};
 }
 
-void embedding_backward(Backend& be, Stream& s, const EmbeddingGrads& g, const BatchInputs& in,
-                        Mat dx) {
-  check_x("embedding_backward dx", dx, in.n_tokens, g.table.cols);
-  SF_CHECK(g.table.dtype == DType::f32, "embedding gradient must be f32");
-  be.embedding_backward(s, g.table, in.tokens, dx);
+// gate_up = xn2 Wgu^T, sw = swiglu(gate, up) for one tile.
+void mlp_tile_up(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                 const MlpTile& t) {
+  const int64_t F = cfg.intermediate_size;
+  // slot G: gate_up overwrites attn_proj (forward) or the previous tile's dgate_up.
+  be.gemm(s, t.gate_up, t.xn2, Trans::no, w.w_gate_up, Trans::yes, 1.f, 0.f);
+  be.swiglu_forward(s, t.sw, t.gate_up.col_block(0, F), t.gate_up.col_block(F, F));
 }
 
-void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
-                   const LayerActs& a, const BatchInputs& in, Mat x_in, Mat x_out) {
-  check_inputs(in, a);
-  check_x("layer_forward x_in", x_in, a.T, cfg.hidden_size);
-  check_x("layer_forward x_out", x_out, a.T, cfg.hidden_size);
-  layer_forward_body(be, s, cfg, w, a, in, x_in);
-  // x_out = resid + sw Wdown^T. x_in is dead here, so x_out may alias it.
-  if (x_out.data != a.resid.data) be.copy_on_device(s, x_out.data, a.resid.data, x_out.bytes());
-  be.gemm(s, x_out, a.sw, Trans::no, w.w_down, Trans::yes, 1.f, 1.f);
+// One tile's MLP backward from its rows of dy: dW_down, dW_gate_up (+=), dxn2 rows
+// (overwrite). Consumes the tile's gate_up and sw.
+void mlp_tile_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                       const LayerGrads& g, const MlpTile& t, Mat dy) {
+  const int64_t F = cfg.intermediate_size;
+  be.gemm(s, g.w_down, dy, Trans::yes, t.sw, Trans::no, 1.f, 1.f);
+  // slot S: dsw overwrites sw (consumed by the GEMM above).
+  be.gemm(s, t.dsw, dy, Trans::no, w.w_down, Trans::no, 1.f, 0.f);
+  Mat gate = t.gate_up.col_block(0, F), up = t.gate_up.col_block(F, F);
+  be.swiglu_backward(s, gate, up, t.dsw, gate, up);  // slot G: dgate_up in place
+  Mat dgate_up = t.gate_up;
+  be.gemm(s, g.w_gate_up, dgate_up, Trans::yes, t.xn2, Trans::no, 1.f, 1.f);
+  // slot N: this tile's dxn2 rows overwrite its xn2 rows (consumed by the GEMM above).
+  be.gemm(s, t.dxn2, dgate_up, Trans::no, w.w_gate_up, Trans::no, 1.f, 0.f);
 }
 
-void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
-                    const LayerGrads& g, const LayerActs& a, const BatchInputs& in, Mat x_in,
-                    Mat dx_out, Mat dx_in, bool recompute) {
-  check_inputs(in, a);
-  const int64_t C = cfg.hidden_size;
-  check_x("layer_backward x_in", x_in, a.T, C);
-  check_x("layer_backward dx_out", dx_out, a.T, C);
-  check_x("layer_backward dx_in", dx_in, a.T, C);
-  SF_CHECK(x_in.data != dx_out.data && x_in.data != dx_in.data,
-           "layer_backward: x_in must not alias the gradient buffers");
-  SF_CHECK(g.wqkv.dtype == DType::f32, "layer gradients must be f32");
+// x_out = resid + swiglu(xn2 Wgu^T) Wdown^T, tile by tile. x_in is dead once the attention
+// half has run, so x_out may alias it.
+void mlp_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                 const LayerActs& a, Mat x_out) {
+  for (int64_t r0 = 0; r0 < a.T; r0 += a.mlp_tile) {
+    const MlpTile t = mlp_tile(a, r0);
+    mlp_tile_up(be, s, cfg, w, t);
+    Mat out = x_out.row_block(r0, t.n), resid = a.resid.row_block(r0, t.n);
+    if (out.data != resid.data) be.copy_on_device(s, out.data, resid.data, out.bytes());
+    be.gemm(s, out, t.sw, Trans::no, w.w_down, Trans::yes, 1.f, 1.f);
+  }
+}
+
+// The MLP's backward, tile by tile (recomputing each tile's gate_up and sw unless up_kept),
+// then the mlp-norm's over every token: dy (== dx_out) becomes dresid, the gradient of the
+// mid-layer residual.
+void mlp_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                  const LayerGrads& g, const LayerActs& a, Mat dy, bool up_kept) {
+  for (int64_t r0 = 0; r0 < a.T; r0 += a.mlp_tile) {
+    const MlpTile t = mlp_tile(a, r0);
+    if (!up_kept) mlp_tile_up(be, s, cfg, w, t);
+    mlp_tile_backward(be, s, cfg, w, g, t, dy.row_block(r0, t.n));
+  }
+  // dresid = rmsnorm'(dxn2) + dy, written over dy.
+  be.rmsnorm_backward(s, dy, g.mlp_norm, a.dxn, a.resid, w.mlp_norm, a.rstd2, dy);
+}
+
+// Backward of resid = x_in + attention(xn1) Wo^T from dresid: weight gradients +=, dx_in
+// (overwrite; may alias dresid).
+void attention_half_backward(Backend& be, Stream& s, const ModelConfig& cfg,
+                             const LayerWeights& w, const LayerGrads& g, const LayerActs& a,
+                             const BatchInputs& in, Mat x_in, Mat dresid, Mat dx_in) {
   const float eps = float(cfg.rms_norm_eps);
-  const int64_t T = a.T, Q = cfg.q_dim(), KV = cfg.kv_dim(), F = cfg.intermediate_size;
+  const int64_t T = a.T, Q = cfg.q_dim(), KV = cfg.kv_dim();
   const int H = int(cfg.num_attention_heads), KVH = int(cfg.num_key_value_heads);
   const int D = int(cfg.head_dim);
-
-  if (recompute) layer_forward_body(be, s, cfg, w, a, in, x_in);
-
-  // ---- MLP: x_out = resid + swiglu(xn2 Wgu^T) Wdown^T -----------------------------------
-  Mat dy = dx_out;
-  be.gemm(s, g.w_down, dy, Trans::yes, a.sw, Trans::no, 1.f, 1.f);
-  // slot S: dsw overwrites sw (consumed by the GEMM above).
-  be.gemm(s, a.dsw, dy, Trans::no, w.w_down, Trans::no, 1.f, 0.f);
-  Mat gate = a.gate_up.col_block(0, F), up = a.gate_up.col_block(F, F);
-  be.swiglu_backward(s, gate, up, a.dsw, gate, up);  // slot G: dgate_up in place
-  Mat dgate_up = a.gate_up;
-  be.gemm(s, g.w_gate_up, dgate_up, Trans::yes, a.xn2, Trans::no, 1.f, 1.f);
-  // slot N: dxn (dxn2) overwrites xn2 (consumed by the GEMM above).
-  be.gemm(s, a.dxn, dgate_up, Trans::no, w.w_gate_up, Trans::no, 1.f, 0.f);
-  // dresid = rmsnorm'(dxn2) + dy, written over dy (dx may alias dres).
-  Mat dresid = dx_out;
-  be.rmsnorm_backward(s, dresid, g.mlp_norm, a.dxn, a.resid, w.mlp_norm, a.rstd2, dy);
-
-  // ---- attention: resid = x_in + attention(xn1) Wo^T --------------------------------------
   be.gemm(s, g.wo, dresid, Trans::yes, a.att, Trans::no, 1.f, 1.f);
-  // slot S: datt overwrites dsw (consumed by swiglu_backward).
+  // slot S: datt overwrites the last MLP tile's dsw (consumed by swiglu_backward).
   be.gemm(s, a.datt, dresid, Trans::no, w.wo, Trans::no, 1.f, 0.f);
-  // slot G: dq|dk|dv overwrite dgate_up (consumed by the two GEMMs above).
+  // slot G: dq|dk|dv overwrite the last tile's dgate_up (consumed by its two GEMMs).
   be.attention_backward(s, a.dq, a.dk, a.dv, a.datt, a.att, a.lse, a.qr, a.kr, a.v, in.attn,
                         in.cu_seqlens);
   be.rope_backward(s, a.dq, H, D, in.positions, in.inv_freq);
@@ -158,6 +171,48 @@ void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerW
   }
   // dx_in = rmsnorm'(dxn1) + dresid; dx_in may alias dresid (== dx_out).
   be.rmsnorm_backward(s, dx_in, g.attn_norm, a.dxn, x_in, w.attn_norm, a.rstd1, dresid);
+}
+
+}  // namespace
+
+void embedding_forward(Backend& be, Stream& s, const EmbeddingWeights& w, const BatchInputs& in,
+                       Mat x) {
+  check_x("embedding_forward x", x, in.n_tokens, w.table.cols);
+  be.embedding_forward(s, x, in.tokens, w.table);
+}
+
+void embedding_backward(Backend& be, Stream& s, const EmbeddingGrads& g, const BatchInputs& in,
+                        Mat dx) {
+  check_x("embedding_backward dx", dx, in.n_tokens, g.table.cols);
+  SF_CHECK(g.table.dtype == DType::f32, "embedding gradient must be f32");
+  be.embedding_backward(s, g.table, in.tokens, dx);
+}
+
+void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                   const LayerActs& a, const BatchInputs& in, Mat x_in, Mat x_out) {
+  check_inputs(in, a);
+  check_x("layer_forward x_in", x_in, a.T, cfg.hidden_size);
+  check_x("layer_forward x_out", x_out, a.T, cfg.hidden_size);
+  attention_half_forward(be, s, cfg, w, a, in, x_in);
+  mlp_forward(be, s, cfg, w, a, x_out);
+}
+
+void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                    const LayerGrads& g, const LayerActs& a, const BatchInputs& in, Mat x_in,
+                    Mat dx_out, Mat dx_in, bool recompute) {
+  check_inputs(in, a);
+  const int64_t C = cfg.hidden_size;
+  check_x("layer_backward x_in", x_in, a.T, C);
+  check_x("layer_backward dx_out", dx_out, a.T, C);
+  check_x("layer_backward dx_in", dx_in, a.T, C);
+  SF_CHECK(x_in.data != dx_out.data && x_in.data != dx_in.data,
+           "layer_backward: x_in must not alias the gradient buffers");
+  SF_CHECK(g.wqkv.dtype == DType::f32, "layer gradients must be f32");
+  if (recompute) attention_half_forward(be, s, cfg, w, a, in, x_in);
+  // One tile and no recompute: the forward left its gate_up and sw in place.
+  const bool up_kept = !recompute && a.mlp_tile == a.T;
+  mlp_backward(be, s, cfg, w, g, a, dx_out, up_kept);  // dx_out becomes dresid
+  attention_half_backward(be, s, cfg, w, g, a, in, x_in, dx_out, dx_in);
 }
 
 void head_forward_backward(Backend& be, Stream& s, const ModelConfig& cfg, const HeadWeights& w,

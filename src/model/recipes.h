@@ -13,6 +13,10 @@
 //  - activation gradients (dx_in, head dx): OVERWRITTEN.
 //  - Only layer inputs are kept between a layer's forward and its backward: layer_backward
 //    recomputes the forward from x_in (this is what the engine offloads).
+//  - The MLP is token-wise, so a layer runs it over tiles of at most LayerActs::mlp_tile
+//    tokens (one tile = the whole chunk unless the scratch was bound with a smaller
+//    mlp_tile_tokens): its scratch then holds [tile, 2F] + [tile, F] instead of [T, 3F].
+//    Its weight gradients accumulate tile by tile, as they do chunk by chunk.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -81,24 +85,32 @@ AttentionShape attention_shape(const ModelConfig& cfg, int n_seqs, int max_seqle
 
 // ---- per-layer scratch -----------------------------------------------------------------
 // Everything one decoder layer needs for T tokens, carved from one buffer. Allocate once for
-// the largest chunk and re-bind per chunk (layout for T tokens fits in the space for more).
-// Several logical buffers share memory when their lifetimes do not overlap; the aliasing
-// groups ("slots") are:
+// the largest chunk and re-bind per chunk (layout for T tokens fits in the space for more,
+// with the same mlp_tile_tokens). The MLP's own buffers (gate_up, sw, dsw) are sized for one
+// tile of `tile` = min(mlp_tile_tokens, T) rows (mlp_tile_tokens 0: tile = T, untiled); the
+// other [T, .] buffers for every token. Several logical buffers share memory when their
+// lifetimes do not overlap; the aliasing groups ("slots") are:
 //   slot R  [T,C]  xn1 (attn-normed input: forward up to the qkv GEMM, recomputed in
 //                  backward just before the qkv weight gradient), resid (x_in + attention).
-//   slot N  [T,C]  xn2 (mlp-normed resid), then dxn (dxn2, later dxn1) in backward.
+//   slot N  [T,C]  xn2 (mlp-normed resid), then dxn (dxn2, later dxn1) in backward. A
+//                  tile's dxn2 rows overwrite its own xn2 rows once its gate_up weight
+//                  gradient has read them; the other tiles' rows are untouched.
 //   slot QKV       q, k, v projections (+bias). Fused layout [T, Q+2KV] (row t = q|k|v)
 //                  for llama/mistral/qwen2; planar q [T,Q] | k [T,KV] | v [T,KV] when
 //                  qk_norm (so each head's rows are a contiguous [T*H, D] view for the
 //                  per-head norm). RoPE is applied in place unless qk_norm.
 //   slot QKN       qk_norm only: normed+roped q [T,Q] | k [T,KV]; in backward dq_raw, dk_raw.
 //   slot A  [T,Q]  att (attention output).
-//   slot G         attention o-proj output [T,C] (forward, until the residual add), then
-//                  gate_up [T,2F]; in backward dgate_up (in place), then dq|dk|dv.
-//   slot S         sw (swiglu output) [T,F]; in backward dsw (in place), then datt [T,Q].
+//   slot G         max([T,C], [T,Q+2KV], [tile,2F]): attention o-proj output [T,C]
+//                  (forward, until the residual add), then gate_up [tile,2F] of each MLP
+//                  tile in turn; in backward each tile's dgate_up (in place), then, after
+//                  the last tile, dq|dk|dv [T,Q+2KV].
+//   slot S         max([T,Q], [tile,F]): sw (swiglu output) [tile,F]; in backward dsw
+//                  [tile,F] (in place), then, after the last tile, datt [T,Q].
 //   f32 stats      rstd1 [T], rstd2 [T], lse [H,T], rstd_q [T*H], rstd_k [T*KVH].
 struct LayerActs {
   int64_t T = 0;
+  int64_t mlp_tile = 0;  // rows of gate_up / sw / dsw: min(mlp_tile_tokens, T), or T
   Mat xn1, resid;        // slot R
   Mat xn2, dxn;          // slot N
   Mat qkv;               // fused [T, Q+2KV] view of slot QKV (empty when qk_norm)
@@ -106,11 +118,12 @@ struct LayerActs {
   Mat qr, kr;            // q, k as fed to attention (roped; == q, k unless qk_norm)
   Mat att;               // slot A
   Mat attn_proj;         // slot G, forward only
-  Mat gate_up;           // slot G
+  Mat gate_up;           // slot G: [mlp_tile, 2F]
   Mat dqkv;              // slot G: fused [T, Q+2KV] (empty when qk_norm)
   Mat dq, dk, dv;        // slot G: gradients w.r.t. qr, kr, v (then raw, in place, via RoPE)
   Mat dq_raw, dk_raw;    // gradients w.r.t. q, k (== dq, dk unless qk_norm: slot QKN)
-  Mat sw, dsw, datt;     // slot S
+  Mat sw, dsw;           // slot S: [mlp_tile, F]
+  Mat datt;              // slot S: [T, Q]
   float* rstd1 = nullptr;
   float* rstd2 = nullptr;
   float* lse = nullptr;     // [H, T]
@@ -123,12 +136,15 @@ struct ScratchEntry {
   std::string name;
   size_t offset = 0, bytes = 0;
 };
-// The slots of LayerActs for T tokens with activations of `dtype`, in buffer order.
-std::vector<ScratchEntry> layer_acts_table(const ModelConfig& cfg, int64_t T, DType dtype);
-size_t layer_acts_bytes(const ModelConfig& cfg, int64_t T, DType dtype);
+// The slots of LayerActs for T tokens with activations of `dtype`, in buffer order; the MLP
+// in tiles of at most mlp_tile_tokens tokens (0 or >= T: one tile, untiled; negative throws).
+std::vector<ScratchEntry> layer_acts_table(const ModelConfig& cfg, int64_t T, DType dtype,
+                                           int64_t mlp_tile_tokens = 0);
+size_t layer_acts_bytes(const ModelConfig& cfg, int64_t T, DType dtype,
+                        int64_t mlp_tile_tokens = 0);
 // Carves LayerActs for T tokens from [base, base + bytes); throws if bytes is too small.
 LayerActs bind_layer_acts(const ModelConfig& cfg, int64_t T, DType dtype, void* base,
-                          size_t bytes);
+                          size_t bytes, int64_t mlp_tile_tokens = 0);
 
 // Scratch of the head for T tokens: xn [T,C], dxn [T,C], rstd [T] and the f32 logits chunk
 // [chunk_rows, V] that lm_head_loss works in. The head never runs concurrently with a layer
@@ -163,7 +179,8 @@ void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWe
 // as dx_out, so one [T, C] gradient buffer can flow through every layer. x_in must not alias
 // dx_out / dx_in. recompute = false: acts still hold what layer_forward left in them for this
 // layer and x_in (kept activations), so the forward is not run again; the results are the
-// same bits. acts are consumed either way.
+// same bits. (With more than one MLP tile the forward keeps only the last tile's gate_up
+// and sw, so each tile's are recomputed from the kept xn2.) acts are consumed either way.
 void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerGrads& g, const LayerActs& acts, const BatchInputs& in,
                     Mat x_in, Mat dx_out, Mat dx_in, bool recompute = true);

@@ -7,26 +7,31 @@
 namespace sf {
 
 size_t ReferenceModel::scratch_bytes(const ModelConfig& cfg, int64_t max_tokens, DType cd,
-                                     int64_t head_chunk_rows, bool keep) {
+                                     int64_t head_chunk_rows, bool keep,
+                                     int64_t mlp_tile_tokens) {
   const int64_t rows = std::min(head_chunk_rows, max_tokens);
-  const size_t layer = layer_acts_bytes(cfg, max_tokens, cd);
+  const size_t layer = layer_acts_bytes(cfg, max_tokens, cd, mlp_tile_tokens);
   const size_t head = head_acts_bytes(cfg, max_tokens, cd, rows);
   if (!keep) return std::max(layer, head);
   return head + size_t(cfg.num_hidden_layers) * layer;
 }
 
 ReferenceModel::ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                               int64_t head_chunk_rows, bool keep_activations)
+                               int64_t head_chunk_rows, bool keep_activations,
+                               int64_t mlp_tile_tokens)
     : be_(be),
       s_(be.default_stream()),
       cfg_(cfg),
       layout_(ModelLayout::build(cfg)),
       max_tokens_(max_tokens),
       head_chunk_rows_(std::min(head_chunk_rows, max_tokens)),
+      mlp_tile_tokens_(mlp_tile_tokens),
       cd_(be.compute_dtype()),
       keep_(keep_activations) {
   SF_REQUIRE(max_tokens > 0, "ReferenceModel needs max_tokens > 0");
   SF_REQUIRE(head_chunk_rows > 0, "ReferenceModel needs head_chunk_rows > 0");
+  SF_REQUIRE(mlp_tile_tokens >= 0, "ReferenceModel: mlp_tile_tokens is ", mlp_tile_tokens,
+             "; pass a positive token count, or 0 for an untiled MLP");
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     size_t n = size_t(layout_.units[u].numel);
     weights_.push_back(be.alloc(n * dtype_size(cd_), cat("weights of unit ", u)));
@@ -40,10 +45,10 @@ ReferenceModel::ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_
   if (keep_) {
     scratch_ = be.alloc(head_acts_bytes(cfg, max_tokens, cd_, head_chunk_rows_), "head scratch");
     for (int l = 0; l < layout_.n_layers; ++l)
-      layer_scratch_.push_back(be.alloc(layer_acts_bytes(cfg, max_tokens, cd_),
+      layer_scratch_.push_back(be.alloc(layer_acts_bytes(cfg, max_tokens, cd_, mlp_tile_tokens_),
                                         cat("kept activations of layer ", l)));
   } else {
-    scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, max_tokens, cd_),
+    scratch_ = be.alloc(std::max(layer_acts_bytes(cfg, max_tokens, cd_, mlp_tile_tokens_),
                                  head_acts_bytes(cfg, max_tokens, cd_, head_chunk_rows_)),
                         "layer and head scratch");
   }
@@ -120,7 +125,7 @@ Mat ReferenceModel::x_at(int i, int64_t T) const {
 
 LayerActs ReferenceModel::layer_acts(int layer, int64_t T) const {
   const Buffer& b = keep_ ? *layer_scratch_[size_t(layer)] : *scratch_;
-  return bind_layer_acts(cfg_, T, cd_, b.data(), b.bytes());
+  return bind_layer_acts(cfg_, T, cd_, b.data(), b.bytes(), mlp_tile_tokens_);
 }
 
 const BatchInputs& ReferenceModel::run_forward(const Batch& b) {

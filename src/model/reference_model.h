@@ -7,7 +7,8 @@
 // one gradient buffer [max_tokens, C] that flows through all layers; one scratch buffer shared
 // by LayerActs and HeadActs (keep_activations: one LayerActs scratch per layer instead, so
 // the backward does not recompute the forward, plus the head's); the loss scalar; the
-// uploaded batch.
+// uploaded batch. The layer scratch runs the MLP in tiles of at most mlp_tile_tokens tokens
+// (0: untiled; see LayerActs).
 //
 // Gradients ACCUMULATE across forward_backward calls until zero_grads(), so gradient
 // accumulation over micro-batches is repeated calls. Every call synchronizes the backend's
@@ -27,11 +28,14 @@ namespace sf {
 class ReferenceModel {
  public:
   // head_chunk_rows: tokens per lm-head logits chunk (scratch [rows, V] f32).
+  // mlp_tile_tokens: tokens per MLP tile of the layer scratch (0: one tile per batch).
   ReferenceModel(Backend& be, const ModelConfig& cfg, int64_t max_tokens,
-                 int64_t head_chunk_rows = 256, bool keep_activations = false);
+                 int64_t head_chunk_rows = 256, bool keep_activations = false,
+                 int64_t mlp_tile_tokens = 0);
   // Bytes of scratch the model allocates (what resident_memory() counts).
   static size_t scratch_bytes(const ModelConfig& cfg, int64_t max_tokens, DType cd,
-                              int64_t head_chunk_rows, bool keep_activations);
+                              int64_t head_chunk_rows, bool keep_activations,
+                              int64_t mlp_tile_tokens = 0);
   ReferenceModel(const ReferenceModel&) = delete;
   ReferenceModel& operator=(const ReferenceModel&) = delete;
   ~ReferenceModel();
@@ -80,7 +84,7 @@ class ReferenceModel {
   Stream& s_;
   ModelConfig cfg_;
   ModelLayout layout_;
-  int64_t max_tokens_, head_chunk_rows_;
+  int64_t max_tokens_, head_chunk_rows_, mlp_tile_tokens_;
   DType cd_;
   std::vector<std::unique_ptr<Buffer>> weights_, grads_;
   bool keep_;

@@ -22,6 +22,7 @@
 #include "engine/resident_executor.h"
 #include "engine/schedule.h"
 #include "engine/sliding_executor.h"
+#include "engine/window_buffers.h"
 #include "model/model_init.h"
 
 using namespace sf;
@@ -116,6 +117,7 @@ struct Case {
   bool grads_on_compute = false;  // EngineConfig::grads_stream off
   bool from_master = false;  // EngineConfig::HostWeights::master (no layer homes; qwen3: head resident)
   StateFormat state;  // the host state's format (both executors)
+  int64_t mlp_tile = 0;  // EngineConfig::mlp_tile_tokens when > 0 (smaller than a chunk: tiled MLP)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -126,8 +128,36 @@ struct Case {
                from_master ? "_frommaster" : "",
                state.is_fp32() ? std::string()
                                : cat("_", master_format_name(state.master), "master_",
-                                     moment_format_name(state.moments), "moments"));
+                                     moment_format_name(state.moments), "moments"),
+               mlp_tile ? cat("_mlptile", mlp_tile) : "");
   }
+};
+
+// A pass-through decorator that records the most rows a swiglu_forward had: the MLP tile
+// the engine's layers actually ran (the cases with EngineConfig::mlp_tile_tokens).
+class SwigluRows final : public ForwardingBackend {
+ public:
+  explicit SwigluRows(Backend& in) : ForwardingBackend(in) {}
+  std::string name() const override { return in_.name() + " (swiglu rows)"; }
+  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
+  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
+  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
+    return in_.map_host(p, n, w);
+  }
+  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
+  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
+  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
+  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
+  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
+  Stream& default_stream() override { return in_.default_stream(); }
+  void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) override {
+    max_rows = std::max(max_rows, out.rows);
+    ForwardingBackend::swiglu_forward(s, out, gate, up);
+  }
+  int64_t max_rows = 0;  // ops are enqueued by the engine's thread only
+
+ private:
+  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
 };
 
 class SlidingVsResident : public ::testing::TestWithParam<Case> {};
@@ -145,7 +175,9 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   HostBackend be_ref, be_host;
   ResidentExecutor ref(be_ref, cfg, rows * (seq + 2), false, 256, tc.state);
   LazyStreams lazy;
-  Backend& be_eng = tc.threaded ? static_cast<Backend&>(lazy.be) : be_host;
+  Backend& be_inner = tc.threaded ? static_cast<Backend&>(lazy.be) : be_host;
+  SwigluRows rows_seen(be_inner);
+  Backend& be_eng = tc.mlp_tile > 0 ? static_cast<Backend&>(rows_seen) : be_inner;
   EngineConfig ec;
   ec.state_format = tc.state;
   ec.n_slots = 2;
@@ -170,6 +202,18 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
+  if (tc.mlp_tile > 0) {
+    ec.mlp_tile_tokens = tc.mlp_tile;
+    // The tile is in effect: the window's layer scratch is smaller than the untiled chunk's.
+    EngineConfig untiled = ec;
+    untiled.mlp_tile_tokens = 0;
+    auto scratch = [&](const EngineConfig& e) {
+      for (const BufferSpec& b : window_buffer_specs(cfg, e, DType::f32))
+        if (b.role == BufferRole::scratch) return b.bytes;
+      return size_t(0);
+    };
+    EXPECT_LT(scratch(ec), scratch(untiled));
+  }
   SlidingWindowExecutor eng(be_eng, cfg, ec, test);
   ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
 
@@ -195,12 +239,18 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   if (tc.max_grad_norm > 0 && tc.max_grad_norm < 10) {
     EXPECT_TRUE(clipped) << "the clipping case must actually clip";
   }
+  if (tc.mlp_tile > 0) {
+    EXPECT_GT(rows_seen.max_rows, 0);
+    EXPECT_LE(rows_seen.max_rows, tc.mlp_tile);
+  }
   // Weights after 3 updates. When every micro-batch is one chunk and the embeddings are
   // untied, the engine performs the reference's operations in the reference's order: the
   // weights must be bitwise equal. Otherwise the summation order of some gradients differs
   // (chunk splits accumulate dW in pieces; the tied table sums head and embedding parts in
   // another order); AdamW divides by sqrt(v), so an element whose gradient nearly cancels can
   // move its step by a visible fraction of lr (3e-3): allow 1e-3 lr per step.
+  // A tiled MLP rounds its GEMM rows differently (tests/model/test_mlp_tiles.cpp) and
+  // accumulates its weight gradients tile by tile: fp32 rounding again.
   // A speculative step that had to clip was rolled back algebraically: fp32 rounding again.
   // A clipped step's coefficient comes from a norm that sums per-unit f32 reductions (the
   // device's, for the untied embedding, resident homes and layer 0 with its AdamW on the
@@ -210,7 +260,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   // then: an int8 moment one map step (<= 4.4%) off moves its update by that share of lr, a
   // bf16 master one ulp (~1e-4 at these weights): allow 0.1 lr per step.
   const bool same_order = !tc.tied && tc.chunk_tokens >= rows * (seq + 2) &&
-                          !(tc.speculative && clipped);
+                          !(tc.speculative && clipped) && tc.mlp_tile == 0;
   const double rounding_tol = tc.state.is_fp32() ? 1e-3 : 0.1;
   const double clip_tol = tc.state.is_fp32() ? 1e-4 : rounding_tol;  // an ulp of the coefficient, rounded
   const double tol = !same_order ? 3 * rounding_tol * h.lr : clipped ? 3 * clip_tol * h.lr : 0.0;
@@ -240,6 +290,11 @@ Case from_master(Case c) {
 
 Case in_format(Case c, MomentFormat moments, MasterFormat master) {
   c.state = StateFormat{moments, master};
+  return c;
+}
+
+Case mlp_tiled(Case c, int64_t tile) {
+  c.mlp_tile = tile;
   return c;
 }
 
@@ -306,7 +361,14 @@ std::vector<Case> engine_cases() {
           in_format(Case{Arch::llama, false, 0.f, 1, 64, false, 0, false, -1, false, 1}, MomentFormat::int8,
                     MasterFormat::bf16),
           in_format(Case{Arch::qwen2, false, 50.f, 1, 64, false, 2, false, -1, false, 3}, MomentFormat::int8,
-                    MasterFormat::f32)};
+                    MasterFormat::f32),
+          // The MLP in token tiles smaller than the chunk (not dividing it): one chunk per
+          // micro-batch; split chunks with clipping, accumulation and tied embeddings
+          // (qk_norm); a resident home and speculation (qkv bias); weights from the master.
+          mlp_tiled(Case{Arch::llama, false, 0.f, 1, 64, false}, 5),
+          mlp_tiled(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, 6),
+          mlp_tiled(Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true}, 7),
+          mlp_tiled(from_master(Case{Arch::mistral, false, 0.f, 3, 16, false}), 3)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).

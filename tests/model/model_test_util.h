@@ -48,10 +48,11 @@ struct Fixture {
   std::vector<std::vector<float>> params;
 
   Fixture(const ModelConfig& c, int64_t max_tokens, uint64_t seed, const InitOptions& opt,
-          bool keep_activations = false)
+          bool keep_activations = false, int64_t mlp_tile_tokens = 0)
       : cfg(c) {
     // 5: several head chunks
-    model = std::make_unique<ReferenceModel>(be, cfg, max_tokens, 5, keep_activations);
+    model = std::make_unique<ReferenceModel>(be, cfg, max_tokens, 5, keep_activations,
+                                             mlp_tile_tokens);
     params = init_params(model->layout(), seed, opt);
     upload_all();
   }
