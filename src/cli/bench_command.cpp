@@ -52,7 +52,9 @@ void add_bench_command(CLI::App& app) {
                 "default; --no-grads-stream puts them on the compute stream, for an A/B)");
   cmd->add_option("--memory-log", o->memory_log,
                   "write per-step memory samples (RSS, GPU bytes, the plan's) to this CSV file");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    SF_REQUIRE(cmd->count("--memory-log") == 0 || !o->memory_log.empty(),
+               "--memory-log: the file name is empty; give the CSV file to write");
     ModelConfig cfg = model_preset(o->size);
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     ModelLayout layout = ModelLayout::build(cfg);

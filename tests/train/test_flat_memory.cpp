@@ -291,6 +291,9 @@ TEST(FlatMemoryCli, BenchWritesTheMemoryLogAndSummary) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find(bad + ": cannot write the memory log"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("step 1 "), std::string::npos) << r.output;
+  r = run_cli({"bench", "--size", "tiny", "--steps", "2", "--backend", "host", "--memory-log", ""});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--memory-log: the file name is empty"), std::string::npos) << r.output;
 }
 
 // train: metrics.csv's rss_gib and gpu_gib columns (the resident set and the backend's bytes
