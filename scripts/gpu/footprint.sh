@@ -8,11 +8,40 @@
 #      and at --gpu-memory 24GiB for the rows of the earlier table,
 #   3. decode tokens/s of `slideformer generate` against transformers' generate (bf16, the
 #      same random-weight model directory, made here by `slideformer init`).
-# Usage: scripts/gpu.sh footprint [build-dir]   Logs under $OUT (default ./gpu_footprint_out).
+#   4. (mode `memory`, alone: ~8 min, one device call) flat memory over a long run, issue 17:
+#      `slideformer bench` of the 8-layer cut, 8 x 1024, --gpu-memory 24GiB, SF_MEM_STEPS
+#      (default 1000) steps, RSS and GPU bytes sampled after every step into
+#      $OUT/mem-8layer.csv; its "memory:" summary line and the docs row go to the summary.
+# Usage: scripts/gpu.sh footprint [build-dir] [memory]   Logs under $OUT (default
+#   ./gpu_footprint_out). scripts/gpu.sh footprint - mem-row CSV prints the docs row of a
+#   memory CSV (anywhere, no GPU).
 #   SF_FOOTPRINT: the bench rows (engine.sh's SF_BENCH format); SF_SKIP_TESTS=1 skips 1,
 #   SF_SKIP_DECODE=1 skips 3 (the device tool's 600 s per call: split the table over calls).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+
+# mem_row CSV: the docs row of a memory log (bench --memory-log: step, rss_bytes,
+# peak_rss_bytes, gpu_bytes, plan_host_bytes, plan_device_bytes, gpu_used_bytes; row 0 is
+# before the engine). Growth: the most a sample after step 10 exceeds step 10's; GPU: the
+# backend's bytes (what the plan counts), "driver" the device's as cudaMemGetInfo counts them.
+mem_row() {
+  awk -F, 'NR == 1 { next }
+    { step = $1; if ($3 > hwm) hwm = $3; if ($4 > gmax) gmax = $4; if ($7 > umax) umax = $7
+      ph = $5; pd = $6; if (step == 0) base = $2
+      if (step == 10) { r10 = $2; g10 = $4 }
+      if (step > 10) { if ($2 - r10 > rg) rg = $2 - r10; if ($4 - g10 > gg) gg = $4 - g10 } }
+    END {
+      G = 1024 * 1024 * 1024; M = 1024 * 1024
+      print "| steps | RSS before the engine | peak RSS (plan host) | RSS growth after step 10 | GPU in use, max sampled (plan device) | GPU growth after step 10 | driver-counted GPU, max |"
+      print "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      printf "| %d | %.2f GiB | %.2f GiB (%.2f) | %.1f MiB | %.2f GiB (%.2f) | %.1f MiB | %.2f GiB |\n",
+        step, base / G, hwm / G, ph / G, rg / M, gmax / G, pd / G, gg / M, umax / G }' "$1"
+}
+
+if [ "${2:-}" = mem-row ]; then
+  mem_row "${3:?usage: scripts/gpu.sh footprint - mem-row CSV}"
+  exit
+fi
 . scripts/gpu/bench_shape.sh
 B=${1:-build-gpu}
 OUT=${OUT:-$PWD/gpu_footprint_out}
@@ -22,6 +51,18 @@ S="$OUT/footprint_summary.txt"
 say() { echo "$*" | tee -a "$S"; }
 SF="$B/bin/slideformer"
 say "commit $(cat "$B/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)  $(nproc) cores  $(free -g | awk '/Mem/{print $2}') GiB RAM"
+
+# 4. alone: the long run fills a device call by itself (~0.45 s per step at 8 x 1024).
+if [ "${2:-}" = memory ]; then
+  csv="$OUT/mem-8layer.csv"
+  log="$OUT/mem-8layer.log"
+  timeout 570 "$SF" bench --size llama3-8b --layers 8 --batch-size 8 --seq-len 1024 \
+    --steps "${SF_MEM_STEPS:-1000}" --gpu-memory 24GiB --backend cuda --memory-log "$csv" > "$log" 2>&1
+  say "bench llama3-8b 8 layers 8x1024 24GiB ${SF_MEM_STEPS:-1000} steps rc=$?: $(grep RESULT "$log" || tail -1 "$log")"
+  grep '^memory:' "$log" | tee -a "$S"
+  [ -s "$csv" ] && mem_row "$csv" | tee -a "$S"  # a run cut short still leaves its rows
+  exit 0
+fi
 
 if [ -z "${SF_SKIP_TESTS:-}" ]; then
   timeout 420 "$B/tests/test_cuda" --gtest_filter='*Engine*:*Decode*:*Decoder*' > "$OUT/tests.log" 2>&1

@@ -86,6 +86,10 @@ class Backend {
   virtual std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what);
   virtual size_t bytes_in_use() const = 0;
   virtual size_t peak_bytes_in_use() const = 0;
+  // Bytes in use on the device by anyone, as its driver counts them (on CUDA cudaMemGetInfo's
+  // total - free: beyond bytes_in_use() the CUDA context, libraries' own memory and other
+  // processes); 0 where the backend has no device memory of its own (the host backend).
+  virtual size_t device_used_bytes() const { return 0; }
   // Copies between host memory and backend memory, ordered on stream s.
   virtual void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) = 0;

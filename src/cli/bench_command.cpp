@@ -1,6 +1,8 @@
 // slideformer bench: full-parameter training steps of a named model shape with random
 // weights on a repeated random batch — throughput, model TFLOP/s, memory, and a loss that
-// must fall. The engine benchmark of docs/BENCHMARKS.md.
+// must fall. The engine benchmark of docs/BENCHMARKS.md. Memory is sampled after every step
+// (one /proc read and the backend's counters) and summed up against the plan in a "memory:"
+// line; --memory-log writes the samples as CSV (report/memory_sampler.h).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "engine/executor_factory.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
+#include "report/memory_sampler.h"
 #include "train/store_weights.h"
 
 namespace sf::cli {
@@ -35,6 +38,7 @@ void add_bench_command(CLI::App& app) {
     double lr = 1e-4;
     float max_grad_norm = 1.0f;
     bool grads_stream = true;
+    std::string memory_log;  // empty: no CSV
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "time training steps of a model shape (random weights)");
@@ -48,7 +52,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--grads-stream,!--no-grads-stream", o->grads_stream,
                 "sliding window: the gradients' casts and norms on their own stream (the "
                 "default; --no-grads-stream puts them on the compute stream, for an A/B)");
-  cmd->callback([o] {
+  cmd->add_option("--memory-log", o->memory_log,
+                  "write per-step memory samples (RSS, GPU bytes, the plan's) to this CSV file");
+  cmd->callback([o, cmd] {
+    SF_REQUIRE(cmd->count("--memory-log") == 0 || !o->memory_log.empty(),
+               "--memory-log: the file name is empty; give the CSV file to write");
     ModelConfig cfg = model_preset(o->size);
     if (o->layers > 0) cfg.num_hidden_layers = o->layers;
     ModelLayout layout = ModelLayout::build(cfg);
@@ -58,6 +66,8 @@ void add_bench_command(CLI::App& app) {
     pr.plan.engine.grads_stream = o->grads_stream;
     std::cout << backend_lines(pr) << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan)
               << std::flush;
+    // Before the engine exists: the baseline its memory is measured from.
+    MemorySampler mem({pr.plan.host_bytes, pr.plan.device_bytes, pr.budget.unified}, o->memory_log);
     auto t0 = std::chrono::steady_clock::now();
     auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
     ParamStore& store = exec->params();
@@ -93,6 +103,7 @@ void add_bench_command(CLI::App& app) {
       auto ts = std::chrono::steady_clock::now();
       StepStats st = exec->train_step(micro, h);
       double dt = seconds_since(ts);
+      mem.sample(s, exec->device_bytes_in_use(), exec->device_used_bytes());  // outside dt
       if (s > 1) {
         tokens += double(st.n_tokens);
         seconds += dt;
@@ -140,6 +151,8 @@ void add_bench_command(CLI::App& app) {
               << (busy > 0 && seconds > 0 ? 100 * busy / seconds : 0) << "% predicted_tokens/s="
               << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
               << (o->grads_stream ? "" : " (no grads stream)") << "\n";
+    // Growth after step 10: the first steps still fault in pages and fill allocator pools.
+    std::cout << mem.summary_line(exec->device_peak_bytes(), 10) << "\n";
   });
 }
 

@@ -103,4 +103,27 @@ size_t host_available_bytes(const std::string& proc_root, const std::string& cgr
 
 size_t host_available_bytes() { return host_available_bytes("/proc", "/sys/fs/cgroup"); }
 
+ProcessMemory process_memory(const std::string& status_file) {
+  ProcessMemory m;
+  std::ifstream f(status_file);
+  std::string line;
+  // "VmRSS:   123456 kB": the kernel always reports these two in kB.
+  auto kib_field = [&line](const char* key, size_t& out) {
+    const size_t n = std::char_traits<char>::length(key);
+    if (line.compare(0, n, key) != 0) return;
+    try {
+      out = size_t(std::stoull(line.substr(n))) * 1024;
+    } catch (...) {
+      out = 0;
+    }
+  };
+  while (std::getline(f, line)) {
+    kib_field("VmRSS:", m.rss_bytes);
+    kib_field("VmHWM:", m.peak_rss_bytes);
+  }
+  return m;
+}
+
+ProcessMemory process_memory() { return process_memory("/proc/self/status"); }
+
 }  // namespace sf

@@ -35,6 +35,8 @@ class Owning final : public StepExecutor {
   void params_changed() override { exec_.params_changed(); }
   const char* name() const override { return exec_.name(); }
   size_t device_peak_bytes() const override { return be_->peak_bytes_in_use(); }
+  size_t device_bytes_in_use() const override { return be_->bytes_in_use(); }
+  size_t device_used_bytes() const override { return be_->device_used_bytes(); }
 
  private:
   std::unique_ptr<Backend> be_;

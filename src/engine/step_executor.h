@@ -86,6 +86,10 @@ class StepExecutor {
   virtual const char* name() const = 0;
   // Peak bytes the executor's backend has had allocated (device memory on CUDA); 0: unknown.
   virtual size_t device_peak_bytes() const { return 0; }
+  // The same now (Backend::bytes_in_use), and the device's bytes in use as its driver counts
+  // them (Backend::device_used_bytes: 0 on the host backend); 0: unknown.
+  virtual size_t device_bytes_in_use() const { return 0; }
+  virtual size_t device_used_bytes() const { return 0; }
 };
 
 }  // namespace sf

@@ -21,7 +21,8 @@ const std::vector<std::string> kCsvColumns = {
     "step",          "loss",           "eval_loss",    "lr",
     "grad_norm",     "clip_coef",      "tokens",       "tokens_seen",
     "epoch",         "step_seconds",   "tokens_per_second", "tflops",
-    "peak_device_bytes", "host_rss_bytes", "elapsed_seconds", "wall_time"};
+    "peak_device_bytes", "host_rss_bytes", "elapsed_seconds", "wall_time",
+    "rss_gib",       "gpu_gib"};
 
 namespace {
 
@@ -73,6 +74,9 @@ std::vector<TensorBoardScalar> tensorboard_scalars(const json& record) {
                           std::pair{"host_rss_bytes", "memory/host_rss_gib"}})
     if (const double v = json_number(record, key); !std::isnan(v))
       out.push_back({tag, float(v / kGiB)});
+  // (rss_gib is memory/host_rss_gib's value: one chart, not two.)
+  if (const double v = json_number(record, "gpu_gib"); !std::isnan(v))
+    out.push_back({"memory/gpu_gib", float(v)});
   return out;
 }
 

@@ -5,7 +5,8 @@
 //   <out>/tensorboard/events.out.tfevents.*   scalars for `tensorboard --logdir <out>`
 //                                 (unless turned off): train/loss, eval/loss,
 //                                 train/learning_rate, train/grad_norm, train/tokens_per_second,
-//                                 train/epoch, memory/peak_device_gib, memory/host_rss_gib
+//                                 train/epoch, memory/peak_device_gib, memory/host_rss_gib,
+//                                 memory/gpu_gib (the backend's bytes in use after the step)
 //   <out>/loss.png                training (raw, smoothed) and evaluation loss
 // The three logs are overwritten once when the log opens, with exactly the history the run
 // starts from (a checkpoint's, or none; earlier event files are removed, so TensorBoard never

@@ -402,6 +402,8 @@ Trainer::StepReport Trainer::train_step() {
 json Trainer::step_record(const StepReport& r) const {
   const StepStats& st = r.stats;
   const double dt = r.seconds;
+  const size_t rss = host_rss_bytes();  // one /proc read for both of its columns
+  constexpr double kGiB = double(size_t(1) << 30);
   return {{"step", step_},
           {"loss", st.loss()},
           {"lr", r.lr},
@@ -414,9 +416,11 @@ json Trainer::step_record(const StepReport& r) const {
           {"tokens_per_second", double(st.n_tokens) / dt},
           {"tflops", r.flops / dt / 1e12},
           {"peak_device_bytes", exec_->device_peak_bytes()},
-          {"host_rss_bytes", host_rss_bytes()},
+          {"host_rss_bytes", rss},
           {"elapsed_seconds", elapsed_before_ + session_seconds()},
-          {"wall_time", unix_seconds()}};
+          {"wall_time", unix_seconds()},
+          {"rss_gib", double(rss) / kGiB},
+          {"gpu_gib", double(exec_->device_bytes_in_use()) / kGiB}};
 }
 
 // Why the run cannot go on after step `r` ("" when it can): a non-finite loss, or a gradient

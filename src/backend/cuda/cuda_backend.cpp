@@ -169,6 +169,15 @@ std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes, const std::string& what
   return std::make_unique<CudaBuffer>(*this, p, n);
 }
 
+size_t CudaBackend::device_used_bytes() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();  // a failed query must not surface as a later op's error
+    return 0;
+  }
+  return total_b - free_b;
+}
+
 void CudaBackend::copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(s)));
 }
