@@ -309,15 +309,18 @@ void expect_same_checkpoint_state(const fs::path& a, const fs::path& b) {
     expect_same_tensors(a / f, b / f);
 }
 
-// 6 steps straight vs 3, stop, resume, 3: losses and every state byte equal.
-void expect_train_resume_bit_exact(StateFormat f) {
+// 6 steps straight vs 3, stop, resume, 3: losses and every state byte equal. engine: the
+// planner's choice (resident here) or the sliding window with its speculative updates.
+void expect_train_resume_bit_exact(StateFormat f, const char* engine = "auto") {
   RunFixture fx;
   std::ostringstream log;
   TrainOptions straight = tiny_run(fx.model, fx.tokens, fx.tmp.path / "straight");
   straight.state_format = f;
+  straight.engine = engine;
   TrainResult a = run_training(straight, log);
   TrainOptions split = tiny_run(fx.model, fx.tokens, fx.tmp.path / "split");
   split.state_format = f;
+  split.engine = engine;
   TrainResult b1 = run_stopping(split, 3);
   ASSERT_EQ(b1.end_step, 3);
   split.resume = "auto";
@@ -337,16 +340,20 @@ void expect_train_resume_bit_exact(StateFormat f) {
             read_trainer_state(a.checkpoint).at("state_format").at("rounding_seed"));
 }
 
-TEST(CompactTrainResume, Fp32IsBitExact) { expect_train_resume_bit_exact(kFp32); }
+TEST(CompactTrainResume, Fp32IsBitExact) {
+  expect_train_resume_bit_exact(kFp32);
+  expect_train_resume_bit_exact(kFp32, "sliding");
+}
 
 // Needs the engine to keep its state in the compact format (the executors' ParamStore and
 // their updates through state(u)): until then the trainer refuses the flag values.
 TEST(CompactTrainResume, DISABLED_CompactModesAreBitExact) {
   for (StateFormat f : kModes)
-    if (f != kFp32) {
-      SCOPED_TRACE(mode_name(f));
-      expect_train_resume_bit_exact(f);
-    }
+    for (const char* engine : {"auto", "sliding"})
+      if (f != kFp32) {
+        SCOPED_TRACE(mode_name(f) + " " + engine);
+        expect_train_resume_bit_exact(f, engine);
+      }
 }
 
 // Resuming an fp32 checkpoint with --optimizer-state int8 converts it with the note; the
