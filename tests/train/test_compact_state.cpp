@@ -345,9 +345,8 @@ TEST(CompactTrainResume, Fp32IsBitExact) {
   expect_train_resume_bit_exact(kFp32, "sliding");
 }
 
-// Needs the engine to keep its state in the compact format (the executors' ParamStore and
-// their updates through state(u)): until then the trainer refuses the flag values.
-TEST(CompactTrainResume, DISABLED_CompactModesAreBitExact) {
+// Every compact mode, trained straight and interrupted + resumed: the same bits.
+TEST(CompactTrainResume, CompactModesAreBitExact) {
   for (StateFormat f : kModes)
     for (const char* engine : {"auto", "sliding"})
       if (f != kFp32) {
@@ -357,8 +356,8 @@ TEST(CompactTrainResume, DISABLED_CompactModesAreBitExact) {
 }
 
 // Resuming an fp32 checkpoint with --optimizer-state int8 converts it with the note; the
-// next checkpoint is int8 (needs the engine's compact state, as above).
-TEST(CompactTrainResume, DISABLED_ResumeWithAnotherFormatConvertsWithANote) {
+// next checkpoint is int8.
+TEST(CompactTrainResume, ResumeWithAnotherFormatConvertsWithANote) {
   RunFixture fx;
   TrainOptions o = tiny_run(fx.model, fx.tokens, fx.tmp.path / "run");
   run_stopping(o, 3);
