@@ -41,8 +41,9 @@ RopeScaling llama3_scaling() {
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small", "llama3-1b", "llama3-8b", "mistral-7b", "qwen2.5-7b", "qwen3-0.6b",
-          "qwen3-8b"};
+  return {"tiny",        "small",       "llama3-1b",  "llama3-8b",          "llama3-70b",
+          "mistral-7b",  "mistral-large-123b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
+          "qwen3-0.6b",  "qwen3-8b"};
 }
 
 ModelConfig model_preset(const std::string& name) {
@@ -75,6 +76,28 @@ ModelConfig model_preset(const std::string& name) {
   }
   if (name == "qwen2.5-7b") {
     auto c = base(Arch::qwen2, 152064, 3584, 18944, 28, 28, 4, 128, 1000000.0, 1e-6, false);
+    c.max_position_embeddings = 32768;
+    return c;
+  }
+  if (name == "llama3-70b") {  // Llama-3.1-70B
+    auto c = base(Arch::llama, 128256, 8192, 28672, 80, 64, 8, 128, 500000.0, 1e-5, false);
+    c.rope_scaling = llama3_scaling();
+    c.rope_scaling.factor = 8.0;
+    c.max_position_embeddings = 131072;
+    return c;
+  }
+  if (name == "mistral-large-123b") {  // Mistral-Large-Instruct-2407's shape
+    auto c = base(Arch::mistral, 32768, 12288, 28672, 88, 96, 8, 128, 1000000.0, 1e-5, false);
+    c.max_position_embeddings = 131072;
+    return c;
+  }
+  if (name == "qwen2.5-14b") {
+    auto c = base(Arch::qwen2, 152064, 5120, 13824, 48, 40, 8, 128, 1000000.0, 1e-5, false);
+    c.max_position_embeddings = 32768;
+    return c;
+  }
+  if (name == "qwen2.5-32b") {
+    auto c = base(Arch::qwen2, 152064, 5120, 27648, 64, 40, 8, 128, 1000000.0, 1e-5, false);
     c.max_position_embeddings = 32768;
     return c;
   }

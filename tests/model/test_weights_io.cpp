@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/model_presets.h"
 #include "model/param_layout.h"
 #include "model/weights_io.h"
 #include "test_util.h"
@@ -282,6 +283,14 @@ TEST(WeightsIo, LayoutCoversExactlyTheParameters) {
   llama8b.head_dim = 128;
   check(llama8b);
   EXPECT_EQ(llama8b.num_parameters(), 8030261248);  // Llama 3.1 8B's published count
+}
+
+// The larger presets (the compact state's scale targets) have their published counts.
+TEST(WeightsIo, LargePresetsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(model_preset("qwen2.5-14b").num_parameters(), 14770033664);
+  EXPECT_EQ(model_preset("qwen2.5-32b").num_parameters(), 32763876352);
+  EXPECT_EQ(model_preset("llama3-70b").num_parameters(), 70553706496);
+  EXPECT_EQ(model_preset("mistral-large-123b").num_parameters(), 122610069504);
 }
 
 TEST(WeightsIoBad, SaveRefusesIntegerDtype) {
