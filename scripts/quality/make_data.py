@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds the data of the compact-state quality study (issue 18, item 5) from the State of
-the Union corpus (233 addresses, 1790-2021; CC0), into one folder (default .quality/data/,
-which .git/info/exclude keeps out of git), small enough to travel with the repo (< 8 MiB).
+the Union corpus (233 addresses, 1790-2021; CC0), into one folder (default .quality/raw/,
+which .git/info/exclude keeps out of git; make_data.sh xz-packs it into .quality/data/, the
+folder that travels with the repo, < 8 MiB).
 
 Split BY YEAR: every address of a year with year % EVAL_MOD == 0 (18 of the 232 years) is
 held out; no passage of those years is in any training file, so nothing leaks from the
@@ -71,7 +72,7 @@ def write_jsonl(path, records):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="/work/shared/data/corpus/sotu.jsonl")
-    ap.add_argument("--out", default=".quality/data")
+    ap.add_argument("--out", default=".quality/raw")
     ap.add_argument("--eval-passages", type=int, default=160,
                     help="passages in each eval file, spread evenly over the held-out years")
     a = ap.parse_args()

@@ -81,7 +81,7 @@ def check(tok, vectors, corpus):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", default=DEFAULT_GGUF)
-    ap.add_argument("--out", default=".quality/smollm2-tokenizer")
+    ap.add_argument("--out", default=".quality/raw/smollm2-tokenizer")
     ap.add_argument("--vectors", default="tests/data/smollm2/vectors.json")
     ap.add_argument("--corpus", default="/work/shared/data/corpus/sotu.jsonl")
     a = ap.parse_args()
