@@ -140,7 +140,7 @@ if [ -z "${SF_Q_SKIP_BIG:-}" ]; then
     # From scratch: the bundled example's shape flag with our data; a pretraining rate.
     train "$run" --example-size "$BIG" --optimizer-state "$state" --master-weights "$master" \
       --data "$D/text_train.jsonl" --eval-file "$D/text_eval.jsonl" --steps "$BIG_STEPS" \
-      --batch-size "$BIG_BATCH" --seq-len "$BIG_SEQ" --lr 3e-4 --warmup-steps 20 \
+      --batch-size "$BIG_BATCH" --seq-len "$BIG_SEQ" --lr 3e-4 --warmup-ratio 0.1 \
       --eval-every "$EVERY" --eval-batches "$EVAL_BATCHES" --dtype bf16
     to_csv "$W/$run" "$mode" "$BIG" text
     rm -rf "${W:?}/$run"  # a 1B run's checkpoint is ~17 GB: one at a time on the disk
