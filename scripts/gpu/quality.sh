@@ -27,6 +27,8 @@
 #   SF_Q_BATCH (4), SF_Q_SEQ (512), SF_Q_EVAL_EVERY (50), SF_Q_EVAL_BATCHES (8, in training),
 #   SF_Q_FINAL_BATCHES (0: the whole held-out files), SF_Q_BIG_SIZE, SF_Q_BIG_STEPS,
 #   SF_Q_BIG_BATCH (4), SF_Q_BIG_SEQ (512), SF_Q_SKIP_BIG=1 (only part 1), SF_Q_WORK (scratch).
+# The csv grows run by run: a call cut short at the device's time limit still returns the runs
+# it finished.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:?usage: scripts/gpu.sh quality BUILD_DIR GGUF DATA_DIR}
@@ -41,7 +43,11 @@ STEPS=${SF_Q_STEPS:-500} BATCH=${SF_Q_BATCH:-4} SEQ=${SF_Q_SEQ:-512}
 EVERY=${SF_Q_EVAL_EVERY:-50} EVAL_BATCHES=${SF_Q_EVAL_BATCHES:-8} FINAL=${SF_Q_FINAL_BATCHES:-0}
 BIG=${SF_Q_BIG_SIZE:-llama3-1b} BIG_STEPS=${SF_Q_BIG_STEPS:-200}
 BIG_BATCH=${SF_Q_BIG_BATCH:-4} BIG_SEQ=${SF_Q_BIG_SEQ:-512}
-W=${SF_Q_WORK:-$(mktemp -d /tmp/sf-quality.XXXXXX)}
+# Scratch: /dev/shm when it has room for a 1B run's checkpoint (~17 GB, written once per run:
+# on tmpfs its fsyncs cost nothing), else /tmp.
+shm_free=$(df -P -k /dev/shm 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }')
+[ "${shm_free:-0}" -ge 40 ] && scratch=/dev/shm || scratch=/tmp
+W=${SF_Q_WORK:-$(mktemp -d "$scratch/sf-quality.XXXXXX")}
 mkdir -p "$OUT" "$W"
 CSV="$OUT/quality.csv"
 LOG="$OUT/quality.log"
