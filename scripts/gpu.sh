@@ -7,7 +7,7 @@
 # header states its arguments, env variables and logs.
 set -uo pipefail
 here=$(dirname "$0")
-verbs=(pack unpack check engine footprint train-check try ab engine-ab)
+verbs=(pack unpack check engine footprint train-check quality try ab engine-ab)
 
 # One line per verb: its arguments, then what it does.
 summary() {
@@ -18,6 +18,7 @@ summary() {
     engine) echo "[build-dir]|engine tests, saved models in transformers, bench SF_BENCH" ;;
     footprint) echo "[build-dir]|engine + decode tests, 8B at SlideFormer's footprints, decode speed" ;;
     train-check) echo "[slideformer]|train resident + sliding, Ctrl-C + resume, a larger preset" ;;
+    quality) echo "BUILD GGUF DATA|compact state vs fp32: SmolLM2 fine-tuning + a 1B shape, one csv" ;;
     try) echo "A_PACK B_PACK|B's GPU tests, kernel A/B, one layer of each, one call" ;;
     ab) echo "A_DIR B_DIR [flags]|kernel benchmarks of two builds interleaved, B/A" ;;
     engine-ab) echo "A_DIR B_DIR|slideformer bench SF_BENCH of two builds interleaved" ;;
