@@ -93,6 +93,9 @@ inline V vtable8(const float* t) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(h), h, 1);
 }
 inline V vlookup8(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
+using T16 = VI;
+inline T16 vtable16(const uint32_t* t) { return _mm512_loadu_si512(t); }
+inline VI vlookup16(T16 table, VI idx) { return _mm512_permutexvar_epi32(idx, table); }
 
 }  // namespace
 

@@ -11,7 +11,8 @@
 //   (logical), vi_shl<k>, as_int / as_float (bit casts), vf_ge / vf_le / vf_lt / vf_nan
 //   (float compares, ordered), vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
 //   (mask ? a : b), vi_inc_if (c + 1 where the mask is set), vtable8 (a table of 8 floats
-//   for vlookup8), vlookup8 (table[idx & 7] per lane),
+//   for vlookup8), vlookup8 (table[idx & 7] per lane), T16 / vtable16 / vlookup16 (a table
+//   of 16 uint32 and table[idx & 15] per lane),
 // and SF_SIMD_NAME(name), which gives an exported kernel its ISA suffix.
 // Same IEEE operations in the same order as state_kernels_scalar.cpp, no FMA: bitwise equal.
 // The int8 tail (a block's last n % kLanes elements) runs the vector code on zero-padded
@@ -124,34 +125,45 @@ void dense_step(const StateTask& t, const StateConsts& c, StateKernel tail) {
   tail(r, c);
 }
 
-// The tables' structure constants (see above).
+// The tables' structure constants (see above). The octave search runs on buckets: r in
+// [0.5, 1) is cut by its top 4 mantissa bits into 16 buckets of width 1/32; the D_j are more
+// than 1/32 apart (the closest, D_6 - D_7, is (2^-0.75 - 2^-1) / 2 = 0.047), so a bucket holds
+// at most one of them, and #{j : D_j >= r} = #{j : D_j in a higher bucket} + [r <= its own D].
 struct QuantK {
   V c8;            // M_0..M_7 (vtable8)
-  V d[8];          // D_0..D_7, descending
+  T16 thr;         // per bucket: bits of the D_j in it, else 0 (0.0f: never >= r)
+  T16 base;        // per bucket: 8 * 126 + #{j : D_j in a higher bucket}
   V z_pos, z_neg;  // m: the midpoints between 0 and +M_127, -M_126 (magnitudes)
   V z_v;           // v: the midpoint between 0 and M_254
 };
 QuantK quant_consts(const StateConsts& c) {
   QuantK q;
   float c8[8];
+  uint32_t thr[16] = {}, base[16];
+  for (int b = 0; b < 16; ++b) base[b] = 8 * 126;
   for (int j = 0; j < 8; ++j) {
     c8[j] = c.map_v[255 - j];
-    q.d[j] = vset1(c.mid_v[254 - j]);
+    const uint32_t bits = __builtin_bit_cast(uint32_t, c.mid_v[254 - j]);
+    const uint32_t bucket = (bits >> 19) & 15;
+    thr[bucket] = bits;
+    for (uint32_t b = 0; b < bucket; ++b) ++base[b];
   }
   q.c8 = vtable8(c8);
+  q.thr = vtable16(thr);
+  q.base = vtable16(base);
   q.z_pos = vset1(c.mid_m[kZeroCodeM]);
   q.z_neg = vset1(-c.mid_m[kZeroCodeM - 1]);
   q.z_v = vset1(c.mid_v[0]);
   return q;
 }
 
-// k = 8 e + #{j : D_j >= a * 2^e} for the magnitude with bits abits (a in (0, 1 + ulp]).
+// k = 8 e + #{j : D_j >= a * 2^e} for the magnitude with bits abits (a in (0, 1 + ulp]),
+// e = 126 - the biased exponent of a, r = a * 2^e in [0.5, 1).
 inline VI magnitude_index(VI abits, const QuantK& q) {
-  const VI e = vi_sub(vi_set1(126), vi_shr<23>(abits));
   const V r = as_float(vi_or(vi_and(abits, vi_set1(0x007fffffu)), vi_set1(126u << 23)));
-  VI cnt = vi_set1(0);
-  for (int j = 0; j < 8; ++j) cnt = vi_inc_if(cnt, vf_ge(q.d[j], r));
-  return vi_add(vi_shl<3>(e), cnt);
+  const VI bucket = vi_shr<19>(abits);  // vlookup16 reads its low 4 bits: r's top mantissa bits
+  const VI k = vi_sub(vlookup16(q.base, bucket), vi_shl<3>(vi_shr<23>(abits)));
+  return vi_inc_if(k, vf_ge(as_float(vlookup16(q.thr, bucket)), r));
 }
 
 // The m map's codes of y: -M_k at code k (k <= 126), 0 at 127, +M_k at 255 - k (k <= 127).
