@@ -82,6 +82,8 @@ inline M vf_ge(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
 inline M vf_le(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LE_OQ)); }
 inline M vf_lt(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 inline M vf_nan(V a) { return as_int(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+inline M vf_ngt(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_NGT_UQ)); }
+inline M m_and(M a, M b) { return _mm256_and_si256(a, b); }
 inline M vi_eq(VI a, VI b) { return _mm256_cmpeq_epi32(a, b); }
 inline M vi_lt(VI a, VI b) { return _mm256_cmpgt_epi32(b, a); }
 inline VI vi_sel(M m, VI a, VI b) { return _mm256_blendv_epi8(b, a, m); }

@@ -82,6 +82,8 @@ inline M vf_ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 inline M vf_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
 inline M vf_lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline M vf_nan(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+inline M vf_ngt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_NGT_UQ); }
+inline M m_and(M a, M b) { return M(a & b); }
 inline M vi_eq(VI a, VI b) { return _mm512_cmpeq_epi32_mask(a, b); }
 inline M vi_lt(VI a, VI b) { return _mm512_cmplt_epi32_mask(a, b); }
 inline VI vi_sel(M m, VI a, VI b) { return _mm512_mask_mov_epi32(b, m, a); }

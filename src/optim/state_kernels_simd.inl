@@ -9,7 +9,8 @@
 //   load_codes / store_codes (kLanes uint8 codes), vi_iota (0, 1, ..., kLanes - 1),
 //   vi_set1, vi_add, vi_sub, vi_and, vi_or, vi_xor, vi_mul, vi_min (signed), vi_shr<k>
 //   (logical), vi_shl<k>, as_int / as_float (bit casts), vf_ge / vf_le / vf_lt / vf_nan
-//   (float compares, ordered), vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
+//   (float compares, ordered), vf_ngt (!(a > b): true for NaN), m_and (mask and),
+//   vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
 //   (mask ? a : b), vi_inc_if (c + 1 where the mask is set), vtable8 (a table of 8 floats
 //   for vlookup8), vlookup8 (table[idx & 7] per lane), T16 / vtable16 / vlookup16 (a table
 //   of 16 uint32 and table[idx & 15] per lane),
@@ -133,7 +134,8 @@ struct QuantK {
   V c8;            // M_0..M_7 (vtable8)
   T16 thr;         // per bucket: bits of the D_j in it, else 0 (0.0f: never >= r)
   T16 base;        // per bucket: 8 * 126 + #{j : D_j in a higher bucket}
-  V z_pos, z_neg;  // m: the midpoints between 0 and +M_127, -M_126 (magnitudes)
+  V z_pos;         // m: the midpoint between 0 and +M_127
+  V z_neg_signed;  // m: the midpoint between -M_126 and 0 (negative)
   V z_v;           // v: the midpoint between 0 and M_254
 };
 QuantK quant_consts(const StateConsts& c) {
@@ -152,7 +154,7 @@ QuantK quant_consts(const StateConsts& c) {
   q.thr = vtable16(thr);
   q.base = vtable16(base);
   q.z_pos = vset1(c.mid_m[kZeroCodeM]);
-  q.z_neg = vset1(-c.mid_m[kZeroCodeM - 1]);
+  q.z_neg_signed = vset1(c.mid_m[kZeroCodeM - 1]);
   q.z_v = vset1(c.mid_v[0]);
   return q;
 }
@@ -174,17 +176,17 @@ inline VI code_m(V y, const QuantK& q) {
   const M is_neg = vi_eq(neg, vi_set1(1));
   const VI k = vi_min(magnitude_index(ab, q), vi_sub(vi_set1(127), neg));
   VI code = vi_sel(is_neg, k, vi_sub(vi_set1(255), k));
-  code = vi_sel(vf_le(as_float(ab), vf_sel(is_neg, q.z_neg, q.z_pos)), vi_set1(kZeroCodeM), code);
+  // Zero: mid[126] < y <= mid[127], the scalar search's own test (false for NaN).
+  code = vi_sel(m_and(vf_lt(q.z_neg_signed, y), vf_le(y, q.z_pos)), vi_set1(kZeroCodeM), code);
   return vi_sel(vf_nan(y), vi_set1(0), code);  // NaN is below no midpoint: code 0
 }
 
-// The v map's codes: 0 at code 0, M_k at 255 - k (k <= 254); y < 0 and NaN give code 0.
+// The v map's codes: 0 at code 0, M_k at 255 - k (k <= 254). Every y that is not above the
+// zero midpoint z_v (y <= z_v, so every y <= 0, and NaN: the unordered compare) gives code 0,
+// so the magnitude path only has to be right for y > 0, whose bits are |y|'s.
 inline VI code_v(V y, const QuantK& q) {
-  const VI yb = as_int(y);
-  const VI ab = vi_add(vi_and(yb, vi_set1(0x7fffffffu)), vi_shr<31>(yb));
-  const VI k = vi_min(magnitude_index(ab, q), vi_set1(254));
-  VI code = vi_sel(vf_le(as_float(ab), q.z_v), vi_set1(0), vi_sub(vi_set1(255), k));
-  return vi_sel(vf_nan(y), vi_set1(0), vi_sel(vf_lt(y, vset1(0.0f)), vi_set1(0), code));
+  const VI k = vi_min(magnitude_index(as_int(y), q), vi_set1(254));
+  return vi_sel(vf_ngt(y, q.z_v), vi_set1(0), vi_sub(vi_set1(255), k));
 }
 
 // M_k = M_(k % 8) * 2^-(k / 8) (an exact power-of-two product), for k <= 254.
