@@ -91,6 +91,8 @@ inline V vf_sel(M m, V a, V b) { return _mm256_blendv_ps(b, a, as_float(m)); }
 inline VI vi_inc_if(VI c, M m) { return _mm256_sub_epi32(c, m); }  // m is -1 where set
 inline V vtable8(const float* t) { return _mm256_loadu_ps(t); }
 inline V vlookup8(V table, VI idx) { return _mm256_permutevar8x32_ps(table, idx); }  // idx & 7
+inline V vlookup8_if(M m, V table, VI idx, V src) { return vf_sel(m, vlookup8(table, idx), src); }
+inline V vmul_unless(M m, V a, V b, V src) { return vf_sel(m, src, vmul(a, b)); }
 // 16 entries as two 8-entry halves; bit 3 of the index (moved to the sign bit) picks the half.
 struct T16 {
   VI lo, hi;

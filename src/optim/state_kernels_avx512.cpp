@@ -95,6 +95,8 @@ inline V vtable8(const float* t) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(h), h, 1);
 }
 inline V vlookup8(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
+inline V vlookup8_if(M m, V table, VI idx, V src) { return _mm512_mask_permutexvar_ps(src, m, idx, table); }
+inline V vmul_unless(M m, V a, V b, V src) { return _mm512_mask_mul_ps(src, M(~m), a, b); }
 using T16 = VI;
 inline T16 vtable16(const uint32_t* t) { return _mm512_loadu_si512(t); }
 inline VI vlookup16(T16 table, VI idx) { return _mm512_permutexvar_epi32(idx, table); }
