@@ -82,6 +82,8 @@ inline M vf_ge(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
 inline M vf_le(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LE_OQ)); }
 inline M vf_lt(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
 inline M vf_nan(V a) { return as_int(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+inline M vf_ngt(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_NGT_UQ)); }
+inline M m_and(M a, M b) { return _mm256_and_si256(a, b); }
 inline M vi_eq(VI a, VI b) { return _mm256_cmpeq_epi32(a, b); }
 inline M vi_lt(VI a, VI b) { return _mm256_cmpgt_epi32(b, a); }
 inline VI vi_sel(M m, VI a, VI b) { return _mm256_blendv_epi8(b, a, m); }
@@ -89,6 +91,21 @@ inline V vf_sel(M m, V a, V b) { return _mm256_blendv_ps(b, a, as_float(m)); }
 inline VI vi_inc_if(VI c, M m) { return _mm256_sub_epi32(c, m); }  // m is -1 where set
 inline V vtable8(const float* t) { return _mm256_loadu_ps(t); }
 inline V vlookup8(V table, VI idx) { return _mm256_permutevar8x32_ps(table, idx); }  // idx & 7
+inline V vlookup8_if(M m, V table, VI idx, V src) { return vf_sel(m, vlookup8(table, idx), src); }
+inline V vmul_unless(M m, V a, V b, V src) { return vf_sel(m, src, vmul(a, b)); }
+// 16 entries as two 8-entry halves; bit 3 of the index (moved to the sign bit) picks the half.
+struct T16 {
+  VI lo, hi;
+};
+inline T16 vtable16(const uint32_t* t) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + 8))};
+}
+inline VI vlookup16(const T16& table, VI idx) {
+  const V lo = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(table.lo, idx));
+  const V hi = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(table.hi, idx));
+  return _mm256_castps_si256(_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28))));
+}
 
 }  // namespace
 

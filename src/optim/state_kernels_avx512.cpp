@@ -82,6 +82,8 @@ inline M vf_ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 inline M vf_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
 inline M vf_lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline M vf_nan(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+inline M vf_ngt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_NGT_UQ); }
+inline M m_and(M a, M b) { return M(a & b); }
 inline M vi_eq(VI a, VI b) { return _mm512_cmpeq_epi32_mask(a, b); }
 inline M vi_lt(VI a, VI b) { return _mm512_cmplt_epi32_mask(a, b); }
 inline VI vi_sel(M m, VI a, VI b) { return _mm512_mask_mov_epi32(b, m, a); }
@@ -93,6 +95,11 @@ inline V vtable8(const float* t) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(h), h, 1);
 }
 inline V vlookup8(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
+inline V vlookup8_if(M m, V table, VI idx, V src) { return _mm512_mask_permutexvar_ps(src, m, idx, table); }
+inline V vmul_unless(M m, V a, V b, V src) { return _mm512_mask_mul_ps(src, M(~m), a, b); }
+using T16 = VI;
+inline T16 vtable16(const uint32_t* t) { return _mm512_loadu_si512(t); }
+inline VI vlookup16(T16 table, VI idx) { return _mm512_permutexvar_epi32(idx, table); }
 
 }  // namespace
 

@@ -9,9 +9,12 @@
 //   load_codes / store_codes (kLanes uint8 codes), vi_iota (0, 1, ..., kLanes - 1),
 //   vi_set1, vi_add, vi_sub, vi_and, vi_or, vi_xor, vi_mul, vi_min (signed), vi_shr<k>
 //   (logical), vi_shl<k>, as_int / as_float (bit casts), vf_ge / vf_le / vf_lt / vf_nan
-//   (float compares, ordered), vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
+//   (float compares, ordered), vf_ngt (!(a > b): true for NaN), m_and (mask and),
+//   vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
 //   (mask ? a : b), vi_inc_if (c + 1 where the mask is set), vtable8 (a table of 8 floats
-//   for vlookup8), vlookup8 (table[idx & 7] per lane),
+//   for vlookup8), vlookup8 (table[idx & 7] per lane), vlookup8_if (m ? table[idx & 7] : src),
+//   vmul_unless (m ? src : a * b), T16 / vtable16 / vlookup16 (a table
+//   of 16 uint32 and table[idx & 15] per lane),
 // and SF_SIMD_NAME(name), which gives an exported kernel its ISA suffix.
 // Same IEEE operations in the same order as state_kernels_scalar.cpp, no FMA: bitwise equal.
 // The int8 tail (a block's last n % kLanes elements) runs the vector code on zero-padded
@@ -124,34 +127,48 @@ void dense_step(const StateTask& t, const StateConsts& c, StateKernel tail) {
   tail(r, c);
 }
 
-// The tables' structure constants (see above).
+// The tables' structure constants (see above). The octave search runs on buckets: r in
+// [0.5, 1) is cut by its top 4 mantissa bits into 16 buckets of width 1/32; the D_j are more
+// than 1/32 apart (the closest, D_6 - D_7, is (2^-0.75 - 2^-1) / 2 = 0.047), so a bucket holds
+// at most one of them, and #{j : D_j >= r} = #{j : D_j in a higher bucket} + [r <= its own D].
 struct QuantK {
-  V c8;            // M_0..M_7 (vtable8)
-  V d[8];          // D_0..D_7, descending
-  V z_pos, z_neg;  // m: the midpoints between 0 and +M_127, -M_126 (magnitudes)
+  V tpos, tneg;    // vtable8s: M_(7 - i) and -M_i (decoding, below)
+  T16 thr;         // per bucket: bits of the D_j in it, else 0 (0.0f: never >= r)
+  T16 base;        // per bucket: 8 * 126 + #{j : D_j in a higher bucket}
+  V z_pos;         // m: the midpoint between 0 and +M_127
+  V z_neg_signed;  // m: the midpoint between -M_126 and 0 (negative)
   V z_v;           // v: the midpoint between 0 and M_254
 };
 QuantK quant_consts(const StateConsts& c) {
   QuantK q;
-  float c8[8];
+  float tpos[8], tneg[8];
+  uint32_t thr[16] = {}, base[16];
+  for (int b = 0; b < 16; ++b) base[b] = 8 * 126;
   for (int j = 0; j < 8; ++j) {
-    c8[j] = c.map_v[255 - j];
-    q.d[j] = vset1(c.mid_v[254 - j]);
+    tpos[7 - j] = c.map_v[255 - j];
+    tneg[j] = -c.map_v[255 - j];
+    const uint32_t bits = __builtin_bit_cast(uint32_t, c.mid_v[254 - j]);
+    const uint32_t bucket = (bits >> 19) & 15;
+    thr[bucket] = bits;
+    for (uint32_t b = 0; b < bucket; ++b) ++base[b];
   }
-  q.c8 = vtable8(c8);
+  q.tpos = vtable8(tpos);
+  q.tneg = vtable8(tneg);
+  q.thr = vtable16(thr);
+  q.base = vtable16(base);
   q.z_pos = vset1(c.mid_m[kZeroCodeM]);
-  q.z_neg = vset1(-c.mid_m[kZeroCodeM - 1]);
+  q.z_neg_signed = vset1(c.mid_m[kZeroCodeM - 1]);
   q.z_v = vset1(c.mid_v[0]);
   return q;
 }
 
-// k = 8 e + #{j : D_j >= a * 2^e} for the magnitude with bits abits (a in (0, 1 + ulp]).
+// k = 8 e + #{j : D_j >= a * 2^e} for the magnitude with bits abits (a in (0, 1 + ulp]),
+// e = 126 - the biased exponent of a, r = a * 2^e in [0.5, 1).
 inline VI magnitude_index(VI abits, const QuantK& q) {
-  const VI e = vi_sub(vi_set1(126), vi_shr<23>(abits));
   const V r = as_float(vi_or(vi_and(abits, vi_set1(0x007fffffu)), vi_set1(126u << 23)));
-  VI cnt = vi_set1(0);
-  for (int j = 0; j < 8; ++j) cnt = vi_inc_if(cnt, vf_ge(q.d[j], r));
-  return vi_add(vi_shl<3>(e), cnt);
+  const VI bucket = vi_shr<19>(abits);  // vlookup16 reads its low 4 bits: r's top mantissa bits
+  const VI k = vi_sub(vlookup16(q.base, bucket), vi_shl<3>(vi_shr<23>(abits)));
+  return vi_inc_if(k, vf_ge(as_float(vlookup16(q.thr, bucket)), r));
 }
 
 // The m map's codes of y: -M_k at code k (k <= 126), 0 at 127, +M_k at 255 - k (k <= 127).
@@ -162,35 +179,37 @@ inline VI code_m(V y, const QuantK& q) {
   const M is_neg = vi_eq(neg, vi_set1(1));
   const VI k = vi_min(magnitude_index(ab, q), vi_sub(vi_set1(127), neg));
   VI code = vi_sel(is_neg, k, vi_sub(vi_set1(255), k));
-  code = vi_sel(vf_le(as_float(ab), vf_sel(is_neg, q.z_neg, q.z_pos)), vi_set1(kZeroCodeM), code);
+  // Zero: mid[126] < y <= mid[127], the scalar search's own test (false for NaN).
+  code = vi_sel(m_and(vf_lt(q.z_neg_signed, y), vf_le(y, q.z_pos)), vi_set1(kZeroCodeM), code);
   return vi_sel(vf_nan(y), vi_set1(0), code);  // NaN is below no midpoint: code 0
 }
 
-// The v map's codes: 0 at code 0, M_k at 255 - k (k <= 254); y < 0 and NaN give code 0.
+// The v map's codes: 0 at code 0, M_k at 255 - k (k <= 254). Every y that is not above the
+// zero midpoint z_v (y <= z_v, so every y <= 0, and NaN: the unordered compare) gives code 0,
+// so the magnitude path only has to be right for y > 0, whose bits are |y|'s.
 inline VI code_v(V y, const QuantK& q) {
-  const VI yb = as_int(y);
-  const VI ab = vi_add(vi_and(yb, vi_set1(0x7fffffffu)), vi_shr<31>(yb));
-  const VI k = vi_min(magnitude_index(ab, q), vi_set1(254));
-  VI code = vi_sel(vf_le(as_float(ab), q.z_v), vi_set1(0), vi_sub(vi_set1(255), k));
-  return vi_sel(vf_nan(y), vi_set1(0), vi_sel(vf_lt(y, vset1(0.0f)), vi_set1(0), code));
+  const VI k = vi_min(magnitude_index(as_int(y), q), vi_set1(254));
+  return vi_sel(vf_ngt(y, q.z_v), vi_set1(0), vi_sub(vi_set1(255), k));
 }
 
-// M_k = M_(k % 8) * 2^-(k / 8) (an exact power-of-two product), for k <= 254.
-inline V magnitude(VI k, const QuantK& q) {
-  const V pow2 = as_float(vi_shl<23>(vi_sub(vi_set1(127), vi_shr<3>(k))));
-  return vmul(vlookup8(q.c8, k), pow2);
-}
-// map_m[code] and map_v[code], bit for bit.
-inline V value_m(VI code, const QuantK& q) {
+// Decoding: M_k (k = 8 o + j) has the bits of M_j less o << 23 (an exact power-of-two
+// scaling; the exponent stays >= 95 for k <= 255). The tables are indexed by the code's own
+// low 3 bits: a negative m code c is -M_c (j = c & 7, o = c >> 3); a positive m code and
+// every v code is M_(255 - c) (j = 7 - (c & 7), o = 31 - (c >> 3) = (c >> 3) ^ 31).
+inline V scaled_pow2(V x, VI o) { return as_float(vi_sub(as_int(x), vi_shl<23>(o))); }
+
+// map_m[code] * s and map_v[code] * s, bit for bit (zs = 0 * s: the zero code's product).
+inline V value_m(VI code, V s, V zs, const QuantK& q) {
   const M neg = vi_lt(code, vi_set1(kZeroCodeM));
-  const VI k = vi_sel(neg, code, vi_sub(vi_set1(255), code));
-  const V mag = magnitude(k, q);
-  const V x = as_float(vi_or(as_int(mag), vi_sel(neg, vi_set1(0x80000000u), vi_set1(0))));
-  return vf_sel(vi_eq(code, vi_set1(kZeroCodeM)), vset1(0.0f), x);
+  const VI hi = vi_shr<3>(code);
+  const V mj = vlookup8_if(neg, q.tneg, code, vlookup8(q.tpos, code));
+  const VI o = vi_sel(neg, hi, vi_xor(hi, vi_set1(31)));
+  return vmul_unless(vi_eq(code, vi_set1(kZeroCodeM)), scaled_pow2(mj, o), s, zs);
 }
-inline V value_v(VI code, const QuantK& q) {
-  const V x = magnitude(vi_sub(vi_set1(255), code), q);
-  return vf_sel(vi_eq(code, vi_set1(0)), vset1(0.0f), x);
+inline V value_v(VI code, V s, V zs, const QuantK& q) {
+  const V mj = vlookup8(q.tpos, code);
+  const VI o = vi_xor(vi_shr<3>(code), vi_set1(31));
+  return vmul_unless(vi_eq(code, vi_set1(0)), scaled_pow2(mj, o), s, zs);
 }
 
 // kLanes codes of x / d.
@@ -221,11 +240,11 @@ inline void int8_encode(const float* x, int64_t n, float a, const QuantK& q, uin
 template <class G, bool kBf16Master>
 inline void int8_update_vec(const G* g, void* master, uint16_t* out, const uint8_t* mc,
                             const uint8_t* vc, int64_t i, const Vc& k, const QuantK& q,
-                            uint32_t key, uint32_t index, V ms, V vs, float* mb, float* vb,
-                            V& amax_m, V& amax_v) {
+                            uint32_t key, uint32_t index, const V (&sc)[4], float* mb,
+                            float* vb, V& amax_m, V& amax_v) {
   V p = load_master<kBf16Master>(master, i);
-  V m = vmul(value_m(load_codes(mc + i), q), ms);
-  V v = vmul(value_v(load_codes(vc + i), q), vs);
+  V m = value_m(load_codes(mc + i), sc[0], sc[1], q);
+  V v = value_v(load_codes(vc + i), sc[2], sc[3], q);
   update_v(load_g(g + i), p, m, v, k);
   store_master<kBf16Master>(master, out, i, p, key, index);
   vstore(mb + i, m);
@@ -252,12 +271,13 @@ void int8_step(const StateTask& t, const StateConsts& c) {
   const Vc k = broadcast(c.adam);
   const QuantK q = quant_consts(c);
   const V ms = vset1(*t.m_scale), vs = vset1(*t.v_scale);
+  const V sc[4] = {ms, vmul(vset1(0.0f), ms), vs, vmul(vset1(0.0f), vs)};  // scale, 0 * scale
   alignas(64) float mb[kBlock + kLanes], vb[kBlock + kLanes];
   V amax_m = vset1(0.0f), amax_v = vset1(0.0f);
   int64_t i = 0;
   for (; i + kLanes <= t.n; i += kLanes)
     int8_update_vec<G, kBf16Master>(g, t.master, t.out, mc, vc, i, k, q, c.round_key, t.index,
-                                    ms, vs, mb, vb, amax_m, amax_v);
+                                    sc, mb, vb, amax_m, amax_v);
   if (i < t.n) {
     // Zero-padded copies of the tail; padding codes decode to 0, so padding lanes stay 0 and
     // leave the absmax alone.
@@ -279,7 +299,7 @@ void int8_step(const StateTask& t, const StateConsts& c) {
     const unsigned char* msrc = static_cast<const unsigned char*>(t.master) + size_t(i) * kMs;
     for (size_t j = 0; j < size_t(r) * kMs; ++j) pt[j] = msrc[j];
     int8_update_vec<G, kBf16Master>(gt, pt, t.out ? ot : nullptr, mct, vct, 0, k, q,
-                                    c.round_key, t.index + uint32_t(i), ms, vs, mb + i, vb + i,
+                                    c.round_key, t.index + uint32_t(i), sc, mb + i, vb + i,
                                     amax_m, amax_v);
     unsigned char* mdst = static_cast<unsigned char*>(t.master) + size_t(i) * kMs;
     for (size_t j = 0; j < size_t(r) * kMs; ++j) mdst[j] = pt[j];
@@ -308,13 +328,13 @@ void SF_SIMD_NAME(int8_encode)(const float* x, int64_t n, bool is_v, const State
 void SF_SIMD_NAME(int8_decode)(const uint8_t* codes, int64_t n, bool is_v, float scale,
                                const StateConsts& c, float* x) {
   const QuantK q = quant_consts(c);
-  const V s = vset1(scale);
+  const V s = vset1(scale), zs = vmul(vset1(0.0f), s);
   uint8_t cb[kBlock + kLanes];
   for (int64_t i = 0; i < n; ++i) cb[i] = codes[i];
   for (int64_t i = n; i < n + kLanes; ++i) cb[i] = is_v ? 0 : kZeroCodeM;
   alignas(64) float xb[kBlock + kLanes];
   for (int64_t i = 0; i < n; i += kLanes)
-    vstore(xb + i, vmul(is_v ? value_v(load_codes(cb + i), q) : value_m(load_codes(cb + i), q), s));
+    vstore(xb + i, is_v ? value_v(load_codes(cb + i), s, zs, q) : value_m(load_codes(cb + i), s, zs, q));
   for (int64_t i = 0; i < n; ++i) x[i] = xb[i];
 }
 
