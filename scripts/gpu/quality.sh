@@ -26,7 +26,7 @@
 # Env: SF_Q_BACKEND (cuda; host for a dry run), SF_Q_MODES, SF_Q_SEED (1234), SF_Q_STEPS,
 #   SF_Q_BATCH (4), SF_Q_SEQ (512), SF_Q_EVAL_EVERY (50), SF_Q_EVAL_BATCHES (8, in training),
 #   SF_Q_FINAL_BATCHES (0: the whole held-out files), SF_Q_BIG_SIZE, SF_Q_BIG_STEPS,
-#   SF_Q_BIG_BATCH (4), SF_Q_BIG_SEQ (512), SF_Q_SKIP_BIG=1 (only part 1), SF_Q_WORK (scratch).
+#   SF_Q_BIG_BATCH (4), SF_Q_BIG_SEQ (512), SF_Q_SKIP_BIG=1 (only part 1), SF_Q_SKIP_SMALL=1 (only part 2), SF_Q_WORK (scratch).
 # The csv grows run by run: a call cut short at the device's time limit still returns the runs
 # it finished.
 set -uo pipefail
@@ -58,7 +58,7 @@ die() { say "quality: FAILED: $*"; exit 1; }
 trap 'rm -rf "$W"' EXIT
 
 [ -x "$SF" ] || die "$SF is missing: pass the build directory that holds bin/slideformer"
-[ -f "$GGUF" ] || die "$GGUF is missing: the SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_test_model.sh)"
+[ -n "${SF_Q_SKIP_SMALL:-}" ] || [ -f "$GGUF" ] || die "$GGUF is missing: the SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch_test_model.sh)"
 for f in text_train chat_train text_eval chat_eval; do
   [ -f "$DATA/$f.jsonl.xz" ] || die "$DATA/$f.jsonl.xz is missing: run scripts/quality/make_data.sh here"
 done
@@ -77,7 +77,7 @@ for f in os.listdir(src):
             o.write(i.read())
 EOF
 D="$W/data"
-python3 scripts/quality/gguf_to_hf.py "$GGUF" "$W/smollm2" --config tests/data/smollm2/config.json \
+[ -n "${SF_Q_SKIP_SMALL:-}" ] || python3 scripts/quality/gguf_to_hf.py "$GGUF" "$W/smollm2" --config tests/data/smollm2/config.json \
   --tokenizer "$D/tok" --check tests/data/smollm2/vectors.json >> "$LOG" 2>&1 || die "converting $GGUF (log: $LOG)"
 tail -2 "$LOG"
 
@@ -127,7 +127,9 @@ final_eval() {
   say "$run final eval: $(grep '^loss' <<< "$lines" | tr '\n' ';')"
 }
 
-for mode in $MODES; do
+small_modes=$MODES
+[ -n "${SF_Q_SKIP_SMALL:-}" ] && small_modes=""
+for mode in $small_modes; do
   state=${mode%/*} master=${mode#*/}
   run="smollm2-${state}-${master}"
   train "$run" --model "$W/smollm2" --optimizer-state "$state" --master-weights "$master" \
