@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -106,6 +107,14 @@ DirectFile::~DirectFile() {
   io_.join();
   if (ring_->ok) ::io_uring_queue_exit(&ring_->ring);
   ::close(fd_);
+}
+
+void DirectFile::sync_and_drop_cache() {
+  if (direct_) return;
+  if (::fdatasync(fd_) != 0)
+    SF_FAIL(io, opt_.flag, " ", dir_, ": syncing the optimizer's file failed (", std::strerror(errno),
+            "); free space on ", dir_, " or choose another ", opt_.flag);
+  ::posix_fadvise(fd_, 0, off_t(bytes_), POSIX_FADV_DONTNEED);
 }
 
 void DirectFile::set_fault_hook_for_test(IoFaultHook hook) {
@@ -238,6 +247,67 @@ void DirectFile::io_loop() {
     if (stop_ && transfers_.empty()) return;
     cv_.wait(lk, [&] { return has_work() || (stop_ && transfers_.empty()); });
   }
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Moves [0, bytes) in 16 MiB transfers, all queued at once; `ops` alternates per transfer
+// (one op: a sequential pass; read and write: half of each, interleaved so both stay queued).
+double timed_pass(DirectFile& f, char* buf, size_t bytes, const std::vector<IoOp>& ops) {
+  constexpr size_t kChunk = size_t(16) << 20;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t left = bytes / kChunk;
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < bytes / kChunk; ++k) {
+    const IoOp op = ops[k % ops.size()];
+    // Mixed: the writes cover the first half, the reads the second.
+    const size_t off = ops.size() == 1 ? k * kChunk : (op == IoOp::write ? 0 : bytes / 2) + k / 2 * kChunk;
+    f.submit(op, off, buf + (off % (size_t(64) << 20)), kChunk, [&](const std::string& e) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (error.empty()) error = e;
+      if (--left == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return left == 0; });
+  if (!error.empty()) SF_FAIL(io, error);
+  return seconds_since(t0);
+}
+
+}  // namespace
+
+DiskRates measure_disk_rates(const std::string& dir, size_t bytes, const DirectFileOptions& opt) {
+  constexpr size_t kUnit = size_t(32) << 20;
+  SF_CHECK(bytes >= kUnit && bytes % kUnit == 0, "measure_disk_rates: ", bytes, " bytes is not a multiple of 32 MiB");
+  DirectFile f(dir, bytes, opt);
+  const size_t buf_bytes = std::min(bytes, size_t(64) << 20);  // every transfer's source or target
+  std::unique_ptr<void, decltype(&std::free)> buf(std::aligned_alloc(DirectFile::kAlign, buf_bytes), &std::free);
+  SF_REQUIRE(buf, "disk probe: cannot allocate ", format_bytes(buf_bytes), " of host memory");
+  std::memset(buf.get(), 0x5a, buf_bytes);  // not zeros: some devices shortcut them
+  char* b = static_cast<char*>(buf.get());
+  // Buffered, a pass counts until its pages are on the disk, and none is left for the next.
+  const auto settle = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    f.sync_and_drop_cache();
+    return seconds_since(t0);
+  };
+  timed_pass(f, b, bytes, {IoOp::write});  // allocates the reserved blocks
+  settle();
+  DiskRates r;
+  r.direct = f.direct();
+  const double w = timed_pass(f, b, bytes, {IoOp::write});
+  r.write = double(bytes) / (w + settle());
+  r.read = double(bytes) / timed_pass(f, b, bytes, {IoOp::read});
+  settle();
+  const double m = timed_pass(f, b, bytes, {IoOp::write, IoOp::read});
+  r.mixed = double(bytes) / (m + settle());
+  return r;
 }
 
 }  // namespace sf

@@ -77,6 +77,10 @@ class DirectFile {
   void read(size_t off, void* buf, size_t len);
   void write(size_t off, const void* buf, size_t len);
 
+  // Buffered only (a no-op with O_DIRECT): the written pages go to the disk and leave the page
+  // cache, so that the next read comes from the disk. Throws Error(io).
+  void sync_and_drop_cache();
+
   void set_fault_hook_for_test(IoFaultHook hook);
 
  private:
@@ -121,6 +125,17 @@ class DirectFile {
   IoFaultHook fault_;
   std::thread io_;
 };
+
+// The disk under a directory as the tier uses it, in bytes per second: sequential writes (of
+// blocks already allocated: a pass over the file converts its reserved blocks first), sequential
+// reads, and both at once on separate halves of the file (mixed: reads plus writes counted).
+struct DiskRates {
+  double read = 0, write = 0, mixed = 0;
+  bool direct = false;  // measured with O_DIRECT (else through the page cache, dropped in between)
+};
+// A scratch DirectFile of `bytes` (a multiple of 32 MiB) in dir, with opt's requests; ~6 x bytes
+// of transfers. Throws Error(io) like DirectFile.
+DiskRates measure_disk_rates(const std::string& dir, size_t bytes, const DirectFileOptions& opt = {});
 
 // The filesystem's name under dir ("ext4", "tmpfs", ...; "fs 0x<magic>" when unknown).
 std::string filesystem_name(const std::string& dir);

@@ -250,10 +250,12 @@ void StateDisk::flush() {
   throw_if_failed_locked();
 }
 
-double disk_tier_seconds(size_t bytes_per_step, double read_bytes_per_s, double write_bytes_per_s) {
-  SF_CHECK(read_bytes_per_s > 0 && write_bytes_per_s > 0, "disk_tier_seconds: bandwidths ", read_bytes_per_s,
-           " and ", write_bytes_per_s, " must be positive");
-  return double(bytes_per_step) / read_bytes_per_s + double(bytes_per_step) / write_bytes_per_s;
+double disk_tier_seconds(size_t bytes_per_step, const DiskRates& disk, size_t first_last_bytes) {
+  SF_CHECK(disk.read > 0 && disk.write > 0 && disk.mixed >= 0, "disk_tier_seconds: rates ", disk.read, ", ",
+           disk.write, ", ", disk.mixed, " (read and write must be measured)");
+  const double b = double(bytes_per_step);
+  const double stream = disk.mixed > 0 ? 2 * b / disk.mixed : b / disk.read + b / disk.write;
+  return stream + double(first_last_bytes) / 2 / disk.read + double(first_last_bytes) / 2 / disk.write;
 }
 
 }  // namespace sf

@@ -123,8 +123,11 @@ class StateDisk {
 };
 
 // Seconds per optimizer step the disk tier costs when the disk alone is the limit: every byte
-// of state read once and written once, one after the other on one device (read and write share
-// it). bytes_per_step: the state's bytes on disk (StateDisk::file_bytes).
-double disk_tier_seconds(size_t bytes_per_step, double read_bytes_per_s, double write_bytes_per_s);
+// of state read once and written once (bytes_per_step: StateDisk::file_bytes), reads and writes
+// overlapped as the tier does, at the disk's measured mixed rate (DiskRates::mixed, reads plus
+// writes). Without one (0): one after the other, bytes / read + bytes / write. The first unit's
+// read and the last one's write-back stand out of the step: first_last_bytes (two units' extents)
+// are added at the sequential rates.
+double disk_tier_seconds(size_t bytes_per_step, const DiskRates& disk, size_t first_last_bytes = 0);
 
 }  // namespace sf

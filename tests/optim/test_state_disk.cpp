@@ -211,9 +211,13 @@ TEST(StateDisk, FullFilesystemFailsBeforeTheRun) {
 }
 
 TEST(StateDisk, TierSecondsReadThenWriteEveryByte) {
-  // 8 GB at 4 GB/s read and 2 GB/s write: 2 + 4 s (exact in binary floating point).
-  EXPECT_DOUBLE_EQ(disk_tier_seconds(size_t(8e9), 4e9, 2e9), 6.0);
-  EXPECT_THROW(disk_tier_seconds(1, 0, 1), Error);
+  // 8 GB at 4 GB/s read and 2 GB/s write, one after the other: 2 + 4 s; at a mixed 4 GB/s
+  // (reads plus writes): 16 GB / 4 = 4 s; 2 GB of first and last units add 0.25 + 0.5 s.
+  // (DOUBLE_EQ: a few ulps of the divisions.)
+  EXPECT_DOUBLE_EQ(disk_tier_seconds(size_t(8e9), DiskRates{4e9, 2e9, 0}), 6.0);
+  EXPECT_DOUBLE_EQ(disk_tier_seconds(size_t(8e9), DiskRates{4e9, 2e9, 4e9}), 4.0);
+  EXPECT_DOUBLE_EQ(disk_tier_seconds(size_t(8e9), DiskRates{4e9, 2e9, 4e9}, size_t(2e9)), 4.75);
+  EXPECT_THROW(disk_tier_seconds(1, DiskRates{0, 1, 0}), Error);
 }
 
 }  // namespace
