@@ -15,6 +15,7 @@
 #include "engine/executor_factory.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
+#include "train/store_weights.h"
 
 namespace sf::cli {
 
@@ -40,6 +41,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--size", o->size, "named model shape");
   cmd->add_option("--layers", o->layers, "cut the model to this many layers");
   o->add_to(cmd);
+  o->add_state_format_to(cmd);
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
   cmd->add_option("--lr,--learning-rate", o->lr, "learning rate");
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)");
@@ -59,7 +61,11 @@ void add_bench_command(CLI::App& app) {
     auto t0 = std::chrono::steady_clock::now();
     auto exec = make_executor(cfg, o->req, pr);  // the plan printed above, not a second one
     ParamStore& store = exec->params();
-    for (int u = 0; u < store.n_units(); ++u) init_unit(layout.units[size_t(u)], store.master(u), 1);
+    const StateFormat asked = o->req.step.state_format;
+    SF_REQUIRE(store.format() == asked, "--optimizer-state ", moment_format_name(asked.moments),
+               " --master-weights ", master_format_name(asked.master), ": the ", exec->name(),
+               " does not keep its training state in this format yet; use fp32 for both");
+    init_store_weights(layout, store, 1);
     exec->params_changed();
     double setup = seconds_since(t0);
     std::cout << "setup " << std::fixed << std::setprecision(1) << setup << " s (" << exec->name()

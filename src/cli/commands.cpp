@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/executor_factory.h"
 #include "optim/param_store.h"
+#include "optim/state_format.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/model_init.h"
@@ -154,6 +155,27 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
                   "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
 }
 
+const char* const kOptimizerStateHelp =
+    "how the AdamW moments m, v are kept in host memory: fp32 (8 B/param), bf16 (4) or int8 "
+    "(block-wise codes with scales, about 2; norms and biases stay fp32)";
+const char* const kMasterWeightsHelp =
+    "how the master weights are kept in host memory: fp32 (4 B/param) or bf16 (2, updated "
+    "with stochastic rounding)";
+
+StateFormat parse_state_format(const std::string& optimizer_state, const std::string& master_weights) {
+  const auto moments = parse_moment_format(optimizer_state);
+  SF_REQUIRE(moments, "--optimizer-state \"", optimizer_state,
+             "\" is unknown; use fp32, bf16 or int8");
+  const auto master = parse_master_format(master_weights);
+  SF_REQUIRE(master, "--master-weights \"", master_weights, "\" is unknown; use fp32 or bf16");
+  return {*moments, *master};
+}
+
+void RunFlags::add_state_format_to(CLI::App* cmd) {
+  cmd->add_option("--optimizer-state", optimizer_state, kOptimizerStateHelp);
+  cmd->add_option("--master-weights", master_weights, kMasterWeightsHelp);
+}
+
 void RunFlags::check() const {
   // Parsed here even where unused (--gpu-memory on the host backend): no value is ignored.
   if (!req.gpu_memory.empty()) (void)parse_bytes(req.gpu_memory, "--gpu-memory");
@@ -193,6 +215,7 @@ void add_plan_command(CLI::App& app) {
           },
           "POSITIVE"));
   o->add_to(cmd);
+  o->add_state_format_to(cmd);
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
                                        : load_config(fs::path(o->model) / "config.json");
@@ -256,6 +279,27 @@ static std::string weights_summary(const fs::path& dir, const ModelConfig& c) {
   return o.str();
 }
 
+// The training state's host bytes in each --master-weights / --optimizer-state mode, from
+// the layout's units (unit_state_bytes: padding, int8 scales and fp32 small ranges counted).
+static std::string state_size_lines(const ModelConfig& c) {
+  const std::vector<StateUnit> units = state_units(ModelLayout::build(c));
+  const double params = double(c.num_parameters());
+  std::ostringstream o;
+  o << std::fixed;
+  const char* label = "state per mode ";
+  for (MasterFormat w : {MasterFormat::f32, MasterFormat::bf16})
+    for (MomentFormat m : {MomentFormat::f32, MomentFormat::bf16, MomentFormat::int8}) {
+      size_t bytes = 0;
+      for (const StateUnit& u : units) bytes += unit_state_bytes(u, {m, w});
+      o << label << "--master-weights " << master_format_name(w) << " --optimizer-state "
+        << std::left << std::setw(4) << moment_format_name(m) << std::right << "  "
+        << std::setprecision(2) << double(bytes) / params << " B/param, "
+        << double(bytes) / double(1 << 30) << " GiB\n";
+      label = "               ";
+    }
+  return o.str();
+}
+
 void add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("info", "describe a model directory");
@@ -280,7 +324,8 @@ void add_info_command(CLI::App& app) {
               << "training state " << double(n) * 12 / double(1 << 30)
               << " GiB host (fp32 master + AdamW m, v; with --optimizer-dir "
               << double(n) * 4 / double(1 << 30) << " GiB host + " << double(n) * 8 / double(1 << 30)
-              << " GiB on disk)\n";
+              << " GiB on disk)\n"
+              << state_size_lines(c);
   });
 }
 

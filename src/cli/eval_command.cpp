@@ -17,6 +17,7 @@
 #include "engine/executor_factory.h"
 #include "io/model_config.h"
 #include "model/weights_io.h"
+#include "train/store_weights.h"
 #include "text/chat_template.h"
 
 namespace sf::cli {
@@ -123,7 +124,7 @@ void run_eval(EvalOpts& o) {
   const PlannedRun planned = plan_run(cfg, o.req);
   std::cout << backend_lines(planned);
   auto exec = make_executor(cfg, o.req, planned);
-  load_model_weights(dir, cfg, layout, exec->params().master_ptrs());
+  load_store_weights(dir, cfg, layout, exec->params());
   exec->params_changed();
   if (!o.tokens.empty()) return print_loss(eval_token_file(o, *exec, cfg), o.tokens, *exec);
   LossSum total;

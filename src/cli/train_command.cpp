@@ -182,6 +182,7 @@ void add_train_command(CLI::App& app) {
   struct State {
     TrainOptions o;
     std::string schedule = "cosine", dtype = "auto", progress = "auto", config;
+    std::string optimizer_state = "fp32", master_weights = "fp32";
     std::vector<std::string> data;  // --data values (joined into o.tokens_file)
     bool print_config = false, quiet = false, tensorboard = true;
     Flags flags;
@@ -259,7 +260,9 @@ void add_train_command(CLI::App& app) {
   f.add("beta2", o.hyper.beta2, "AdamW beta2");
   f.add("adam-eps", o.hyper.eps, "AdamW epsilon");
   f.add("max-grad-norm", o.hyper.max_grad_norm, "global-norm clipping (0: off)")->default_val(1.0);
-  f.add("seed", o.seed, "seed for initialisation and data order");
+  f.add("seed", o.seed, "seed for initialisation, data order and the bf16 master's rounding");
+  f.add("optimizer-state", st->optimizer_state, kOptimizerStateHelp);
+  f.add("master-weights", st->master_weights, kMasterWeightsHelp);
   f.shown.push_back({"shuffle", [&o] { return toml_value(o.shuffle); }});
   cmd->add_flag("--shuffle,!--no-shuffle", o.shuffle,
                 "train on the rows of the data in a seeded random order, new every epoch "
@@ -325,6 +328,7 @@ void add_train_command(CLI::App& app) {
     SF_REQUIRE(!(given("overwrite") && given("resume")),
                "--overwrite and --resume contradict each other; pass one of them");
     o.schedule.kind = LrSchedule::parse_kind(st->schedule);
+    o.state_format = parse_state_format(st->optimizer_state, st->master_weights);
     o.schedule.total_steps = o.steps;
     if (st->dtype != "auto") {
       try {

@@ -12,6 +12,7 @@ std::string_view dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::u32: return "u32";
     case DType::i64: return "i64";
+    case DType::u8: return "u8";
   }
   return "?";
 }

@@ -7,13 +7,15 @@
 
 namespace sf {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, u32, i64 };
+// u8: opaque bytes (e.g. int8 optimizer-state codes in a resume file), never a weight.
+enum class DType : uint8_t { f32, bf16, f16, i32, u32, i64, u8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32: case DType::i32: case DType::u32: return 4;
     case DType::bf16: case DType::f16: return 2;
     case DType::i64: return 8;
+    case DType::u8: return 1;
   }
   return 0;
 }

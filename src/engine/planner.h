@@ -12,6 +12,7 @@
 #include "core/host_memory.h"  // host_available_bytes
 #include "engine/engine_config.h"
 #include "io/model_config.h"
+#include "optim/state_format.h"
 
 namespace sf {
 
@@ -52,6 +53,9 @@ struct StepRequest {
   // Global-norm clipping (max_grad_norm > 0): every gradient must exist before any update,
   // which rules out the plans that apply each as it lands (EngineConfig::HostWeights::master).
   bool clipping = true;
+  // How the host training state is stored (--optimizer-state, --master-weights): the
+  // ParamStore's format, whose bytes per unit are unit_state_bytes.
+  StateFormat state_format;
 };
 
 struct Budget {

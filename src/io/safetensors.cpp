@@ -201,6 +201,7 @@ StDType st_dtype_of(DType t) {
     case DType::i32: return StDType::I32;
     case DType::u32: return StDType::U32;
     case DType::i64: return StDType::I64;
+    case DType::u8: return StDType::U8;
   }
   SF_FAIL(internal, "st_dtype_of: unknown DType ", int(t));
 }

@@ -37,6 +37,15 @@ WeightsLoadInfo load_model_weights(const fs::path& dir, const ModelConfig& c,
                                    const ModelLayout& layout,
                                    const std::vector<float*>& unit_ptrs) {
   check_layout(c, layout, unit_ptrs.size());
+  return load_model_weights(dir, c, layout, [&](size_t u) { return unit_ptrs[u]; },
+                            [](size_t) {});
+}
+
+WeightsLoadInfo load_model_weights(const fs::path& dir, const ModelConfig& c,
+                                   const ModelLayout& layout,
+                                   const std::function<float*(size_t unit)>& buffer,
+                                   const std::function<void(size_t unit)>& done) {
+  check_layout(c, layout, layout.units.size());
   const std::string d = dir.string();
   SafetensorsModel model(dir);
   WeightsLoadInfo info;
@@ -96,7 +105,7 @@ WeightsLoadInfo load_model_weights(const fs::path& dir, const ModelConfig& c,
   // 3. Fill: padding zero, parts from the files.
   for (size_t ui = 0; ui < layout.units.size(); ++ui) {
     const Unit& u = layout.units[ui];
-    float* base = unit_ptrs[ui];
+    float* base = buffer(ui);
     SF_CHECK(base || u.numel == 0, "unit ", ui, " has no buffer");
     u.zero_padding(base);  // parts tile each slot; what lies between them is zero
     for (auto& s : u.params)
@@ -106,6 +115,7 @@ WeightsLoadInfo load_model_weights(const fs::path& dir, const ModelConfig& c,
         info.tensors += 1;
         info.bytes += e.info->bytes();
       }
+    done(ui);
   }
   return info;
 }
@@ -125,6 +135,22 @@ std::vector<fs::path> save_model_weights(const fs::path& dir, const ModelConfig&
         SF_CHECK(unit_ptrs[ui], "unit ", ui, " has no buffer");
         tensors.push_back({part.hf_name, out_dtype, part.hf_shape, unit_ptrs[ui] + part.offset,
                            nullptr});
+      }
+  return write_safetensors_model(dir, tensors, max_shard_bytes);
+}
+
+std::vector<fs::path> save_model_weights_bf16(const fs::path& dir, const ModelConfig& c,
+                                              const ModelLayout& layout,
+                                              const std::vector<const uint16_t*>& unit_bf16,
+                                              uint64_t max_shard_bytes) {
+  check_layout(c, layout, unit_bf16.size());
+  std::vector<TensorWrite> tensors;
+  for (size_t ui = 0; ui < layout.units.size(); ++ui)
+    for (auto& s : layout.units[ui].params)
+      for (auto& part : s.parts) {
+        SF_CHECK(unit_bf16[ui], "unit ", ui, " has no buffer");
+        tensors.push_back({part.hf_name, DType::bf16, part.hf_shape, nullptr,
+                           unit_bf16[ui] + part.offset});
       }
   return write_safetensors_model(dir, tensors, max_shard_bytes);
 }

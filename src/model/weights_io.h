@@ -6,11 +6,13 @@
 // values (converted to fp32), alignment padding between slots is set to zero. It validates
 // the whole checkpoint against the config before writing anything: every expected tensor
 // present, no unexpected one, every shape and dtype right.
-// save_model_weights writes the HF tensors in layout order; it does not write config.json
+// save_model_weights (and save_model_weights_bf16, from bf16 bits) writes the HF tensors in
+// layout order; it does not write config.json
 // (io/model_config.h: save_config).
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,13 @@ struct WeightsLoadInfo {
 WeightsLoadInfo load_model_weights(const std::filesystem::path& dir, const ModelConfig& c,
                                    const ModelLayout& layout,
                                    const std::vector<float*>& unit_ptrs);
+// The same unit by unit, for a store that keeps the weights in another form: after every
+// check has passed, each unit in order is filled into buffer(u) (numel floats, overwritten)
+// and then done(u) is called (e.g. to encode them into the store and reuse the buffer).
+WeightsLoadInfo load_model_weights(const std::filesystem::path& dir, const ModelConfig& c,
+                                   const ModelLayout& layout,
+                                   const std::function<float*(size_t unit)>& buffer,
+                                   const std::function<void(size_t unit)>& done);
 
 // Writes the weights in unit_ptrs (fp32, layout.units[u].numel each) to dir as out_dtype
 // (bf16, f16 or f32; bf16/f16 round to nearest even), in shards of at most max_shard_bytes
@@ -46,6 +55,12 @@ std::vector<std::filesystem::path> save_model_weights(
 std::vector<std::filesystem::path> save_model_weights(
     const std::filesystem::path& dir, const ModelConfig& c, const ModelLayout& layout,
     const std::vector<float*>& unit_ptrs, DType out_dtype = DType::bf16,
+    uint64_t max_shard_bytes = kDefaultMaxShardBytes);
+// The same from bf16 weights (unit_bf16[u]: layout.units[u].numel values), written as bf16
+// bit for bit (a bf16 master's exact bits).
+std::vector<std::filesystem::path> save_model_weights_bf16(
+    const std::filesystem::path& dir, const ModelConfig& c, const ModelLayout& layout,
+    const std::vector<const uint16_t*>& unit_bf16,
     uint64_t max_shard_bytes = kDefaultMaxShardBytes);
 
 }  // namespace sf

@@ -14,6 +14,10 @@ struct ParamRange {
   int64_t offset = 0;
   int64_t numel = 0;
   bool decay = true;  // false: norms and biases (weight_decay treated as 0)
+  // > 0: the range is numel / row rows of `row` elements (the embedding table, updated in
+  // runs of whole rows); compact int8 state cuts each row into blocks from its own start
+  // (optim/state_format.h). 0: one flat range.
+  int64_t row = 0;
 };
 
 // One unit's flat fp32 buffer as the optimizer's state sees it: its length and its ranges.

@@ -1,12 +1,23 @@
-// The persistent training state on the host: for every unit of the layout, flat fp32 master
-// weights and AdamW moments m and v (12 bytes per parameter). Only the CPU touches these, so
-// they are pageable memory (transparent huge pages requested), not pinned: pinning ~100 GB
-// is slow and can fail, and DMA only needs the small bf16 staging buffers. (The one exception:
-// the sliding executor maps the embedding table, ~2 GB at 8B, so the GPU gathers its rows.)
+// The persistent training state on the host: for every unit of the layout, its master weights
+// and AdamW moments m and v in the StateFormat the store was built with (optim/state_format.h):
+// fp32 master + fp32 m, v (12 bytes per parameter, the default), bf16 or int8 moments (int8:
+// block-wise codes plus one fp32 absmax scale per block and moment), fp32 or bf16 master. Each
+// unit's buffers are sized by unit_state_layout; host_bytes() is exactly the sum of
+// unit_state_bytes over the units (with everything in RAM). Only the CPU touches these, so they
+// are pageable memory (transparent huge pages requested), not pinned: pinning ~100 GB is slow
+// and can fail, and DMA only needs the small bf16 staging buffers. (The one exception: the
+// sliding executor maps the embedding table, ~2 GB at 8B, so the GPU gathers its rows.)
 //
-// With a moments directory (an NVMe disk), m and v (8 of the 12 bytes) live in one file
-// there, mapped into memory: the page cache keeps what RAM allows and the kernel reads and
-// writes the rest as the optimizer sweeps, so an 8B model trains on a 64 GB workstation.
+// Access: state(u) is the format-agnostic view the optimizer kernels take (state_adamw.h);
+// master(u) / m(u) / v(u) are the fp32 arrays and exist only where the format has them
+// (SF_CHECK(internal) otherwise: a caller that reaches them in a compact run is a bug);
+// read_master_f32 / write_master_f32 move a unit's weights in and out as fp32 in every format
+// (bf16 master: decoded exactly, encoded round-to-nearest-even).
+//
+// With a moments directory (an NVMe disk), m and v (8 of the 12 bytes in fp32; the compact
+// moment bytes otherwise) live in one file there, mapped into memory: the page cache keeps
+// what RAM allows and the kernel reads and writes the rest as the optimizer sweeps, so an 8B
+// model trains on a 64 GB workstation. The int8 scales stay in RAM (1/64 of the codes' bytes).
 // The file is anonymous (O_TMPFILE where the filesystem has it): nothing is left behind,
 // even after a crash; checkpoints copy the moments out as usual.
 #pragma once
@@ -17,6 +28,7 @@
 #include <vector>
 
 #include "optim/param_range.h"
+#include "optim/state_format.h"
 
 namespace sf {
 
@@ -44,23 +56,50 @@ class HostArray {
 
 class ParamStore {
  public:
-  // moments_dir empty: everything in RAM; else m and v in a file in that directory,
-  // `streamed` when the page cache cannot hold them (see moments_done).
-  // One entry per unit (model/param_layout.h: state_units builds them from a ModelLayout).
-  explicit ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir = "",
-                      bool streamed = false);
+  // Stochastic rounding's seed when the run gives none (the trainer sets --seed's).
+  static constexpr uint64_t kDefaultRoundingSeed = 0x5f3759df9e3779b9ull;
+
+  // One entry per unit (model/param_layout.h: state_units builds them from a ModelLayout),
+  // each unit's state in `format`. moments_dir empty: everything in RAM; else m and v in a
+  // file in that directory, `streamed` when the page cache cannot hold them (moments_done).
+  explicit ParamStore(const std::vector<StateUnit>& units, StateFormat format = {},
+                      const std::string& moments_dir = "", bool streamed = false);
+  // The fp32 store with its moments in moments_dir (the form before compact formats).
+  ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir,
+             bool streamed = false)
+      : ParamStore(units, StateFormat{}, moments_dir, streamed) {}
   ~ParamStore();
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
   int n_units() const { return int(units_.size()); }
   int64_t numel(int u) const { return units_[size_t(u)].numel; }
-  float* master(int u) const { return units_[size_t(u)].master.as<float>(); }
-  float* m(int u) const { return units_[size_t(u)].m.as<float>(); }
-  float* v(int u) const { return units_[size_t(u)].v.as<float>(); }
   const std::vector<ParamRange>& ranges(int u) const { return units_[size_t(u)].ranges; }
+  StateFormat format() const { return format_; }
+  // Byte sizes and per-range encodings of unit u's buffers (optim/state_format.h).
+  const UnitStateLayout& layout(int u) const { return units_[size_t(u)].layout; }
+  // Unit u's state for the optimizer kernels and the format conversions (state_adamw.h), with
+  // this store's rounding_seed. Valid while the store lives (and, with moments on disk, reads
+  // and writes through the mapping).
+  UnitStateView state(int u) const;
+
+  // fp32 arrays of numel(u) floats; SF_CHECK(internal) unless the format stores them so.
+  float* master(int u) const;
+  float* m(int u) const;
+  float* v(int u) const;
+  // The bf16 master (numel(u) values); SF_CHECK(internal) unless the master is bf16.
+  uint16_t* master_bf16(int u) const;
+  // Unit u's weights as numel(u) floats, in every format: out receives them (bf16 master:
+  // exact), or the master is overwritten from in (bf16: round to nearest even).
+  void read_master_f32(int u, float* out) const;
+  void write_master_f32(int u, const float* in);
+  // Every unit's fp32 master (fp32 master only; SF_CHECK otherwise): for the loaders that
+  // fill all units at once.
   std::vector<float*> master_ptrs() const;
-  size_t host_bytes() const;  // in RAM for sure (the moments' file excluded)
+
+  // Bytes this store holds in RAM: the sum of unit_state_bytes over the units when the moments
+  // are in RAM; without m and v (the file's) when they are on disk.
+  size_t host_bytes() const;
   bool moments_on_disk() const { return fd_ >= 0; }
   // For the optimizer's sweep over moments on disk (a no-op in RAM): start reading unit u's
   // m and v now. (Write-back is left to the kernel: starting it early made the next step's
@@ -75,14 +114,23 @@ class ParamStore {
   void moments_done(int u);
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
+  // Seeds the bf16 master's stochastic rounding (state_format.h); the trainer sets it from
+  // --seed and a checkpoint records it, so a resumed run rounds as the uninterrupted one.
+  uint64_t rounding_seed = kDefaultRoundingSeed;
 
  private:
   struct UnitState {
     int64_t numel = 0;
-    HostArray master, m, v;
+    UnitStateLayout layout;
+    HostArray master, m, v, m_scale, v_scale;  // scales: int8 moments only
     size_t file_offset = 0;  // of m in the moments' file (v follows, page-aligned)
     std::vector<ParamRange> ranges;
   };
+  void allocate_in_ram(UnitState& s);
+  void map_moments(UnitState& s, size_t& file_offset);
+  const UnitState& unit(int u) const { return units_[size_t(u)]; }
+
+  StateFormat format_;
   std::vector<UnitState> units_;
   int fd_ = -1;  // the moments' file, or -1
   bool streamed_ = false;
@@ -92,7 +140,8 @@ class ParamStore {
 
 // Bytes free for an unprivileged user on the filesystem of `dir` (0 if it cannot be read).
 size_t disk_free_bytes(const std::string& dir);
-// The moments' file size for these units (m and v of every unit, each page-aligned).
-size_t moments_file_bytes(const std::vector<StateUnit>& units);
+// The moments' file size for these units in `format` (m and v of every unit, each
+// page-aligned); without a format, fp32 moments.
+size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format = {});
 
 }  // namespace sf

@@ -23,18 +23,6 @@ namespace {
 constexpr const char* kPrefix = "checkpoint-";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kResumeDir = "resume";
-const char* const kResumeFiles[3] = {"master.safetensors", "adam_m.safetensors",
-                                     "adam_v.safetensors"};
-
-std::string unit_name(const ModelLayout& layout, int u) {
-  const Unit& unit = layout.units[size_t(u)];
-  switch (unit.kind) {
-    case UnitKind::embedding: return "embedding";
-    case UnitKind::layer: return "layers." + std::to_string(unit.layer);
-    case UnitKind::head: return "head";
-  }
-  return "unit." + std::to_string(u);
-}
 
 // The step of a directory named exactly "checkpoint-<digits>", else nullopt.
 std::optional<int64_t> parse_checkpoint_name(const std::string& name) {
@@ -57,25 +45,24 @@ bool state_parses(const fs::path& dir) {
   }
 }
 
-void write_resume_tensors(const fs::path& dir, const ModelLayout& layout, const ParamStore& st,
-                          int64_t step) {
-  for (int which = 0; which < 3; ++which) {
-    std::vector<TensorWrite> ts;
-    for (int u = 0; u < st.n_units(); ++u) {
-      TensorWrite t;
-      t.name = unit_name(layout, u);
-      t.dtype = DType::f32;
-      t.shape = {st.numel(u)};
-      t.f32 = which == 0 ? st.master(u) : which == 1 ? st.m(u) : st.v(u);
-      ts.push_back(std::move(t));
+// The store's weights as the HF files take them: pointers into the store (fp32 master, or a
+// bf16 master saved as bf16: its exact bits), else an fp32 copy of a bf16 master in `scratch`
+// (4 B/param while the save runs; only for a bf16 master saved as f32 or f16).
+UnitWeights model_weights(const ParamStore& st, DType dtype, std::vector<std::vector<float>>& scratch) {
+  UnitWeights w;
+  const bool bf16_master = st.format().master == MasterFormat::bf16;
+  for (int u = 0; u < st.n_units(); ++u) {
+    if (!bf16_master) {
+      w.f32.push_back(st.master(u));
+    } else if (dtype == DType::bf16) {
+      w.bf16.push_back(st.master_bf16(u));
+    } else {
+      scratch.emplace_back(size_t(st.numel(u)));
+      st.read_master_f32(u, scratch.back().data());
+      w.f32.push_back(scratch.back().data());
     }
-    write_safetensors_file(dir / kResumeFiles[which], ts,
-                           {{"slideformer", "resume-state"},
-                            {"content", which == 0 ? "fp32 master weights"
-                                        : which == 1 ? "AdamW first moment"
-                                                     : "AdamW second moment"},
-                            {"step", std::to_string(step)}});
   }
+  return w;
 }
 
 }  // namespace
@@ -98,9 +85,10 @@ fs::path save_checkpoint(const fs::path& out, int64_t step, const CheckpointCont
   try {
     fs::create_directories(tmp / kResumeDir, ec);
     if (ec) SF_FAIL(io, tmp.string(), ": cannot create directory (", ec.message(), ")");
-    std::vector<const float*> w;
-    for (int u = 0; u < c.store->n_units(); ++u) w.push_back(c.store->master(u));
-    write_model_files(tmp, *c.config, *c.layout, w, c.model);
+    std::vector<std::vector<float>> scratch;
+    write_model_files(tmp, *c.config, *c.layout, model_weights(*c.store, c.model.dtype, scratch),
+                      c.model);
+    scratch.clear();
     const nlohmann::json settings = c.trainer_state.value("settings", nlohmann::json::object());
     write_file_atomic(tmp / "README.md",
                       model_card_markdown(c.trainer_state, *c.config,
@@ -193,30 +181,6 @@ nlohmann::json read_trainer_state(const fs::path& dir) {
     return nlohmann::json::parse(read_file(p));
   } catch (const nlohmann::json::exception& e) {
     SF_FAIL(input, p.string(), ": malformed JSON (", e.what(), ")");
-  }
-}
-
-void load_resume_tensors(const fs::path& dir, const ModelLayout& layout, ParamStore& store) {
-  SF_CHECK(int(layout.units.size()) == store.n_units(), "layout and store disagree");
-  for (int which = 0; which < 3; ++which) {
-    const fs::path p = dir / kResumeDir / kResumeFiles[which];
-    SF_REQUIRE(fs::exists(p), p.string(), ": not found; the checkpoint has no resume state");
-    SafetensorsFile f(p);
-    SF_REQUIRE(f.tensors().size() == layout.units.size(), p.string(), ": holds ",
-               f.tensors().size(), " tensors but this model has ", layout.units.size(),
-               " units; the checkpoint belongs to another model shape");
-    for (int u = 0; u < store.n_units(); ++u) {
-      const std::string name = unit_name(layout, u);
-      const TensorInfo* t = f.find(name);
-      SF_REQUIRE(t, p.string(), ": tensor \"", name,
-                 "\" is missing; the checkpoint belongs to another model shape");
-      SF_REQUIRE(t->dtype == StDType::F32 && t->numel == store.numel(u), p.string(),
-                 ": tensor \"", name, "\" is ", st_dtype_name(t->dtype), " ",
-                 shape_str(t->shape), " but this model needs F32 [", store.numel(u),
-                 "]; the checkpoint belongs to another model shape");
-      float* dst = which == 0 ? store.master(u) : which == 1 ? store.m(u) : store.v(u);
-      f.read_f32(*t, dst);
-    }
   }
 }
 

@@ -1,12 +1,15 @@
 // Training checkpoints: <out>/checkpoint-<step>/ holds
 //   config.json, model*.safetensors (+ index), tokenizer files,  a Hugging Face model directory
 //   generation_config.json, README.md (train/model_card.h)
-//   resume/master.safetensors                                    fp32 master weights
-//   resume/adam_m.safetensors, resume/adam_v.safetensors         AdamW moments (fp32)
+//   resume/master.safetensors                                    master weights (fp32 or bf16)
+//   resume/adam_m.safetensors, resume/adam_v.safetensors         AdamW moments (fp32, bf16 or
+//                                                                int8 codes + scales)
 //   trainer_state.json                                           step, RNG, data position,
 //                                                                schedule, settings, metrics
-// The resume files hold one flat fp32 tensor per layout unit ("embedding", "layers.<i>",
-// "head"), exactly the ParamStore buffers, so a resume is bit-exact.
+// The resume files hold the ParamStore's buffers per layout unit ("embedding", "layers.<i>",
+// "head") in its state format, exactly as stored (train/resume_state.h), so a resume is
+// bit-exact in every format. The HF weights are written from the master: a bf16 master
+// saved as bf16 (the usual model dtype) bit for bit.
 //
 // A checkpoint is written whole into "checkpoint-<step>.tmp.<pid>", every file fsynced, then
 // renamed into place; only then is <out>/latest (one line: the directory name) replaced
@@ -28,6 +31,7 @@
 #include "io/model_config.h"
 #include "model/param_layout.h"
 #include "train/model_dir.h"
+#include "train/resume_state.h"  // load_resume_tensors
 
 namespace sf {
 
@@ -73,10 +77,6 @@ void remove_checkpoint_temporaries(const std::filesystem::path& out);
 // trainer_state.json of a checkpoint directory; Error(input) naming the file when missing
 // or malformed.
 nlohmann::json read_trainer_state(const std::filesystem::path& dir);
-// Fills store's master, m and v of every unit from dir/resume/*.safetensors after checking
-// every tensor's name, dtype and size against `layout`.
-void load_resume_tensors(const std::filesystem::path& dir, const ModelLayout& layout,
-                         ParamStore& store);
 
 // An exclusive lock on <out>/.lock (flock), held for the object's lifetime, so that two runs
 // never write into one output directory. Throws Error(input) when another process holds it.

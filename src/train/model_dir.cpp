@@ -47,10 +47,21 @@ void replace_dir(const fs::path& tmp, const fs::path& dir) {
 void write_model_files(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,
                        const std::vector<const float*>& unit_weights,
                        const SaveModelOptions& opt) {
+  write_model_files(dir, config, layout, UnitWeights{unit_weights, {}}, opt);
+}
+
+void write_model_files(const fs::path& dir, const ModelConfig& config, const ModelLayout& layout,
+                       const UnitWeights& weights, const SaveModelOptions& opt) {
+  SF_CHECK(weights.f32.empty() != weights.bf16.empty(), "write_model_files: give fp32 or bf16 weights");
+  SF_CHECK(weights.bf16.empty() || opt.dtype == DType::bf16,
+           "write_model_files: bf16 weights are written as bf16 only, not ", dtype_name(opt.dtype));
   ModelConfig out = config;
   out.torch_dtype = opt.dtype;
   save_config(out, dir / "config.json");
-  save_model_weights(dir, out, layout, unit_weights, opt.dtype, opt.max_shard_bytes);
+  if (weights.bf16.empty())
+    save_model_weights(dir, out, layout, weights.f32, opt.dtype, opt.max_shard_bytes);
+  else
+    save_model_weights_bf16(dir, out, layout, weights.bf16, opt.max_shard_bytes);
   if (!opt.tokenizer_dir.empty()) copy_tokenizer_files(opt.tokenizer_dir, dir);
   // After the copy: the source's generation_config.json is the base, ours replaces it.
   write_file_atomic(dir / "generation_config.json",

@@ -2,6 +2,7 @@
 // tokenizer files, generation_config.json: export/generation_config.h) so that a crash at any moment leaves the previous directory intact:
 // everything is written into "<dir>.tmp.<pid>", fsynced, and renamed over <dir> at the end.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <vector>
 
@@ -16,6 +17,13 @@ struct SaveModelOptions {
   std::filesystem::path tokenizer_dir;           // copy tokenizer*.json etc. from here if set
 };
 
+// A model's weights per layout unit: fp32, or bf16 bits written as they are (a bf16 master
+// store's; the saved dtype must then be bf16). Exactly one of the two is filled.
+struct UnitWeights {
+  std::vector<const float*> f32;
+  std::vector<const uint16_t*> bf16;
+};
+
 void save_model_dir(const std::filesystem::path& dir, const ModelConfig& config,
                     const ModelLayout& layout, const std::vector<const float*>& unit_weights,
                     const SaveModelOptions& opt);
@@ -24,6 +32,9 @@ void save_model_dir(const std::filesystem::path& dir, const ModelConfig& config,
 // (for callers that assemble a larger directory, e.g. a checkpoint, and rename it whole).
 void write_model_files(const std::filesystem::path& dir, const ModelConfig& config,
                        const ModelLayout& layout, const std::vector<const float*>& unit_weights,
+                       const SaveModelOptions& opt);
+void write_model_files(const std::filesystem::path& dir, const ModelConfig& config,
+                       const ModelLayout& layout, const UnitWeights& weights,
                        const SaveModelOptions& opt);
 
 // Replaces `dir` by the complete directory `tmp` (same parent): rename the old one aside,

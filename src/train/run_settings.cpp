@@ -80,6 +80,38 @@ const std::vector<ScheduleSetting>& schedule_settings() {
   return s;
 }
 
+// How the training state is stored (--optimizer-state, --master-weights): taken from the
+// checkpoint unless given again; a new value is allowed: the checkpoint's state is converted
+// as it loads (train/resume_state.h), said in one note and recorded in schedule_changes.
+// Checkpoints before compact formats lack them: fp32, what they ran with.
+const std::vector<ScheduleSetting>& state_format_settings() {
+  static const std::vector<ScheduleSetting> s = {
+      {"optimizer-state",
+       [](const TrainOptions& o) { return json(moment_format_name(o.state_format.moments)); },
+       [](TrainOptions& o, const json& j) {
+         const auto f = parse_moment_format(j.get<std::string>());
+         SF_REQUIRE(f, "optimizer-state \"", j.get<std::string>(), "\" is not fp32, bf16 or int8");
+         o.state_format.moments = *f;
+       },
+       "fp32"},
+      {"master-weights",
+       [](const TrainOptions& o) { return json(master_format_name(o.state_format.master)); },
+       [](TrainOptions& o, const json& j) {
+         const auto f = parse_master_format(j.get<std::string>());
+         SF_REQUIRE(f, "master-weights \"", j.get<std::string>(), "\" is not fp32 or bf16");
+         o.state_format.master = *f;
+       },
+       "fp32"},
+  };
+  return s;
+}
+
+// "--optimizer-state int8, --master-weights bf16"
+std::string state_format_flags(StateFormat f) {
+  return cat("--optimizer-state ", moment_format_name(f.moments), ", --master-weights ",
+             master_format_name(f.master));
+}
+
 // How the run is carried out, not what it computes: taken from the checkpoint unless given
 // again (then the new value wins), so that the printed resume command (`--out DIR --resume
 // auto`) keeps the run's evaluation and checkpoint cadence, its budgets and its backend.
@@ -155,6 +187,7 @@ json settings_json(const TrainOptions& o) {
   json j = json::object();
   for (auto& s : fixed_settings()) j[s.flag] = s.get(o);
   for (auto& s : schedule_settings()) j[s.flag] = s.get(o);
+  for (auto& s : state_format_settings()) j[s.flag] = s.get(o);
   j["steps"] = o.steps;
   j["epochs"] = o.epochs;
   j["model"] = o.model_dir.string();
@@ -188,6 +221,24 @@ void resume_schedule(TrainOptions& o, const TrainOptions& opt, const json& saved
   // One warmup rule: a warmup given in steps replaces a recorded ratio, and a ratio given
   // replaces the recorded steps (derived again from the ratio).
   if (given("warmup-steps")) o.warmup_ratio = 0;
+}
+
+// The state format a resumed run uses, into `o`: the checkpoint's unless given; a given one
+// that differs goes into `changes` and one note says the state is converted from what to what.
+void resume_state_format(TrainOptions& o, const TrainOptions& opt, const json& saved,
+                         json& changes, std::vector<std::string>& notes) {
+  TrainOptions before = o;  // the checkpoint's format, for the note
+  for (auto& s : state_format_settings()) {
+    const json old = saved.contains(s.flag) ? saved.at(s.flag) : s.fallback;
+    s.set(before, old);
+    if (!opt.explicit_options.count(s.flag)) s.set(o, old);
+    else if (s.get(opt) != old) changes[s.flag] = {{"from", old}, {"to", s.get(opt)}};
+  }
+  if (before.state_format != o.state_format)
+    notes.push_back(cat("note: the checkpoint's training state (", state_format_flags(before.state_format),
+                        ") is converted to ", state_format_flags(o.state_format),
+                        " as it loads (recorded in trainer_state.json \"schedule_changes\"); "
+                        "the run no longer matches an uninterrupted one"));
 }
 
 // --steps / --epochs on resume: the checkpoint's unless given; a new length re-shapes a
@@ -242,6 +293,12 @@ TrainOptions settings_for_resume(const TrainOptions& opt, const json& saved,
     SF_FAIL(input, ckpt.string(), "/trainer_state.json: ", e.what());
   }
   resume_length(o, opt, saved, schedule_changes, notes);
+  try {
+    resume_state_format(o, opt, saved, schedule_changes, notes);
+  } catch (const Error& e) {
+    SF_FAIL(input, ckpt.string(), "/trainer_state.json: settings: ", e.what(),
+            "; the checkpoint is damaged or from a newer version");
+  }
   if (!given("model")) o.model_dir = saved.value("model", std::string());
   if (!given("example-size")) o.example_size = saved.value("example-size", o.example_size);
   if (!given("tokens") && !given("data")) o.tokens_file = saved.value("tokens", std::string());

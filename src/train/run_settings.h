@@ -1,10 +1,13 @@
 // The options a checkpoint records (trainer_state.json "settings") and how a resumed run takes
-// them back. Three kinds, each a table in run_settings.cpp:
+// them back. Five kinds, each a table in run_settings.cpp:
 //   fixed settings  shape the computation of a step (batch, AdamW, seed, split): always
 //                   taken from the checkpoint; giving another value is an error
 //   schedule        the learning-rate schedule (lr, kind, warmup, minimum) and the run's
 //                   length (--steps / --epochs): taken from the checkpoint unless given again;
 //                   a new value is allowed with a warning naming both values, and recorded
+//   state format    how the training state is stored (--optimizer-state, --master-weights):
+//                   taken from the checkpoint unless given again; a new value converts the
+//                   checkpoint's state as it loads, with a note, and is recorded
 //   data settings   how the data file is read: taken from the checkpoint unless given again;
 //                   compared through the data identity, not here
 //   run settings    how the run is carried out (cadence, budgets, backend): taken from the

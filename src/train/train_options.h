@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/step_executor.h"
+#include "optim/state_format.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics_log.h"
@@ -55,6 +56,10 @@ struct TrainOptions {
   OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
   bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
+  // How the host training state is stored (--optimizer-state, --master-weights; fp32 both by
+  // default). On resume the checkpoint's unless given; another one converts the checkpoint's
+  // state with a note (train/run_settings.h).
+  StateFormat state_format;
   double eval_fraction = 0.05;  // share held out for evaluation (token file: the tail)
   int eval_batches = 4;         // held-out batches per evaluation (batch_size rows each)
 

@@ -16,6 +16,7 @@
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "model/weights_io.h"
+#include "train/store_weights.h"
 #include "train/run_settings.h"
 
 namespace sf {
@@ -53,6 +54,7 @@ ExecutorRequest executor_request(const TrainOptions& opt) {
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;
   er.step.clipping = opt.hyper.max_grad_norm > 0;
+  er.step.state_format = opt.state_format;
   return er;
 }
 
@@ -78,6 +80,16 @@ int64_t rows_per_epoch(TrainStream& train) {
   train.restore(start);
   SF_CHECK(f > 0, "a training stream reported no progress after one row");
   return std::max<int64_t>(1, std::llround(1.0 / f));
+}
+
+// The executor keeps its training state in the format asked for (an engine that cannot would
+// otherwise train in another one, silently).
+void check_state_format(StateFormat got, StateFormat asked, const char* engine) {
+  SF_REQUIRE(got == asked, "--optimizer-state ", moment_format_name(asked.moments),
+             " --master-weights ", master_format_name(asked.master), ": the ", engine,
+             " does not keep its training state in this format yet (it holds optimizer-state ",
+             moment_format_name(got.moments), ", master-weights ", master_format_name(got.master),
+             "); use --optimizer-state fp32 --master-weights fp32");
 }
 
 }  // namespace
@@ -247,14 +259,15 @@ void Trainer::build_executor() {
   planned_ = plan_run(cfg(), er);
   exec_ = make_executor(cfg(), er, planned_);
   ParamStore& store = exec_->params();
+  check_state_format(store.format(), opt_.state_format, exec_->name());
   if (resume_) {
-    load_resume_tensors(resume_->dir(), layout_, store);
+    load_resume_tensors(resume_->dir(), layout_, store);  // converts a changed format
     store.step = resume_->optimizer_step();
-  } else if (src_.weights_dir.empty()) {
-    for (int u = 0; u < store.n_units(); ++u)
-      init_unit(layout_.units[size_t(u)], store.master(u), opt_.seed);
+    store.rounding_seed = resume_->rounding_seed();
   } else {
-    load_model_weights(src_.weights_dir, cfg(), layout_, store.master_ptrs());
+    store.rounding_seed = state_rounding_seed(opt_.seed);
+    if (src_.weights_dir.empty()) init_store_weights(layout_, store, opt_.seed);
+    else load_store_weights(src_.weights_dir, cfg(), layout_, store);
   }
   exec_->params_changed();
 }
@@ -494,17 +507,20 @@ void Trainer::fail_io(const std::string& what) {
 
 // trainer_state.json and the tensors of a checkpoint at the current step.
 CheckpointContents Trainer::checkpoint_contents() {
+  const ParamStore& store = exec_->params();  // waits for any update still in flight
   const RunPosition at{.step = step_,
-                       .optimizer_step = exec_->params().step,
+                       .optimizer_step = store.step,
                        .tokens_seen = tokens_seen_,
                        .elapsed_seconds = elapsed_before_ + session_seconds(),
-                       .rng_state = rng_.state};
+                       .rng_state = rng_.state,
+                       .state_format = store.format(),
+                       .rounding_seed = store.rounding_seed};
   CheckpointContents c;
   c.config = &cfg();
   c.layout = &layout_;
   c.trainer_state = trainer_state_json(at, opt_, data_.identity, data_.train->state(),
                                        model_record_, schedule_changes_, metrics_.history());
-  c.store = &exec_->params();  // waits for any update still in flight
+  c.store = &store;
   c.model.dtype = opt_.save_dtype.value_or(cfg().torch_dtype);
   c.model.tokenizer_dir = src_.tokenizer_dir;
   return c;

@@ -28,6 +28,11 @@ uint64_t parse_hex64(const std::string& s) { return std::stoull(s, nullptr, 16);
 
 }  // namespace
 
+uint64_t state_rounding_seed(uint64_t run_seed) {
+  TrainerRng r{run_seed ^ 0x726f756e64696e67ull};  // "rounding": another stream than the data's
+  return r.next();
+}
+
 json model_json(const ModelConfig& c, const ModelLayout& layout) {
   json units = json::array();
   for (auto& u : layout.units) units.push_back(u.numel);
@@ -69,6 +74,9 @@ json trainer_state_json(const RunPosition& at, const TrainOptions& opt, const js
   state["tokens_seen"] = at.tokens_seen;
   state["elapsed_seconds"] = at.elapsed_seconds;
   state["rng"] = {{"kind", "splitmix64"}, {"seed", opt.seed}, {"state", hex64(at.rng_state)}};
+  state["state_format"] = {{"optimizer_state", moment_format_name(at.state_format.moments)},
+                           {"master_weights", master_format_name(at.state_format.master)},
+                           {"rounding_seed", hex64(at.rounding_seed)}};
   state["data"] = {{"identity", data_identity}, {"state", data_state}};
   state["schedule"] = {{"kind", LrSchedule::kind_name(opt.schedule.kind)},
                        {"lr", opt.schedule.lr},
@@ -101,6 +109,11 @@ uint64_t ResumePoint::rng_state() const {
 }
 double ResumePoint::elapsed_seconds() const { return state_.value("elapsed_seconds", 0.0); }
 int64_t ResumePoint::tokens_seen() const { return state_.value("tokens_seen", int64_t(0)); }
+uint64_t ResumePoint::rounding_seed() const {
+  if (state_.contains("state_format") && state_.at("state_format").contains("rounding_seed"))
+    return parse_hex64(state_.at("state_format").at("rounding_seed").get<std::string>());
+  return state_rounding_seed(state_.at("rng").at("seed").get<uint64_t>());
+}
 std::vector<json> ResumePoint::metrics() const {
   std::vector<json> history;
   for (auto& m : state_.value("metrics", json::array())) history.push_back(m);

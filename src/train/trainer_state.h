@@ -14,6 +14,7 @@
 
 #include "io/model_config.h"
 #include "model/param_layout.h"
+#include "optim/state_format.h"
 #include "train/train_options.h"
 
 namespace sf {
@@ -32,6 +33,10 @@ struct TrainerRng {
   }
 };
 
+// ParamStore::rounding_seed of a run with this --seed (the bf16 master's stochastic rounding
+// stream; mixed, so it is not the data order's seed).
+uint64_t state_rounding_seed(uint64_t run_seed);
+
 // Where a run stands after `step` steps.
 struct RunPosition {
   int64_t step = 0;
@@ -39,6 +44,8 @@ struct RunPosition {
   int64_t tokens_seen = 0;      // over the whole run, resumed sessions included
   double elapsed_seconds = 0;   // likewise
   uint64_t rng_state = 0;
+  StateFormat state_format;     // ParamStore::format() (as the resume files hold it)
+  uint64_t rounding_seed = 0;   // ParamStore::rounding_seed
 };
 
 // The model's shape as a checkpoint records it (compared on resume by model_mismatch).
@@ -74,6 +81,9 @@ class ResumePoint {
   uint64_t rng_state() const;
   double elapsed_seconds() const;  // 0 when not recorded
   int64_t tokens_seen() const;     // 0 when not recorded
+  // ParamStore::rounding_seed; state_rounding_seed of the run's seed when not recorded (a
+  // checkpoint before compact formats: its master was fp32, nothing was rounded).
+  uint64_t rounding_seed() const;
   std::vector<nlohmann::json> metrics() const;
   nlohmann::json schedule_changes() const;  // [] when none (or not recorded)
 

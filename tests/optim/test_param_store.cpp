@@ -1,6 +1,8 @@
 // The training state's store: in RAM, or with the AdamW moments in a file on disk (mapped):
 // zero at the start, read and written like memory, nothing left in the directory, and clear
-// errors for a directory that cannot hold them.
+// errors for a directory that cannot hold them. Compact formats: the bytes per parameter of
+// each mode (8B targets), host_bytes == unit_state_bytes, the master in and out as fp32, the
+// fp32 accessors refused, compact moments on disk.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -8,12 +10,16 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 
 #include <filesystem>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "model/model_init.h"
 #include "optim/param_store.h"
+#include "optim/state_adamw.h"
 #include "model/model_presets.h"
 #include "model/param_layout.h"
 #include "test_util.h"
@@ -128,6 +134,201 @@ TEST(ParamStore, StreamedMomentsAreWrittenAndDroppedBehindTheSweep) {
       ASSERT_EQ(s.m(u)[i], 0.5f + float(i % 97)) << u << " " << i;
       ASSERT_EQ(s.v(u)[i], 2.0f + float(u)) << u << " " << i;
     }
+}
+
+}  // namespace
+
+// ---- compact formats -----------------------------------------------------------------------
+
+namespace {
+
+const StateFormat kModes[] = {
+    {MomentFormat::f32, MasterFormat::f32},  {MomentFormat::bf16, MasterFormat::f32},
+    {MomentFormat::int8, MasterFormat::f32}, {MomentFormat::f32, MasterFormat::bf16},
+    {MomentFormat::bf16, MasterFormat::bf16}, {MomentFormat::int8, MasterFormat::bf16}};
+
+std::string mode_name(StateFormat f) {
+  return std::string(moment_format_name(f.moments)) + "/" + master_format_name(f.master);
+}
+
+// tiny_config widened so that int8 moments have ranges of both kinds: matrices of >=
+// kInt8MinNumel elements (int8 codes) and norms below it (fp32).
+ModelLayout compact_layout() {
+  ModelConfig c = tiny_config(Arch::qwen3);
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.vocab_size = 80;
+  c.head_dim = 16;
+  return ModelLayout::build(c);
+}
+
+size_t state_bytes(const std::vector<StateUnit>& units, StateFormat f) {
+  size_t n = 0;
+  for (auto& u : units) n += unit_state_bytes(u, f);
+  return n;
+}
+
+// Issue 18's targets, counted on the real 8B unit list (sizes only, nothing allocated).
+TEST(ParamStoreFormats, BytesPerParameterOfLlama3_8b) {
+  const ModelConfig cfg = model_preset("llama3-8b");
+  const ModelLayout layout = ModelLayout::build(cfg);
+  const std::vector<StateUnit> units = state_units(layout);
+  const double params = double(cfg.num_parameters());
+  auto per_param = [&](MomentFormat m, MasterFormat w) { return double(state_bytes(units, {m, w})) / params; };
+  // fp32: 12 bytes for every element of the unit buffers (padding included), as always.
+  EXPECT_EQ(state_bytes(units, {}), 12 * size_t(layout.total_numel()));
+  EXPECT_LE(per_param(MomentFormat::int8, MasterFormat::f32), 6.1);
+  EXPECT_LE(per_param(MomentFormat::int8, MasterFormat::bf16), 4.1);
+  EXPECT_LE(per_param(MomentFormat::bf16, MasterFormat::bf16), 6.01);  // 2 + 2 + 2, padding
+  // The file of moments on disk holds exactly the compact moments (page-aligned per unit).
+  for (MomentFormat m : {MomentFormat::f32, MomentFormat::bf16, MomentFormat::int8}) {
+    size_t moments = 0;
+    for (auto& u : units) moments += 2 * unit_state_layout(u, {m, MasterFormat::f32}).moment_bytes;
+    const size_t file = moments_file_bytes(units, {m, MasterFormat::f32});
+    EXPECT_GE(file, moments);
+    EXPECT_LT(file, moments + units.size() * 2 * 4096) << moment_format_name(m);
+  }
+  EXPECT_EQ(moments_file_bytes(units), moments_file_bytes(units, {}));
+}
+
+// What the store allocates is what the planner counts: unit_state_bytes, unit by unit.
+TEST(ParamStoreFormats, HostBytesAreTheSumOfUnitStateBytes) {
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  bool saw_int8 = false, saw_small = false;
+  for (StateFormat f : kModes) {
+    ParamStore s(units, f);
+    EXPECT_EQ(s.format(), f);
+    EXPECT_EQ(s.host_bytes(), state_bytes(units, f)) << mode_name(f);
+    for (int u = 0; u < s.n_units(); ++u) {
+      const UnitStateView v = s.state(u);
+      EXPECT_EQ(v.layout, &s.layout(u));
+      EXPECT_EQ(v.format, f);
+      EXPECT_EQ(v.unit, u);
+      EXPECT_EQ(v.rounding_seed, s.rounding_seed);
+      EXPECT_EQ((v.m_scale != nullptr), f.moments == MomentFormat::int8 && v.layout->scale_count > 0);
+      for (auto& r : v.layout->ranges) {
+        saw_int8 |= r.moments == MomentFormat::int8;
+        saw_small |= f.moments == MomentFormat::int8 && r.moments == MomentFormat::f32;
+      }
+    }
+  }
+  EXPECT_TRUE(saw_int8 && saw_small) << "the test layout must have int8 and fp32 ranges";
+  // The rounding seed follows the store's field.
+  ParamStore s(units, kModes[5]);
+  s.rounding_seed = 42;
+  EXPECT_EQ(s.state(1).rounding_seed, 42u);
+}
+
+// The model's weights in and out of every format: fp32 bit for bit, bf16 rounded to nearest
+// even on the way in and decoded exactly on the way out.
+TEST(ParamStoreFormats, MasterWeightsRoundTripThroughFp32) {
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  for (StateFormat f : kModes) {
+    ParamStore s(units, f);
+    for (int u = 0; u < s.n_units(); ++u) {
+      const size_t n = size_t(s.numel(u));
+      const std::vector<float> in = test::random_vec(n, 100 + uint64_t(u), -2.f, 2.f);
+      s.write_master_f32(u, in.data());
+      std::vector<float> out(n, -7.f);
+      s.read_master_f32(u, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        const float want = f.master == MasterFormat::f32 ? in[i] : round_bf16(in[i]);
+        ASSERT_EQ(0, std::memcmp(&out[i], &want, 4)) << mode_name(f) << " unit " << u << " " << i;
+      }
+      if (f.master == MasterFormat::bf16) {
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(s.master_bf16(u)[i], f32_to_bf16(in[i]));
+        // Values a bf16 holds exactly come back unchanged (a bf16 model loads losslessly).
+        std::vector<float> again(n);
+        s.write_master_f32(u, out.data());
+        s.read_master_f32(u, again.data());
+        EXPECT_EQ(0, std::memcmp(again.data(), out.data(), n * 4));
+      } else {
+        EXPECT_EQ(0, std::memcmp(s.master(u), in.data(), n * 4));
+      }
+    }
+  }
+}
+
+template <class F>
+std::string internal_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind() == ErrorKind::internal ? e.what() : std::string("wrong kind: ") + e.what();
+  }
+  return "no error";
+}
+
+// The fp32 arrays exist only where the format has them: a caller still on them in a compact
+// run fails at once, saying what to use.
+TEST(ParamStoreFormats, Fp32AccessorsRefuseOtherFormats) {
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  ParamStore int8_bf16(units, kModes[5]), fp32(units);
+  EXPECT_NE(internal_error([&] { int8_bf16.master(0); }).find("read_master_f32"), std::string::npos);
+  EXPECT_NE(internal_error([&] { int8_bf16.m(1); }).find("are int8, not fp32; use state(u)"),
+            std::string::npos) << internal_error([&] { int8_bf16.m(1); });
+  EXPECT_NE(internal_error([&] { int8_bf16.v(1); }).find("use state(u)"), std::string::npos);
+  EXPECT_NE(internal_error([&] { int8_bf16.master_ptrs(); }).find("bf16"), std::string::npos);
+  EXPECT_NE(internal_error([&] { fp32.master_bf16(0); }).find("not bf16"), std::string::npos);
+  EXPECT_EQ(fp32.m(0), static_cast<float*>(fp32.state(0).m));
+  EXPECT_EQ(fp32.master_ptrs()[1], fp32.master(1));
+  ParamStore bf16_moments(units, kModes[1]);
+  EXPECT_NE(internal_error([&] { bf16_moments.m(0); }).find("bf16"), std::string::npos);
+  EXPECT_NO_THROW(bf16_moments.master(0));
+}
+
+// A new store's state is zero in every format (moments as the optimizer's first step needs
+// them; an all-zero int8 block has scale 0, so any code decodes to 0).
+TEST(ParamStoreFormats, NewStateIsZeroInEveryFormat) {
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  for (StateFormat f : kModes) {
+    ParamStore s(units, f);
+    for (int u = 0; u < s.n_units(); ++u) {
+      const size_t n = size_t(s.numel(u));
+      std::vector<float> w(n, 1.f), m(n, 1.f), v(n, 1.f);
+      state_to_f32(s.state(u), 0, s.numel(u), w.data(), m.data(), v.data(), s.ranges(u));
+      for (auto& r : s.ranges(u))
+        for (int64_t i = r.offset; i < r.offset + r.numel; ++i)
+          ASSERT_TRUE(w[size_t(i)] == 0.f && m[size_t(i)] == 0.f && v[size_t(i)] == 0.f)
+              << mode_name(f) << " unit " << u << " element " << i;
+    }
+  }
+}
+
+// Compact moments in the file: the same bytes as in RAM, only the master and the int8 scales
+// counted as RAM.
+TEST(ParamStoreFormats, CompactMomentsOnDiskHoldTheSameBytes) {
+  TempDir dir;
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  for (StateFormat f : {kModes[1], kModes[5]}) {
+    ParamStore ram(units, f), disk(units, f, dir.path.string());
+    ASSERT_TRUE(disk.moments_on_disk());
+    size_t in_ram = 0;
+    for (int u = 0; u < disk.n_units(); ++u)
+      in_ram += disk.layout(u).master_bytes + 2 * size_t(disk.layout(u).scale_count) * 4;
+    EXPECT_EQ(disk.host_bytes(), in_ram) << mode_name(f);
+    for (int u = 0; u < ram.n_units(); ++u) {
+      const size_t n = size_t(ram.numel(u));
+      const auto w = test::random_vec(n, 7, -1.f, 1.f), m = test::random_vec(n, 8, -0.1f, 0.1f),
+                 v = test::random_vec(n, 9, 0.f, 0.01f);
+      for (ParamStore* s : {&ram, &disk}) {
+        s->prefetch_moments(u);
+        state_from_f32(s->state(u), 0, s->numel(u), w.data(), m.data(), v.data(), s->ranges(u));
+        s->moments_done(u);
+      }
+    }
+    for (int u = 0; u < ram.n_units(); ++u) {
+      const UnitStateView a = ram.state(u), b = disk.state(u);
+      const size_t mb = a.layout->moment_bytes, sb = size_t(a.layout->scale_count) * 4;
+      EXPECT_EQ(0, std::memcmp(a.m, b.m, mb)) << mode_name(f) << " unit " << u;
+      EXPECT_EQ(0, std::memcmp(a.v, b.v, mb)) << mode_name(f) << " unit " << u;
+      if (sb) {
+        EXPECT_EQ(0, std::memcmp(a.m_scale, b.m_scale, sb));
+        EXPECT_EQ(0, std::memcmp(a.v_scale, b.v_scale, sb));
+      }
+    }
+    EXPECT_TRUE(fs::is_empty(dir.path));
+  }
 }
 
 }  // namespace

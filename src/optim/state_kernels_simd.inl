@@ -1,0 +1,230 @@
+// The compact-state AdamW loops (state_kernels.h) of state_kernels_avx2.cpp and
+// state_kernels_avx512.cpp, written once over the primitives each of those files defines in
+// its anonymous namespace before including this one:
+//   V / VI (float / int32 vectors), kLanes, vload, vstore, vset1, vadd, vsub, vmul, vdiv,
+//   vsqrt, vabs, vmax (returns its first operand iff it is greater, else the second),
+//   load_grad(const float*), load_bf16(const uint16_t*) (bf16 bits widened exactly),
+//   bf16_bits(V) (round to nearest even, in 32-bit lanes), round_bits(V, VI noise)
+//   (stochastic: state_format.h), store_u16(uint16_t*, VI), load_codes / store_codes
+//   (kLanes uint8 codes), gather(const float*, VI), add_if_gt(VI c, V y, V t, int b)
+//   (c + b where y > t), vi_iota (0, 1, ..., kLanes - 1), vi_set1, vi_add, vi_xor, vi_mul,
+//   vi_shr (logical),
+// and SF_SIMD_NAME(name), which gives an exported kernel its ISA suffix.
+// Same IEEE operations in the same order as state_kernels_scalar.cpp, no FMA: bitwise equal.
+// The int8 tail (a block's last n % kLanes elements) runs the vector code on zero-padded
+// copies: lanes are independent, so its bits are the scalar ones.
+namespace {
+
+enum Mom { kF32 = 0, kBf16 = 1, kInt8 = 2 };
+
+struct Vc {
+  V gs, b1, omb1, b2, omb2, decay, step_size, bc2_sqrt, eps;
+};
+Vc broadcast(const Consts& c) {
+  return {vset1(c.grad_scale), vset1(c.beta1), vset1(c.one_minus_beta1),
+          vset1(c.beta2),      vset1(c.one_minus_beta2), vset1(c.decay),
+          vset1(c.step_size),  vset1(c.bc2_sqrt),        vset1(c.eps)};
+}
+
+inline V load_g(const float* g) { return load_grad(g); }
+inline V load_g(const uint16_t* g) { return load_bf16(g); }
+
+// adamw.h's update on kLanes lanes (kernels_simd.inl's update_v, the same operations).
+inline void update_v(const V graw, V& p, V& m, V& v, const Vc& k) {
+  const V gi = vmul(graw, k.gs);
+  const V mi = vadd(vmul(k.b1, m), vmul(k.omb1, gi));
+  const V vi = vadd(vmul(k.b2, v), vmul(vmul(k.omb2, gi), gi));
+  V pi = vmul(p, k.decay);
+  const V denom = vadd(vdiv(vsqrt(vi), k.bc2_sqrt), k.eps);
+  pi = vsub(pi, vdiv(vmul(k.step_size, mi), denom));
+  m = mi;
+  v = vi;
+  p = pi;
+}
+
+// state_format.h's noise for unit indices index .. index + kLanes - 1.
+inline VI round_noise(uint32_t key, uint32_t index) {
+  VI h = vi_add(vi_set1(index), vi_iota());
+  h = vi_xor(vi_mul(h, vi_set1(0x9e3779b9u)), vi_set1(key));
+  h = vi_xor(h, vi_shr<16>(h));
+  h = vi_mul(h, vi_set1(0x85ebca6bu));
+  h = vi_xor(h, vi_shr<13>(h));
+  h = vi_mul(h, vi_set1(0xc2b2ae35u));
+  h = vi_xor(h, vi_shr<16>(h));
+  return vi_shr<16>(h);
+}
+
+template <bool kBf16Master>
+inline V load_master(const void* a, int64_t i) {
+  if constexpr (kBf16Master) return load_bf16(static_cast<const uint16_t*>(a) + i);
+  else return vload(static_cast<const float*>(a) + i);
+}
+
+// Stores the new master lanes and the bf16 copy (null out: none).
+template <bool kBf16Master>
+inline void store_master(void* a, uint16_t* out, int64_t i, V p, uint32_t key,
+                         uint32_t index) {
+  if constexpr (kBf16Master) {
+    const VI bits = round_bits(p, round_noise(key, index + uint32_t(i)));
+    store_u16(static_cast<uint16_t*>(a) + i, bits);
+    if (out) store_u16(out + i, bits);
+  } else {
+    vstore(static_cast<float*>(a) + i, p);
+    if (out) store_u16(out + i, bf16_bits(p));
+  }
+}
+
+// f32 / bf16 moments: whole vectors here, the tail through the scalar kernel `tail`.
+template <class G, int kMom, bool kBf16Master>
+void dense_step(const StateTask& t, const StateConsts& c, StateKernel tail) {
+  const G* g = static_cast<const G*>(t.g);
+  const Vc k = broadcast(c.adam);
+  int64_t i = 0;
+  for (; i + kLanes <= t.n; i += kLanes) {
+    V p = load_master<kBf16Master>(t.master, i), m, v;
+    if constexpr (kMom == kF32) {
+      m = vload(static_cast<const float*>(t.m) + i);
+      v = vload(static_cast<const float*>(t.v) + i);
+    } else {
+      m = load_bf16(static_cast<const uint16_t*>(t.m) + i);
+      v = load_bf16(static_cast<const uint16_t*>(t.v) + i);
+    }
+    update_v(load_g(g + i), p, m, v, k);  // g + i is read before out + i is written
+    store_master<kBf16Master>(t.master, t.out, i, p, c.round_key, t.index);
+    if constexpr (kMom == kF32) {
+      vstore(static_cast<float*>(t.m) + i, m);
+      vstore(static_cast<float*>(t.v) + i, v);
+    } else {
+      store_u16(static_cast<uint16_t*>(t.m) + i, bf16_bits(m));
+      store_u16(static_cast<uint16_t*>(t.v) + i, bf16_bits(v));
+    }
+  }
+  if (i == t.n) return;
+  const size_t ms = kBf16Master ? 2 : 4, es = kMom == kF32 ? 4 : 2;
+  const StateTask r{g + i, t.out ? t.out + i : nullptr,
+                    static_cast<char*>(t.master) + size_t(i) * ms,
+                    static_cast<char*>(t.m) + size_t(i) * es,
+                    static_cast<char*>(t.v) + size_t(i) * es, nullptr, nullptr, t.n - i,
+                    t.index + uint32_t(i)};
+  tail(r, c);
+}
+
+// Decode, update and stage one vector of an int8 block: mb / vb receive the new moments,
+// amax_m / amax_v their running absmax.
+template <class G, bool kBf16Master>
+inline void int8_update_vec(const G* g, void* master, uint16_t* out, const uint8_t* mc,
+                            const uint8_t* vc, int64_t i, const Vc& k, const StateConsts& c,
+                            uint32_t index, V ms, V vs, float* mb, float* vb, V& amax_m,
+                            V& amax_v) {
+  V p = load_master<kBf16Master>(master, i);
+  V m = vmul(gather(c.map_m, load_codes(mc + i)), ms);
+  V v = vmul(gather(c.map_v, load_codes(vc + i)), vs);
+  update_v(load_g(g + i), p, m, v, k);
+  store_master<kBf16Master>(master, out, i, p, c.round_key, index);
+  vstore(mb + i, m);
+  vstore(vb + i, v);
+  amax_m = vmax(vabs(m), amax_m);
+  amax_v = vmax(vabs(v), amax_v);
+}
+
+// The lanes' absmax, combined as the scalar loop does (exact: max is order-free here).
+inline float lanes_max(V a) {
+  float l[kLanes];
+  vstore(l, a);
+  float r = 0.0f;
+  for (int j = 0; j < kLanes; ++j) r = l[j] > r ? l[j] : r;
+  return r;
+}
+
+// kLanes codes of x / d (the count of midpoints below it, as int8_code in the scalar file).
+inline VI int8_codes(V x, V d, const float* mid) {
+  const V y = vdiv(x, d);
+  VI c = vi_set1(0);
+  for (int b = 128; b >= 1; b >>= 1) c = add_if_gt(c, y, gather(mid, vi_add(c, vi_set1(uint32_t(b - 1)))), b);
+  return c;
+}
+
+// Encodes x[0, n) (x readable up to a whole vector past n) into codes and *scale.
+inline void int8_encode(const float* x, int64_t n, float a, const float* mid, uint8_t* codes,
+                        float* scale) {
+  const V d = vset1(a > 0.0f ? a : 1.0f);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store_codes(codes + i, int8_codes(vload(x + i), d, mid));
+  if (i < n) {
+    uint8_t tmp[kLanes];
+    store_codes(tmp, int8_codes(vload(x + i), d, mid));
+    for (int64_t j = 0; j < n - i; ++j) codes[i + j] = tmp[j];
+  }
+  *scale = a;
+}
+
+// One int8 block (n <= kBlock): decode + update + stage, then encode both moments.
+template <class G, bool kBf16Master>
+void int8_step(const StateTask& t, const StateConsts& c) {
+  const G* g = static_cast<const G*>(t.g);
+  const uint8_t* mc = static_cast<const uint8_t*>(t.m);
+  const uint8_t* vc = static_cast<const uint8_t*>(t.v);
+  const Vc k = broadcast(c.adam);
+  const V ms = vset1(*t.m_scale), vs = vset1(*t.v_scale);
+  alignas(64) float mb[kBlock + kLanes], vb[kBlock + kLanes];
+  V amax_m = vset1(0.0f), amax_v = vset1(0.0f);
+  int64_t i = 0;
+  for (; i + kLanes <= t.n; i += kLanes)
+    int8_update_vec<G, kBf16Master>(g, t.master, t.out, mc, vc, i, k, c, t.index, ms, vs, mb,
+                                    vb, amax_m, amax_v);
+  if (i < t.n) {
+    // Zero-padded copies of the tail; padding codes decode to 0, so padding lanes stay 0 and
+    // leave the absmax alone.
+    const int64_t r = t.n - i;
+    constexpr size_t kMs = kBf16Master ? 2 : 4;
+    G gt[kLanes] = {};
+    alignas(64) unsigned char pt[kLanes * kMs] = {};
+    uint16_t ot[kLanes];
+    uint8_t mct[kLanes], vct[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      mct[j] = kZeroCodeM;
+      vct[j] = 0;
+    }
+    for (int64_t j = 0; j < r; ++j) {
+      gt[j] = g[i + j];
+      mct[j] = mc[i + j];
+      vct[j] = vc[i + j];
+    }
+    const unsigned char* msrc = static_cast<const unsigned char*>(t.master) + size_t(i) * kMs;
+    for (size_t j = 0; j < size_t(r) * kMs; ++j) pt[j] = msrc[j];
+    int8_update_vec<G, kBf16Master>(gt, pt, t.out ? ot : nullptr, mct, vct, 0, k, c,
+                                    t.index + uint32_t(i), ms, vs, mb + i, vb + i, amax_m,
+                                    amax_v);
+    unsigned char* mdst = static_cast<unsigned char*>(t.master) + size_t(i) * kMs;
+    for (size_t j = 0; j < size_t(r) * kMs; ++j) mdst[j] = pt[j];
+    if (t.out)
+      for (int64_t j = 0; j < r; ++j) t.out[i + j] = ot[j];
+  }
+  int8_encode(mb, t.n, lanes_max(amax_m), c.mid_m, static_cast<uint8_t*>(t.m), t.m_scale);
+  int8_encode(vb, t.n, lanes_max(amax_v), c.mid_v, static_cast<uint8_t*>(t.v), t.v_scale);
+}
+
+}  // namespace
+
+#define SF_STATE_DENSE(GT, GN, MOM, MN, BM, BMN)                                             \
+  void SF_SIMD_NAME(state_##GN##_##MN##_##BMN)(const StateTask& t, const StateConsts& c) { \
+    dense_step<GT, MOM, BM>(t, c, state_##GN##_##MN##_##BMN##_scalar);                      \
+  }
+#define SF_STATE_INT8(GT, GN, BM, BMN)                                                          \
+  void SF_SIMD_NAME(state_##GN##_int8_##BMN)(const StateTask& t, const StateConsts& c) { \
+    int8_step<GT, BM>(t, c);                                                                  \
+  }
+SF_STATE_DENSE(float, f32, kF32, f32, false, f32)
+SF_STATE_DENSE(float, f32, kF32, f32, true, bf16)
+SF_STATE_DENSE(float, f32, kBf16, bf16, false, f32)
+SF_STATE_DENSE(float, f32, kBf16, bf16, true, bf16)
+SF_STATE_DENSE(uint16_t, bf16, kF32, f32, false, f32)
+SF_STATE_DENSE(uint16_t, bf16, kF32, f32, true, bf16)
+SF_STATE_DENSE(uint16_t, bf16, kBf16, bf16, false, f32)
+SF_STATE_DENSE(uint16_t, bf16, kBf16, bf16, true, bf16)
+SF_STATE_INT8(float, f32, false, f32)
+SF_STATE_INT8(float, f32, true, bf16)
+SF_STATE_INT8(uint16_t, bf16, false, f32)
+SF_STATE_INT8(uint16_t, bf16, true, bf16)
+#undef SF_STATE_DENSE
+#undef SF_STATE_INT8
