@@ -99,6 +99,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
         sp.speculated[0] = 1;
         continue;
       }
+      w_.store.acquire_moments(u);  // moments on disk: its slot (prefetched one unit ago)
       unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
       w_.store.moments_done(u);
       sp.speculated[size_t(u)] = 1;

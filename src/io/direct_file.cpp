@@ -75,7 +75,7 @@ DirectFile::DirectFile(const std::string& dir, size_t bytes, DirectFileOptions o
   SF_CHECK(aligned(bytes), "DirectFile: ", bytes, " bytes is not a multiple of ", kAlign);
   fd_ = open_scratch(dir, opt_.direct, &direct_);
   if (fd_ < 0)
-    SF_FAIL(io, opt_.flag, " ", dir, ": cannot create the optimizer's file there (", std::strerror(errno),
+    SF_FAIL(input, opt_.flag, " ", dir, ": cannot create the optimizer's file there (", std::strerror(errno),
             "); give a writable directory on a fast local disk");
   if (!direct_ && opt_.direct == DirectIo::when_supported)
     std::fprintf(stderr, "note: %s %s (%s) refuses O_DIRECT; its file goes through the page cache\n",

@@ -56,8 +56,8 @@ class DirectFile {
  public:
   static constexpr size_t kAlign = 4096;  // offsets, lengths and buffer addresses (O_DIRECT)
 
-  // An anonymous file of `bytes` (a kAlign multiple) in dir, reserved. Throws Error(io) naming
-  // opt.flag and dir when it cannot be created or reserved.
+  // An anonymous file of `bytes` (a kAlign multiple) in dir, reserved. Throws Error naming
+  // opt.flag and dir: input when it cannot be created there, io when it cannot be reserved.
   DirectFile(const std::string& dir, size_t bytes, DirectFileOptions opt = {});
   ~DirectFile();  // waits for the transfers in flight (their callbacks run)
   DirectFile(const DirectFile&) = delete;
@@ -67,6 +67,9 @@ class DirectFile {
   size_t bytes() const { return bytes_; }
   const std::string& dir() const { return dir_; }
   const DirectFileOptions& options() const { return opt_; }
+  // The descriptor, for a shared mapping of the file (ParamStore's view outside the optimizer's
+  // sweep); the kernel keeps the mapping coherent with the direct transfers of other ranges.
+  int fd() const { return fd_; }
 
   // Starts moving len bytes between buf and [off, off + len) of the file; returns at once.
   // off, len and buf must be kAlign-aligned and inside the file (SF_CHECK). on_done runs once on

@@ -87,6 +87,7 @@ void StateDisk::throw_if_failed_locked() const {
   if (!error_.empty()) SF_FAIL(io, error_);
 }
 
+// An empty slot, else the least recently used clean one.
 int StateDisk::pick_slot_locked() const {
   int best = -1;
   for (int s = 0; s < n_slots(); ++s) {
@@ -95,6 +96,28 @@ int StateDisk::pick_slot_locked() const {
     if (x.state == SlotState::clean && (best < 0 || x.last_use < slots_[size_t(best)].last_use)) best = s;
   }
   return best;
+}
+
+// acquire(u) waits for a slot while another holds a copy prefetched and not acquired (a
+// caller prefetched a unit it then did not need): u takes that slot instead of waiting for
+// ever; the other unit is read again if it is acquired later. Returns whether it did.
+bool StateDisk::steal_slot_locked(int u) {
+  int best = -1;
+  for (int s = 0; s < n_slots(); ++s) {
+    const Slot& x = slots_[size_t(s)];
+    if (x.state == SlotState::ready && x.matches_file && units_[size_t(x.unit)].waiting == 0 &&
+        (best < 0 || x.last_use < slots_[size_t(best)].last_use))
+      best = s;
+  }
+  if (best < 0) return false;
+  Slot& x = slots_[size_t(best)];
+  units_[size_t(x.unit)].slot = -1;
+  x.state = SlotState::empty;
+  x.unit = -1;
+  pending_.erase(std::find(pending_.begin(), pending_.end(), u));
+  pending_.push_front(u);
+  assign_pending_locked();  // u first: it takes the emptied slot
+  return true;
 }
 
 void StateDisk::start_read_locked(int s, int u) {
@@ -119,6 +142,7 @@ void StateDisk::assign_pending_locked() {
     x.unit = u;
     x.wanted = false;
     x.matches_file = false;
+    x.last_use = ++clock_;
     if (un.pending_fill == SlotFill::overwrite) x.state = SlotState::ready;
     else start_read_locked(s, u);
   }
@@ -158,12 +182,17 @@ UnitBytes StateDisk::acquire(int u, SlotFill fill) {
            " acquired twice");
   queue_locked(u, fill);
   bool stuck = false;  // waiting for a slot that only this caller's releases can free
-  cv_.wait(lk, [&] {
-    if (!error_.empty() || (un.slot >= 0 && slots_[size_t(un.slot)].state == SlotState::ready)) return true;
+  ++un.waiting;
+  for (;;) {
+    if (un.slot < 0 && !un.pending && error_.empty()) queue_locked(u, fill);  // its copy was dropped
+    if (!error_.empty() || (un.slot >= 0 && slots_[size_t(un.slot)].state == SlotState::ready)) break;
+    if (un.pending && steal_slot_locked(u)) continue;
     stuck = un.pending && std::all_of(slots_.begin(), slots_.end(),
                                       [](const Slot& x) { return x.state == SlotState::acquired; });
-    return stuck;
-  });
+    if (stuck) break;
+    cv_.wait(lk);
+  }
+  --un.waiting;
   throw_if_failed_locked();
   SF_CHECK(!stuck, "StateDisk: unit ", u, " waits for a slot but all ", n_slots(),
            " are acquired; release one first");
@@ -235,6 +264,31 @@ void StateDisk::on_written(int s, const std::string& error) {
     }
     assign_pending_locked();
   }
+  cv_.notify_all();
+}
+
+void StateDisk::evict(int u) {
+  check_unit(u, "evict");
+  std::unique_lock<std::mutex> lk(mu_);
+  Unit& un = units_[size_t(u)];
+  if (un.pending) {
+    pending_.erase(std::find(pending_.begin(), pending_.end(), u));
+    un.pending = false;
+  }
+  const auto busy = [&] {
+    if (un.slot < 0) return false;
+    const SlotState st = slots_[size_t(un.slot)].state;
+    return st == SlotState::reading || st == SlotState::writing;
+  };
+  cv_.wait(lk, [&] { return !error_.empty() || !busy(); });
+  throw_if_failed_locked();
+  if (un.slot < 0) return;
+  Slot& x = slots_[size_t(un.slot)];
+  SF_CHECK(x.state != SlotState::acquired, "StateDisk: unit ", u, " evicted while acquired");
+  x = Slot{SlotState::empty, -1, false, false, 0, x.base};
+  un.slot = -1;
+  assign_pending_locked();
+  lk.unlock();
   cv_.notify_all();
 }
 

@@ -5,7 +5,8 @@
 // out like an extent. The file starts zero-filled.
 //
 // The optimizer's sweep: prefetch(u) starts reading unit u into a slot (at once if one is free
-// or holds a clean copy, else as soon as a write-back frees one: it never blocks);
+// or holds a clean copy, else as soon as a write-back frees one: it never blocks; a unit
+// prefetched and then not acquired gives its slot up to an acquire that would wait for ever);
 // acquire(u) waits for the bytes and hands out the parts' pointers, valid until release(u);
 // release(u) starts the write-back and frees the slot once it is written. With two slots the
 // disk reads the next unit and writes the last one while the CPU updates this one.
@@ -75,6 +76,14 @@ class StateDisk {
   // first error. A checkpoint's save calls it first: the file then holds every released unit.
   void flush();
 
+  // Drops whatever a slot holds of unit u (waiting for its transfer first; a prefetch not yet
+  // started is dropped too), so that the file alone has it: for a caller that reads or writes
+  // the unit through a mapping of the file. SF_CHECK: not while acquired. Throws Error(io).
+  void evict(int u);
+  // Where part p of unit u lies in the file (for that mapping), and the descriptor.
+  size_t part_file_offset(int u, int p) const { return units_[size_t(u)].offset + units_[size_t(u)].part_offset[size_t(p)]; }
+  int fd() const { return file_->fd(); }
+
   // The file's size for these parts (each part and so each extent 4 KiB-aligned).
   static size_t file_bytes_for(const std::vector<std::vector<size_t>>& unit_parts);
 
@@ -96,6 +105,7 @@ class StateDisk {
     std::vector<size_t> part_offset, part_bytes;
     int slot = -1;      // the slot holding it, or -1
     bool pending = false;  // waiting for a slot
+    int waiting = 0;       // acquires waiting for it (its copy is not stolen)
     SlotFill pending_fill = SlotFill::read;
   };
 
@@ -104,6 +114,7 @@ class StateDisk {
   void queue_locked(int u, SlotFill fill);
   void assign_pending_locked();
   int pick_slot_locked() const;
+  bool steal_slot_locked(int u);
   void start_read_locked(int s, int u);
   void on_read(int s, const std::string& error);
   void on_written(int s, const std::string& error);

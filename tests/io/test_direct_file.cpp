@@ -170,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DirectFile, MissingDirectoryNamesTheFlag) {
   ErrorKind k{};
   const std::string msg = error_of([&] { DirectFile f("/nonexistent/sf-disk-tier", 1 << 20); }, &k);
-  EXPECT_EQ(k, ErrorKind::io);
+  EXPECT_EQ(k, ErrorKind::input);  // a bad flag value
   EXPECT_NE(msg.find("--optimizer-dir /nonexistent/sf-disk-tier: cannot create"), std::string::npos) << msg;
 }
 

@@ -2,7 +2,8 @@
 // sweeps, every slot busy, prefetches waiting for write-backs, the updates on another thread);
 // checkpoint access (unchanged reads, overwrites) in between; a slot deadlock is a clear bug
 // report; injected faults and a full filesystem are Error(io) with the message, kept for every
-// later call.
+// later call. ParamStore over the tier: the sweep's slots and the mapping that other readers
+// get always agree (in both directions, both modes).
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -15,6 +16,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/model_presets.h"
+#include "model/param_layout.h"
+#include "optim/param_store.h"
 #include "optim/state_disk.h"
 
 namespace sf {
@@ -118,6 +122,37 @@ TEST(StateDisk, PrefetchWaitsForAWriteBackNotTheCaller) {
   d.flush();
 }
 
+// A caller may prefetch units it then does not update (speculation that stops): their copies
+// give the slots up to the next units instead of holding them forever.
+TEST(StateDisk, PrefetchedButUnusedCopiesGiveTheirSlotsUp) {
+  StateDisk d(::testing::TempDir(), model_like_units(), 2, small_requests());
+  d.prefetch(1);
+  d.prefetch(2);
+  check_and_fill(d.acquire(3), 3, 0, 1);  // took one of the two ready copies' slots
+  d.release(3);
+  check_and_fill(d.acquire(4), 4, 0, 1);
+  d.release(4);
+  check_and_fill(d.acquire(1), 1, 0, 0);  // read again where its copy went
+  d.release(1, SlotRelease::unchanged);
+  check_and_fill(d.acquire(3), 3, 1, 1);
+  d.release(3, SlotRelease::unchanged);
+  d.flush();
+}
+
+// Evicting a unit leaves the file alone holding it: the next acquire reads it back from there.
+TEST(StateDisk, EvictWaitsForTheWriteBackAndDropsTheCopy) {
+  StateDisk d(::testing::TempDir(), model_like_units(), 2, small_requests());
+  check_and_fill(d.acquire(5), 5, 0, 1);
+  d.release(5);
+  d.prefetch(6);
+  d.evict(5);  // written first
+  d.evict(6);  // a prefetched copy goes too
+  d.evict(7);  // nothing to drop
+  check_and_fill(d.acquire(5), 5, 1, 1);
+  EXPECT_THROW(d.evict(5), Error);  // acquired
+  d.release(5, SlotRelease::unchanged);
+}
+
 TEST(StateDisk, AllSlotsHeldIsABugReportNotAHang) {
   StateDisk d(::testing::TempDir(), model_like_units(), 2, small_requests());
   d.acquire(1);
@@ -219,6 +254,48 @@ TEST(StateDisk, TierSecondsReadThenWriteEveryByte) {
   EXPECT_DOUBLE_EQ(disk_tier_seconds(size_t(8e9), DiskRates{4e9, 2e9, 4e9}, size_t(2e9)), 4.75);
   EXPECT_THROW(disk_tier_seconds(1, DiskRates{0, 1, 0}), Error);
 }
+
+// The value sweep k leaves at element i of unit u's m (v: its negative).
+float moment_value(int k, int u, int64_t i) { return k == 0 ? 0.f : float(k) + float(u) * 0.25f + float(i % 101) * 1e-3f; }
+
+void sweep_store(ParamStore& s, int have, int next, bool through_slots) {
+  for (int u = 0; u < s.n_units(); ++u) {
+    if (through_slots) {
+      if (u == 0) s.prefetch_moments(0);
+      if (u + 1 < s.n_units()) s.prefetch_moments(u + 1);
+      s.acquire_moments(u);
+    }
+    float *m = s.m(u), *v = s.v(u);
+    for (int64_t i = 0; i < s.numel(u); ++i) {
+      ASSERT_EQ(m[i], moment_value(have, u, i)) << "unit " << u << " element " << i << " sweep " << have;
+      ASSERT_EQ(v[i], -moment_value(have, u, i)) << "unit " << u << " element " << i << " sweep " << have;
+      m[i] = moment_value(next, u, i);
+      v[i] = -moment_value(next, u, i);
+    }
+    s.moments_done(u);
+  }
+}
+
+class StoreOnTier : public ::testing::TestWithParam<bool> {};  // streamed (O_DIRECT) or cached
+
+TEST_P(StoreOnTier, SlotsAndMappingAgree) {
+  const ModelLayout layout = ModelLayout::build(model_preset("tiny"));
+  ParamStore s(state_units(layout), ::testing::TempDir(), GetParam());
+  ASSERT_TRUE(s.moments_on_disk());
+  size_t largest = 0;
+  for (int u = 0; u < s.n_units(); ++u) largest = std::max(largest, size_t(s.numel(u)) * 8);
+  EXPECT_GE(moment_slot_bytes(state_units(layout)), ParamStore::kMomentSlots * largest);
+  sweep_store(s, 0, 1, true);   // the optimizer's sweep
+  sweep_store(s, 1, 2, false);  // a checkpoint's load, through the mapping
+  sweep_store(s, 2, 3, true);
+  s.flush_moments();
+  sweep_store(s, 3, 4, false);
+  sweep_store(s, 4, 5, true);
+  sweep_store(s, 5, 5, false);  // a checkpoint's save
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, StoreOnTier, ::testing::Values(true, false),
+                         [](const auto& info) { return std::string(info.param ? "streamed" : "cached"); });
 
 }  // namespace
 }  // namespace sf
