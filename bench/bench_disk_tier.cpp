@@ -3,6 +3,7 @@
 //
 //   build-x/bin/bench_disk_tier --dir DIR [--gib 4] [--unit-mib 64,256,872] [--slots 2]
 //                               [--request-kib 1024] [--qd 16] [--sweep-queue] [--sweeps 3]
+//                               [--compute]
 //
 // 1. The disk: one O_DIRECT file of --gib, written sequentially (twice: the first pass also
 //    converts the reserved blocks; the second is timed), then read, then half written while the
@@ -10,8 +11,7 @@
 //    --sweep-queue first times request sizes x queue depths on a quarter of the file, to choose
 //    the defaults.
 // 2. The tier: the same bytes as units of --unit-mib (two parts each, m and v), swept as the
-//    optimizer does (prefetch the next unit, acquire, touch every 4 KiB page, release) --sweeps
-//    times, the first untimed (it reads the file's unwritten zeros). Reported: GB/s of reads
+//    optimizer does (prefetch the next unit, acquire, update, release) --sweeps times, the first untimed (it reads the file's unwritten zeros). Reported: GB/s of reads
 //    plus writes, as a percentage of the disk's rate for the same traffic both at once, and
 //    one after the other (2 / (1 / read + 1 / write)).
 #include <chrono>
@@ -66,6 +66,7 @@ struct Args {
   int slots = 2, sweeps = 3, qd = 16;
   size_t request = size_t(1) << 20;
   bool sweep_queue = false;
+  bool compute = false;  // the update reads and writes every moment (else it touches a byte per page)
 };
 
 Args parse(int argc, char** argv) {
@@ -84,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--request-kib") a.request = std::stoull(val()) << 10;
     else if (k == "--qd") a.qd = std::stoi(val());
     else if (k == "--sweep-queue") a.sweep_queue = true;
+    else if (k == "--compute") a.compute = true;
     else SF_REQUIRE(false, "bench_disk_tier: unknown flag ", k, " (see the file's header)");
   }
   SF_REQUIRE(!a.dir.empty(), "bench_disk_tier: give --dir DIR (a directory on the disk to measure)");
@@ -104,6 +106,27 @@ DiskRates measure_disk(const Args& a, size_t bytes, size_t request, int qd) {
 }
 
 double serial(const DiskRates& r) { return 2.0 / (1.0 / r.read + 1.0 / r.write); }
+
+// The update of one unit: with compute, a pass over every moment as fp32 (AdamW's moment
+// traffic, without its arithmetic); else one byte per 4 KiB page changes.
+void update(const UnitBytes& b, bool compute, int sweep) {
+  for (int p = 0; p < b.n_parts; ++p) {
+    if (!compute) {
+      for (size_t i = 0; i < b.bytes[size_t(p)]; i += 4096) b.part[size_t(p)][i] = std::byte(sweep + 1);
+      continue;
+    }
+    float* x = reinterpret_cast<float*>(b.part[size_t(p)]);
+    const size_t n = b.bytes[size_t(p)] / sizeof(float);
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] * 0.9f + 1e-3f;
+  }
+}
+
+// Seconds of update per sweep with no disk at all (one slot's unit updated n_units times).
+double compute_only_seconds(const UnitBytes& b, size_t n_units) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t u = 0; u < n_units; ++u) update(b, true, int(u));
+  return seconds_since(t0);
+}
 
 // The optimizer's sweep over the tier; returns bytes read + written per second (timed sweeps).
 double measure_tier(const Args& a, size_t unit_bytes, const DiskRates& disk) {
@@ -126,8 +149,7 @@ double measure_tier(const Args& a, size_t unit_bytes, const DiskRates& disk) {
     for (size_t u = 0; u < n_units; ++u) {
       if (u + 1 < n_units) d.prefetch(int(u + 1));
       const UnitBytes b = d.acquire(int(u));
-      for (int p = 0; p < b.n_parts; ++p)  // the update: every page changes
-        for (size_t i = 0; i < b.bytes[size_t(p)]; i += 4096) b.part[size_t(p)][i] = std::byte(s + 1);
+      update(b, a.compute, s);
       d.release(int(u));
     }
     d.flush();
@@ -137,6 +159,14 @@ double measure_tier(const Args& a, size_t unit_bytes, const DiskRates& disk) {
     }
   }
   const double rate = 2.0 * double(d.file_bytes()) * double(a.sweeps - 1) / timed;
+  if (a.compute) {  // overlapped when a sweep takes about the longer of disk and update alone
+    const UnitBytes b = d.acquire(0);
+    const double upd = compute_only_seconds(b, n_units);
+    d.release(0, SlotRelease::unchanged);
+    const double disk_s = 2.0 * double(d.file_bytes()) / disk.mixed;
+    std::printf("  tier  per sweep: update alone %.2f s, disk alone %.2f s (at both at once), both %.2f s\n", upd,
+                disk_s, timed / double(a.sweeps - 1));
+  }
   std::printf("  tier  %5zu MiB units x %3zu, %d slots: %6.2f GB/s read+write = %5.1f%% of both at once, "
               "%5.1f%% of one after the other (the block layer moved %.2f GB of the %.2f GB counted)\n",
               unit_bytes >> 20, n_units, a.slots, rate / 1e9, 100.0 * rate / disk.mixed, 100.0 * rate / serial(disk),
