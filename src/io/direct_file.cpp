@@ -221,7 +221,10 @@ void DirectFile::io_loop() {
         c.res = r < 0 ? -errno : int(r);
       }
     if (ring_->ok) {
-      ::io_uring_submit(&ring_->ring);
+      // The kernel may be short of resources for a moment; the ring never holds more than
+      // queue_depth requests, so nothing else can refuse them.
+      int rc;
+      while ((rc = ::io_uring_submit(&ring_->ring)) == -EINTR || rc == -EAGAIN || rc == -EBUSY) std::this_thread::yield();
       io_uring_cqe* cqe = nullptr;
       if (waiting && done.empty())
         while (::io_uring_wait_cqe(&ring_->ring, &cqe) == -EINTR) {
