@@ -15,10 +15,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/tensor.h"
 #include "optim/adamw_step.h"  // AdamWStep: the Backend's AdamW op takes optim's step
+#include "optim/state_format.h"  // UnitStateView: the compact-state AdamW op's state
 
 namespace sf {
 
@@ -186,6 +188,23 @@ class Backend {
   // compute-dtype copy of the new weights to `weights_out` if non-null.
   virtual void adamw(Stream& s, float* param, float* m, float* v, const float* grad,
                      void* weights_out, int64_t n, const AdamWStep& step) = 0;
+  // One AdamW step on the window [off, off + len) of one unit's compact optimizer state
+  // (optim/state_format.h) resident in backend memory, with the window rules and the
+  // arithmetic of optim/state_adamw.h's adamw_update_state: bitwise the same state on every
+  // backend. state.master / m / v / m_scale / v_scale, grad (f32, at the window's first
+  // element) and weights_out are backend memory; state.layout and ranges (the unit's full
+  // ranges) are host memory. weights_out (compute dtype, overwrite, at the window's first
+  // element; may be null) receives the new weights: the bf16 bits adamw_update_state writes
+  // to bf16_out on a bf16 backend, the (decoded) new master on the f32 host backend. The
+  // host and CUDA backends implement it; a decorator must forward it.
+  virtual void adamw_state(Stream& s, const UnitStateView& state, int64_t off, int64_t len,
+                           const float* grad, void* weights_out,
+                           std::span<const ParamRange> ranges, const AdamWStep& step) {
+    (void)s, (void)state, (void)off, (void)len, (void)grad, (void)weights_out, (void)ranges,
+        (void)step;
+    SF_CHECK(false, "adamw_state (compact optimizer state) is not supported by backend ", name(),
+             "; a decorating backend must forward it to the backend it wraps");
+  }
 };
 
 }  // namespace sf

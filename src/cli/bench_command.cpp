@@ -63,8 +63,8 @@ void add_bench_command(CLI::App& app) {
     ParamStore& store = exec->params();
     const StateFormat asked = o->req.step.state_format;
     SF_REQUIRE(store.format() == asked, "--optimizer-state ", moment_format_name(asked.moments),
-               " --master-weights ", master_format_name(asked.master), ": the ", exec->name(),
-               " does not keep its training state in this format yet; use fp32 for both");
+               " --master-weights ", master_format_name(asked.master), ": the engine (", exec->name(),
+               ") does not keep its training state in this format yet; use fp32 for both");
     init_store_weights(layout, store, 1);
     exec->params_changed();
     double setup = seconds_since(t0);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -112,12 +113,9 @@ std::vector<Piece> cut_tasks(const std::vector<Piece>& pieces) {
   return tasks;
 }
 
-ok::StateConsts state_consts(const AdamWStep& s, bool decay, const UnitStateView& v) {
-  const AdamWConstants c = adamw_constants(s, decay);
-  ok::StateConsts k;
-  static_assert(sizeof(k.adam) == sizeof(c));
-  std::memcpy(&k.adam, &c, sizeof c);
-  k.round_key = stochastic_round_key(v.rounding_seed, v.unit, s.step);
+// The int8 maps of the constants (all a codec needs).
+ok::StateConsts map_consts() {
+  ok::StateConsts k{};
   k.map_m = int8_map(false);
   k.mid_m = int8_midpoints(false);
   k.map_v = int8_map(true);
@@ -125,20 +123,34 @@ ok::StateConsts state_consts(const AdamWStep& s, bool decay, const UnitStateView
   return k;
 }
 
+ok::StateConsts state_consts(const AdamWStep& s, bool decay, const UnitStateView& v) {
+  const AdamWConstants c = adamw_constants(s, decay);
+  ok::StateConsts k = map_consts();
+  static_assert(sizeof(k.adam) == sizeof(c));
+  std::memcpy(&k.adam, &c, sizeof c);
+  k.round_key = stochastic_round_key(v.rounding_seed, v.unit, s.step);
+  return k;
+}
+
+// StateFormat{}: exactly adamw_update_ranges on the window.
+template <class G>
+void run_fp32(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint16_t* out,
+              std::span<const ParamRange> ranges, const AdamWStep& st, ThreadPool* pool,
+              CpuIsa isa) {
+  SF_CHECK(s.layout && s.layout->format == s.format, "adamw_update_state: unit ", s.unit,
+           " has no fp32 layout");
+  SF_CHECK(off >= 0 && len >= 0 && off + len <= s.layout->numel, "adamw_update_state: window [",
+           off, ", ", off + len, ") outside unit ", s.unit);
+  const std::vector<ParamRange> w = clip_ranges(ranges, off, len);
+  adamw_update_ranges(static_cast<float*>(s.master) + off, static_cast<float*>(s.m) + off,
+                      static_cast<float*>(s.v) + off, g, out, len, w, st, pool, isa);
+}
+
 template <class G>
 void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint16_t* out,
                std::span<const ParamRange> ranges, const AdamWStep& st, ThreadPool* pool,
                CpuIsa isa) {
-  if (s.format.is_fp32()) {
-    SF_CHECK(s.layout && s.layout->format == s.format, "adamw_update_state: unit ", s.unit,
-             " has no fp32 layout");
-    SF_CHECK(off >= 0 && len >= 0 && off + len <= s.layout->numel, "adamw_update_state: window [",
-             off, ", ", off + len, ") outside unit ", s.unit);
-    const std::vector<ParamRange> w = clip_ranges(ranges, off, len);
-    adamw_update_ranges(static_cast<float*>(s.master) + off, static_cast<float*>(s.m) + off,
-                        static_cast<float*>(s.v) + off, g, out, len, w, st, pool, isa);
-    return;
-  }
+  if (s.format.is_fp32()) return run_fp32(s, off, len, g, out, ranges, st, pool, isa);
   const ok::StateKernelTable& table = ok::state_kernel_table(isa);
   const ok::StateConsts kc[2] = {state_consts(st, false, s), state_consts(st, true, s)};
   const std::vector<Piece> tasks = cut_tasks(window_pieces(s, off, len, ranges,
@@ -173,9 +185,8 @@ void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uin
     for (size_t t = 0; t < tasks.size(); ++t) one(int64_t(t));
 }
 
-// Decodes n moments of format f at a (block scale `scale` for int8) into x.
-void decode_moments(MomentFormat f, const char* a, int64_t n, const float* map, float scale,
-                    float* x) {
+// Decodes n moments (of v if is_v) of format f at a (block scale `scale` for int8) into x.
+void decode_moments(MomentFormat f, bool is_v, const char* a, int64_t n, float scale, float* x) {
   if (f == MomentFormat::f32) std::memcpy(x, a, size_t(n) * 4);
   if (f == MomentFormat::bf16)
     for (int64_t i = 0; i < n; ++i) {
@@ -184,10 +195,11 @@ void decode_moments(MomentFormat f, const char* a, int64_t n, const float* map, 
       x[i] = bf16_to_f32(h);
     }
   if (f == MomentFormat::int8)
-    ok::int8_decode_block(reinterpret_cast<const uint8_t*>(a), n, map, scale, x);
+    ok::state_kernel_table(CpuIsa::automatic)
+        .int8_decode(reinterpret_cast<const uint8_t*>(a), n, is_v, scale, map_consts(), x);
 }
 
-void encode_moments(MomentFormat f, const float* x, int64_t n, const float* mid, char* a,
+void encode_moments(MomentFormat f, bool is_v, const float* x, int64_t n, char* a,
                     float* scale) {
   if (f == MomentFormat::f32) std::memcpy(a, x, size_t(n) * 4);
   if (f == MomentFormat::bf16)
@@ -196,7 +208,8 @@ void encode_moments(MomentFormat f, const float* x, int64_t n, const float* mid,
       std::memcpy(a + 2 * i, &h, 2);
     }
   if (f == MomentFormat::int8)
-    ok::int8_encode_block(x, n, mid, reinterpret_cast<uint8_t*>(a), scale);
+    ok::state_kernel_table(CpuIsa::automatic)
+        .int8_encode(x, n, is_v, map_consts(), reinterpret_cast<uint8_t*>(a), scale);
 }
 
 // Calls fn(range, b, n, moment byte offset, scale index) for every block of the window.
@@ -212,6 +225,14 @@ void for_each_window_block(const UnitStateView& s, int64_t off, int64_t len,
 }
 
 }  // namespace
+
+std::vector<StatePiece> state_window_pieces(const UnitStateView& state, int64_t off,
+                                            int64_t len, std::span<const ParamRange> ranges) {
+  std::vector<StatePiece> out;
+  for (const Piece& p : window_pieces(state, off, len, ranges, "state_window_pieces"))
+    out.push_back({p.r, p.b, p.e});
+  return out;
+}
 
 void adamw_update_state(const UnitStateView& state, int64_t off, int64_t len,
                         const float* grad, uint16_t* bf16_out,
@@ -238,10 +259,10 @@ void state_to_f32(const UnitStateView& s, int64_t off, int64_t len, float* maste
                                           : static_cast<float*>(s.master)[b + i];
     const bool q = r.moments == MomentFormat::int8;
     if (m)
-      decode_moments(r.moments, static_cast<char*>(s.m) + mo, n, int8_map(false),
+      decode_moments(r.moments, false, static_cast<char*>(s.m) + mo, n,
                      q ? s.m_scale[si] : 0.0f, m + (b - off));
     if (v)
-      decode_moments(r.moments, static_cast<char*>(s.v) + mo, n, int8_map(true),
+      decode_moments(r.moments, true, static_cast<char*>(s.v) + mo, n,
                      q ? s.v_scale[si] : 0.0f, v + (b - off));
   });
 }
@@ -262,11 +283,11 @@ void state_from_f32(const UnitStateView& s, int64_t off, int64_t len, const floa
       }
     const bool q = r.moments == MomentFormat::int8;
     if (m)
-      encode_moments(r.moments, m + (b - off), n, int8_midpoints(false),
-                     static_cast<char*>(s.m) + mo, q ? s.m_scale + si : nullptr);
+      encode_moments(r.moments, false, m + (b - off), n, static_cast<char*>(s.m) + mo,
+                     q ? s.m_scale + si : nullptr);
     if (v)
-      encode_moments(r.moments, v + (b - off), n, int8_midpoints(true),
-                     static_cast<char*>(s.v) + mo, q ? s.v_scale + si : nullptr);
+      encode_moments(r.moments, true, v + (b - off), n, static_cast<char*>(s.v) + mo,
+                     q ? s.v_scale + si : nullptr);
   });
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "optim/adamw_step.h"
 #include "optim/cpu_isa.h"
@@ -46,5 +47,17 @@ void state_to_f32(const UnitStateView& state, int64_t off, int64_t len, float* m
                   float* m, float* v, std::span<const ParamRange> ranges);
 void state_from_f32(const UnitStateView& state, int64_t off, int64_t len, const float* master,
                     const float* m, const float* v, std::span<const ParamRange> ranges);
+
+// The part [begin, end) (unit indices) of one layout range inside a window.
+struct StatePiece {
+  const RangeStateLayout* range;
+  int64_t begin, end;
+};
+// The window's pieces of `ranges` (the unit's full ranges, each one of the layout's), in
+// order, after the checks adamw_update_state makes (window inside the unit, no int8 block
+// split; throws Error(internal) naming the unit otherwise). For other executors of the same
+// update (the CUDA backend).
+std::vector<StatePiece> state_window_pieces(const UnitStateView& state, int64_t off,
+                                            int64_t len, std::span<const ParamRange> ranges);
 
 }  // namespace sf

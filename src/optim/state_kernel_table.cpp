@@ -13,7 +13,8 @@ namespace {
                      {state_f32_int8_f32_##ISA, state_f32_int8_bf16_##ISA}},   \
                     {{state_bf16_f32_f32_##ISA, state_bf16_f32_bf16_##ISA},    \
                      {state_bf16_bf16_f32_##ISA, state_bf16_bf16_bf16_##ISA},  \
-                     {state_bf16_int8_f32_##ISA, state_bf16_int8_bf16_##ISA}}}}
+                     {state_bf16_int8_f32_##ISA, state_bf16_int8_bf16_##ISA}}}, \
+                   int8_encode_##ISA, int8_decode_##ISA}
 constexpr StateKernelTable kScalar = SF_STATE_TABLE(scalar);
 constexpr StateKernelTable kAvx2 = SF_STATE_TABLE(avx2);
 constexpr StateKernelTable kAvx512 = SF_STATE_TABLE(avx512);

@@ -46,7 +46,9 @@ struct StateConsts {
 using StateKernel = void (*)(const StateTask&, const StateConsts&);
 
 // Kernel names: state_<grad>_<moments>_<master>_<isa>, grad f32|bf16, moments f32|bf16|int8,
-// master f32|bf16 (bf16: stochastic rounding).
+// master f32|bf16 (bf16: stochastic rounding). int8_encode / int8_decode: one block (n <=
+// kBlock) of the v map (is_v) or the m map to / from fp32, as int8_encode_block /
+// int8_decode_block below (the state_from_f32 / state_to_f32 conversions).
 #define SF_STATE_KERNELS_FOR(ISA)                                          \
   void state_f32_f32_f32_##ISA(const StateTask&, const StateConsts&);     \
   void state_f32_f32_bf16_##ISA(const StateTask&, const StateConsts&);    \
@@ -59,7 +61,11 @@ using StateKernel = void (*)(const StateTask&, const StateConsts&);
   void state_bf16_bf16_f32_##ISA(const StateTask&, const StateConsts&);   \
   void state_bf16_bf16_bf16_##ISA(const StateTask&, const StateConsts&);  \
   void state_bf16_int8_f32_##ISA(const StateTask&, const StateConsts&);   \
-  void state_bf16_int8_bf16_##ISA(const StateTask&, const StateConsts&);
+  void state_bf16_int8_bf16_##ISA(const StateTask&, const StateConsts&); \
+  void int8_encode_##ISA(const float* x, int64_t n, bool is_v, const StateConsts& c, \
+                         uint8_t* codes, float* scale);                               \
+  void int8_decode_##ISA(const uint8_t* codes, int64_t n, bool is_v, float scale,     \
+                         const StateConsts& c, float* x);
 SF_STATE_KERNELS_FOR(scalar)
 SF_STATE_KERNELS_FOR(avx2)
 SF_STATE_KERNELS_FOR(avx512)

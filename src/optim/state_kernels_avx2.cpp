@@ -67,11 +67,28 @@ inline void store_codes(uint8_t* c, VI x) {  // lanes < 256
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(c), _mm_packus_epi16(w, w));
 }
-inline V gather(const float* t, VI i) { return _mm256_i32gather_ps(t, i, 4); }
-inline VI add_if_gt(VI c, V y, V t, int b) {
-  const VI gt = _mm256_castps_si256(_mm256_cmp_ps(y, t, _CMP_GT_OQ));
-  return _mm256_add_epi32(c, _mm256_and_si256(gt, _mm256_set1_epi32(b)));
-}
+
+// Masks are all-ones / all-zero 32-bit lanes.
+using M = __m256i;
+inline VI vi_sub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+inline VI vi_and(VI a, VI b) { return _mm256_and_si256(a, b); }
+inline VI vi_or(VI a, VI b) { return _mm256_or_si256(a, b); }
+inline VI vi_min(VI a, VI b) { return _mm256_min_epi32(a, b); }
+template <int kBits>
+inline VI vi_shl(VI a) { return _mm256_slli_epi32(a, kBits); }
+inline VI as_int(V a) { return _mm256_castps_si256(a); }
+inline V as_float(VI a) { return _mm256_castsi256_ps(a); }
+inline M vf_ge(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
+inline M vf_le(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LE_OQ)); }
+inline M vf_lt(V a, V b) { return as_int(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+inline M vf_nan(V a) { return as_int(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+inline M vi_eq(VI a, VI b) { return _mm256_cmpeq_epi32(a, b); }
+inline M vi_lt(VI a, VI b) { return _mm256_cmpgt_epi32(b, a); }
+inline VI vi_sel(M m, VI a, VI b) { return _mm256_blendv_epi8(b, a, m); }
+inline V vf_sel(M m, V a, V b) { return _mm256_blendv_ps(b, a, as_float(m)); }
+inline VI vi_inc_if(VI c, M m) { return _mm256_sub_epi32(c, m); }  // m is -1 where set
+inline V vtable8(const float* t) { return _mm256_loadu_ps(t); }
+inline V vlookup8(V table, VI idx) { return _mm256_permutevar8x32_ps(table, idx); }  // idx & 7
 
 }  // namespace
 

@@ -68,11 +68,31 @@ inline VI load_codes(const uint8_t* c) {
 inline void store_codes(uint8_t* c, VI x) {  // lanes < 256
   _mm_storeu_si128(reinterpret_cast<__m128i*>(c), _mm512_cvtepi32_epi8(x));
 }
-inline V gather(const float* t, VI i) { return _mm512_i32gather_ps(i, t, 4); }
-inline VI add_if_gt(VI c, V y, V t, int b) {
-  const __mmask16 gt = _mm512_cmp_ps_mask(y, t, _CMP_GT_OQ);
-  return _mm512_mask_add_epi32(c, gt, c, _mm512_set1_epi32(b));
+
+using M = __mmask16;
+inline VI vi_sub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+inline VI vi_and(VI a, VI b) { return _mm512_and_si512(a, b); }
+inline VI vi_or(VI a, VI b) { return _mm512_or_si512(a, b); }
+inline VI vi_min(VI a, VI b) { return _mm512_min_epi32(a, b); }
+template <int kBits>
+inline VI vi_shl(VI a) { return _mm512_slli_epi32(a, kBits); }
+inline VI as_int(V a) { return _mm512_castps_si512(a); }
+inline V as_float(VI a) { return _mm512_castsi512_ps(a); }
+inline M vf_ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+inline M vf_le(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+inline M vf_lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline M vf_nan(V a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+inline M vi_eq(VI a, VI b) { return _mm512_cmpeq_epi32_mask(a, b); }
+inline M vi_lt(VI a, VI b) { return _mm512_cmplt_epi32_mask(a, b); }
+inline VI vi_sel(M m, VI a, VI b) { return _mm512_mask_mov_epi32(b, m, a); }
+inline V vf_sel(M m, V a, V b) { return _mm512_mask_mov_ps(b, m, a); }
+inline VI vi_inc_if(VI c, M m) { return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1)); }
+// The 8 entries twice, so that the 4-bit permute index k & 15 reads entry k & 7.
+inline V vtable8(const float* t) {
+  const __m256 h = _mm256_loadu_ps(t);
+  return _mm512_insertf32x8(_mm512_castps256_ps512(h), h, 1);
 }
+inline V vlookup8(V table, VI idx) { return _mm512_permutexvar_ps(idx, table); }
 
 }  // namespace
 

@@ -113,6 +113,15 @@ void int8_decode_block(const uint8_t* codes, int64_t n, const float* map, float 
   for (int64_t i = 0; i < n; ++i) x[i] = map[codes[i]] * scale;
 }
 
+void int8_encode_scalar(const float* x, int64_t n, bool is_v, const StateConsts& c,
+                        uint8_t* codes, float* scale) {
+  int8_encode_block(x, n, is_v ? c.mid_v : c.mid_m, codes, scale);
+}
+void int8_decode_scalar(const uint8_t* codes, int64_t n, bool is_v, float scale,
+                        const StateConsts& c, float* x) {
+  int8_decode_block(codes, n, is_v ? c.map_v : c.map_m, scale, x);
+}
+
 #define SF_STATE_KERNEL(G, GN, MOM, MN, BM, BMN)                                   \
   void state_##GN##_##MN##_##BMN##_scalar(const StateTask& t, const StateConsts& c) { \
     state_step<G, MOM, BM>(t, c);                                                    \

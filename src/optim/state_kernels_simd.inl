@@ -1,18 +1,34 @@
 // The compact-state AdamW loops (state_kernels.h) of state_kernels_avx2.cpp and
 // state_kernels_avx512.cpp, written once over the primitives each of those files defines in
 // its anonymous namespace before including this one:
-//   V / VI (float / int32 vectors), kLanes, vload, vstore, vset1, vadd, vsub, vmul, vdiv,
-//   vsqrt, vabs, vmax (returns its first operand iff it is greater, else the second),
-//   load_grad(const float*), load_bf16(const uint16_t*) (bf16 bits widened exactly),
-//   bf16_bits(V) (round to nearest even, in 32-bit lanes), round_bits(V, VI noise)
-//   (stochastic: state_format.h), store_u16(uint16_t*, VI), load_codes / store_codes
-//   (kLanes uint8 codes), gather(const float*, VI), add_if_gt(VI c, V y, V t, int b)
-//   (c + b where y > t), vi_iota (0, 1, ..., kLanes - 1), vi_set1, vi_add, vi_xor, vi_mul,
-//   vi_shr (logical),
+//   V / VI (float / int32 vectors), M (their lane mask), kLanes, vload, vstore, vset1,
+//   vadd, vsub, vmul, vdiv, vsqrt, vabs, vmax (returns its first operand iff it is greater,
+//   else the second), load_grad(const float*), load_bf16(const uint16_t*) (bf16 bits
+//   widened exactly), bf16_bits(V) (round to nearest even, in 32-bit lanes),
+//   round_bits(V, VI noise) (stochastic: state_format.h), store_u16(uint16_t*, VI),
+//   load_codes / store_codes (kLanes uint8 codes), vi_iota (0, 1, ..., kLanes - 1),
+//   vi_set1, vi_add, vi_sub, vi_and, vi_or, vi_xor, vi_mul, vi_min (signed), vi_shr<k>
+//   (logical), vi_shl<k>, as_int / as_float (bit casts), vf_ge / vf_le / vf_lt / vf_nan
+//   (float compares, ordered), vi_eq / vi_lt (signed int compares), vi_sel / vf_sel
+//   (mask ? a : b), vi_inc_if (c + 1 where the mask is set), vtable8 (a table of 8 floats
+//   for vlookup8), vlookup8 (table[idx & 7] per lane),
 // and SF_SIMD_NAME(name), which gives an exported kernel its ISA suffix.
 // Same IEEE operations in the same order as state_kernels_scalar.cpp, no FMA: bitwise equal.
 // The int8 tail (a block's last n % kLanes elements) runs the vector code on zero-padded
 // copies: lanes are independent, so its bits are the scalar ones.
+//
+// int8 codecs without table gathers: the maps are 2^(-k/8) (state_format.h), i.e.
+// M_k = M_(k % 8) * 2^-(k / 8) exactly, and every midpoint between M_k and M_(k+1) is
+// D_(k % 8) * 2^-(k / 8) with D_j = the midpoints of the first octave, all in (0.5, 1):
+// scaling by a power of two is exact in fp32, so the map's midpoints are D_j times powers of
+// two bit for bit. Hence, for y >= 0 and a = |y| in the octave [2^-(e+1), 2^-e), the index k
+// of the nearest magnitude M_k (the count of midpoints >= a, which fixes the scalar
+// search's code 255 - k) is the 8 e midpoints of the octaves above plus those of its own
+// octave that are >= a (D_j >= a * 2^e), capped at the last magnitude; or the zero code
+// when a is at or below the midpoint to zero. For y < 0 the
+// count of midpoints below y treats a tie the other way (toward the larger magnitude): the
+// same formula applied to the next float above a. M_0..M_7, D_j and the zero midpoints are
+// read from the tables the scalar kernel searches.
 namespace {
 
 enum Mom { kF32 = 0, kBf16 = 1, kInt8 = 2 };
@@ -109,18 +125,110 @@ void dense_step(const StateTask& t, const StateConsts& c, StateKernel tail) {
   tail(r, c);
 }
 
+// The tables' structure constants (see above).
+struct QuantK {
+  V c8;            // M_0..M_7 (vtable8)
+  V d[8];          // D_0..D_7, descending
+  V z_pos, z_neg;  // m: the midpoints between 0 and +M_127, -M_126 (magnitudes)
+  V z_v;           // v: the midpoint between 0 and M_254
+};
+QuantK quant_consts(const StateConsts& c) {
+  QuantK q;
+  float c8[8];
+  for (int j = 0; j < 8; ++j) {
+    c8[j] = c.map_v[255 - j];
+    q.d[j] = vset1(c.mid_v[254 - j]);
+  }
+  q.c8 = vtable8(c8);
+  q.z_pos = vset1(c.mid_m[kZeroCodeM]);
+  q.z_neg = vset1(-c.mid_m[kZeroCodeM - 1]);
+  q.z_v = vset1(c.mid_v[0]);
+  return q;
+}
+
+// k = 8 e + #{j : D_j >= a * 2^e} for the magnitude with bits abits (a in (0, 1 + ulp]).
+inline VI magnitude_index(VI abits, const QuantK& q) {
+  const VI e = vi_sub(vi_set1(126), vi_shr<23>(abits));
+  const V r = as_float(vi_or(vi_and(abits, vi_set1(0x007fffffu)), vi_set1(126u << 23)));
+  VI cnt = vi_set1(0);
+  for (int j = 0; j < 8; ++j) cnt = vi_inc_if(cnt, vf_ge(q.d[j], r));
+  return vi_add(vi_shl<3>(e), cnt);
+}
+
+// The m map's codes of y: -M_k at code k (k <= 126), 0 at 127, +M_k at 255 - k (k <= 127).
+inline VI code_m(V y, const QuantK& q) {
+  const VI yb = as_int(y);
+  const VI neg = vi_shr<31>(yb);                               // 1 for y < 0 (and -0)
+  const VI ab = vi_add(vi_and(yb, vi_set1(0x7fffffffu)), neg);  // a, or the float above a
+  const M is_neg = vi_eq(neg, vi_set1(1));
+  const VI k = vi_min(magnitude_index(ab, q), vi_sub(vi_set1(127), neg));
+  VI code = vi_sel(is_neg, k, vi_sub(vi_set1(255), k));
+  code = vi_sel(vf_le(as_float(ab), vf_sel(is_neg, q.z_neg, q.z_pos)), vi_set1(kZeroCodeM), code);
+  return vi_sel(vf_nan(y), vi_set1(0), code);  // NaN is below no midpoint: code 0
+}
+
+// The v map's codes: 0 at code 0, M_k at 255 - k (k <= 254); y < 0 and NaN give code 0.
+inline VI code_v(V y, const QuantK& q) {
+  const VI yb = as_int(y);
+  const VI ab = vi_add(vi_and(yb, vi_set1(0x7fffffffu)), vi_shr<31>(yb));
+  const VI k = vi_min(magnitude_index(ab, q), vi_set1(254));
+  VI code = vi_sel(vf_le(as_float(ab), q.z_v), vi_set1(0), vi_sub(vi_set1(255), k));
+  return vi_sel(vf_nan(y), vi_set1(0), vi_sel(vf_lt(y, vset1(0.0f)), vi_set1(0), code));
+}
+
+// M_k = M_(k % 8) * 2^-(k / 8) (an exact power-of-two product), for k <= 254.
+inline V magnitude(VI k, const QuantK& q) {
+  const V pow2 = as_float(vi_shl<23>(vi_sub(vi_set1(127), vi_shr<3>(k))));
+  return vmul(vlookup8(q.c8, k), pow2);
+}
+// map_m[code] and map_v[code], bit for bit.
+inline V value_m(VI code, const QuantK& q) {
+  const M neg = vi_lt(code, vi_set1(kZeroCodeM));
+  const VI k = vi_sel(neg, code, vi_sub(vi_set1(255), code));
+  const V mag = magnitude(k, q);
+  const V x = as_float(vi_or(as_int(mag), vi_sel(neg, vi_set1(0x80000000u), vi_set1(0))));
+  return vf_sel(vi_eq(code, vi_set1(kZeroCodeM)), vset1(0.0f), x);
+}
+inline V value_v(VI code, const QuantK& q) {
+  const V x = magnitude(vi_sub(vi_set1(255), code), q);
+  return vf_sel(vi_eq(code, vi_set1(0)), vset1(0.0f), x);
+}
+
+// kLanes codes of x / d.
+template <bool kIsV>
+inline VI int8_codes(V x, V d, const QuantK& q) {
+  const V y = vdiv(x, d);
+  if constexpr (kIsV) return code_v(y, q);
+  else return code_m(y, q);
+}
+
+// Encodes x[0, n) (x readable up to a whole vector past n) into codes and *scale.
+template <bool kIsV>
+inline void int8_encode(const float* x, int64_t n, float a, const QuantK& q, uint8_t* codes,
+                        float* scale) {
+  const V d = vset1(a > 0.0f ? a : 1.0f);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store_codes(codes + i, int8_codes<kIsV>(vload(x + i), d, q));
+  if (i < n) {
+    uint8_t tmp[kLanes];
+    store_codes(tmp, int8_codes<kIsV>(vload(x + i), d, q));
+    for (int64_t j = 0; j < n - i; ++j) codes[i + j] = tmp[j];
+  }
+  *scale = a;
+}
+
 // Decode, update and stage one vector of an int8 block: mb / vb receive the new moments,
 // amax_m / amax_v their running absmax.
 template <class G, bool kBf16Master>
 inline void int8_update_vec(const G* g, void* master, uint16_t* out, const uint8_t* mc,
-                            const uint8_t* vc, int64_t i, const Vc& k, const StateConsts& c,
-                            uint32_t index, V ms, V vs, float* mb, float* vb, V& amax_m,
-                            V& amax_v) {
+                            const uint8_t* vc, int64_t i, const Vc& k, const QuantK& q,
+                            uint32_t key, uint32_t index, V ms, V vs, float* mb, float* vb,
+                            V& amax_m, V& amax_v) {
   V p = load_master<kBf16Master>(master, i);
-  V m = vmul(gather(c.map_m, load_codes(mc + i)), ms);
-  V v = vmul(gather(c.map_v, load_codes(vc + i)), vs);
+  V m = vmul(value_m(load_codes(mc + i), q), ms);
+  V v = vmul(value_v(load_codes(vc + i), q), vs);
   update_v(load_g(g + i), p, m, v, k);
-  store_master<kBf16Master>(master, out, i, p, c.round_key, index);
+  store_master<kBf16Master>(master, out, i, p, key, index);
   vstore(mb + i, m);
   vstore(vb + i, v);
   amax_m = vmax(vabs(m), amax_m);
@@ -136,28 +244,6 @@ inline float lanes_max(V a) {
   return r;
 }
 
-// kLanes codes of x / d (the count of midpoints below it, as int8_code in the scalar file).
-inline VI int8_codes(V x, V d, const float* mid) {
-  const V y = vdiv(x, d);
-  VI c = vi_set1(0);
-  for (int b = 128; b >= 1; b >>= 1) c = add_if_gt(c, y, gather(mid, vi_add(c, vi_set1(uint32_t(b - 1)))), b);
-  return c;
-}
-
-// Encodes x[0, n) (x readable up to a whole vector past n) into codes and *scale.
-inline void int8_encode(const float* x, int64_t n, float a, const float* mid, uint8_t* codes,
-                        float* scale) {
-  const V d = vset1(a > 0.0f ? a : 1.0f);
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store_codes(codes + i, int8_codes(vload(x + i), d, mid));
-  if (i < n) {
-    uint8_t tmp[kLanes];
-    store_codes(tmp, int8_codes(vload(x + i), d, mid));
-    for (int64_t j = 0; j < n - i; ++j) codes[i + j] = tmp[j];
-  }
-  *scale = a;
-}
-
 // One int8 block (n <= kBlock): decode + update + stage, then encode both moments.
 template <class G, bool kBf16Master>
 void int8_step(const StateTask& t, const StateConsts& c) {
@@ -165,13 +251,14 @@ void int8_step(const StateTask& t, const StateConsts& c) {
   const uint8_t* mc = static_cast<const uint8_t*>(t.m);
   const uint8_t* vc = static_cast<const uint8_t*>(t.v);
   const Vc k = broadcast(c.adam);
+  const QuantK q = quant_consts(c);
   const V ms = vset1(*t.m_scale), vs = vset1(*t.v_scale);
   alignas(64) float mb[kBlock + kLanes], vb[kBlock + kLanes];
   V amax_m = vset1(0.0f), amax_v = vset1(0.0f);
   int64_t i = 0;
   for (; i + kLanes <= t.n; i += kLanes)
-    int8_update_vec<G, kBf16Master>(g, t.master, t.out, mc, vc, i, k, c, t.index, ms, vs, mb,
-                                    vb, amax_m, amax_v);
+    int8_update_vec<G, kBf16Master>(g, t.master, t.out, mc, vc, i, k, q, c.round_key, t.index,
+                                    ms, vs, mb, vb, amax_m, amax_v);
   if (i < t.n) {
     // Zero-padded copies of the tail; padding codes decode to 0, so padding lanes stay 0 and
     // leave the absmax alone.
@@ -192,19 +279,45 @@ void int8_step(const StateTask& t, const StateConsts& c) {
     }
     const unsigned char* msrc = static_cast<const unsigned char*>(t.master) + size_t(i) * kMs;
     for (size_t j = 0; j < size_t(r) * kMs; ++j) pt[j] = msrc[j];
-    int8_update_vec<G, kBf16Master>(gt, pt, t.out ? ot : nullptr, mct, vct, 0, k, c,
-                                    t.index + uint32_t(i), ms, vs, mb + i, vb + i, amax_m,
-                                    amax_v);
+    int8_update_vec<G, kBf16Master>(gt, pt, t.out ? ot : nullptr, mct, vct, 0, k, q,
+                                    c.round_key, t.index + uint32_t(i), ms, vs, mb + i, vb + i,
+                                    amax_m, amax_v);
     unsigned char* mdst = static_cast<unsigned char*>(t.master) + size_t(i) * kMs;
     for (size_t j = 0; j < size_t(r) * kMs; ++j) mdst[j] = pt[j];
     if (t.out)
       for (int64_t j = 0; j < r; ++j) t.out[i + j] = ot[j];
   }
-  int8_encode(mb, t.n, lanes_max(amax_m), c.mid_m, static_cast<uint8_t*>(t.m), t.m_scale);
-  int8_encode(vb, t.n, lanes_max(amax_v), c.mid_v, static_cast<uint8_t*>(t.v), t.v_scale);
+  int8_encode<false>(mb, t.n, lanes_max(amax_m), q, static_cast<uint8_t*>(t.m), t.m_scale);
+  int8_encode<true>(vb, t.n, lanes_max(amax_v), q, static_cast<uint8_t*>(t.v), t.v_scale);
 }
 
 }  // namespace
+
+// The block codecs: the vector code on whole vectors, zero-padded copies for the tail.
+void SF_SIMD_NAME(int8_encode)(const float* x, int64_t n, bool is_v, const StateConsts& c,
+                               uint8_t* codes, float* scale) {
+  const QuantK q = quant_consts(c);
+  alignas(64) float xb[kBlock + kLanes] = {};
+  V amax = vset1(0.0f);
+  for (int64_t i = 0; i < n; ++i) xb[i] = x[i];
+  for (int64_t i = 0; i < n; i += kLanes) amax = vmax(vabs(vload(xb + i)), amax);
+  if (is_v)
+    int8_encode<true>(xb, n, lanes_max(amax), q, codes, scale);
+  else
+    int8_encode<false>(xb, n, lanes_max(amax), q, codes, scale);
+}
+void SF_SIMD_NAME(int8_decode)(const uint8_t* codes, int64_t n, bool is_v, float scale,
+                               const StateConsts& c, float* x) {
+  const QuantK q = quant_consts(c);
+  const V s = vset1(scale);
+  uint8_t cb[kBlock + kLanes];
+  for (int64_t i = 0; i < n; ++i) cb[i] = codes[i];
+  for (int64_t i = n; i < n + kLanes; ++i) cb[i] = is_v ? 0 : kZeroCodeM;
+  alignas(64) float xb[kBlock + kLanes];
+  for (int64_t i = 0; i < n; i += kLanes)
+    vstore(xb + i, vmul(is_v ? value_v(load_codes(cb + i), q) : value_m(load_codes(cb + i), q), s));
+  for (int64_t i = 0; i < n; ++i) x[i] = xb[i];
+}
 
 #define SF_STATE_DENSE(GT, GN, MOM, MN, BM, BMN)                                             \
   void SF_SIMD_NAME(state_##GN##_##MN##_##BMN)(const StateTask& t, const StateConsts& c) { \

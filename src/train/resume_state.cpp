@@ -2,6 +2,7 @@
 // after validation, converted through fp32 when the formats differ.
 #include "train/resume_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -147,19 +148,39 @@ ResumeFiles open_resume_files(const fs::path& dir, size_t n_units) {
   return r;
 }
 
-// Unit u of the files (in their format) converted into the store's format.
+// Unit u of the files (in their format) converted into the store's format, through fp32
+// windows of 16M elements (192 MiB of scratch; a copy of the unit's state as the file holds
+// it is the larger cost, up to 12 bytes per element of the largest unit).
 void convert_unit(const ResumeFiles& r, const ModelLayout& layout, ParamStore& store, int u) {
+  constexpr int64_t kChunk = int64_t(1) << 24;
   const StateUnit unit{store.numel(u), store.ranges(u)};
   ParamStore saved({unit}, r.format);  // one unit in the checkpoint's format
   for (Part p : kParts)
     read_unit_part(r.files[size_t(p)], p, resume_unit_name(layout, u), saved.state(0));
-  const size_t n = size_t(unit.numel);
-  std::vector<float> w(n, 0.f), m(n, 0.f), v(n, 0.f);  // padding stays 0
-  state_to_f32(saved.state(0), 0, unit.numel, w.data(), m.data(), v.data(), unit.ranges);
-  state_from_f32(store.state(u), 0, unit.numel, w.data(), m.data(), v.data(), unit.ranges);
+  const size_t n = size_t(std::min(kChunk, unit.numel));
+  std::vector<float> w(n), m(n), v(n);
+  for_each_state_window(unit, kChunk, [&](int64_t off, int64_t len) {
+    state_to_f32(saved.state(0), off, len, w.data(), m.data(), v.data(), unit.ranges);
+    state_from_f32(store.state(u), off, len, w.data(), m.data(), v.data(), unit.ranges);
+  });
 }
 
 }  // namespace
+
+void for_each_state_window(const StateUnit& unit, int64_t chunk,
+                           const std::function<void(int64_t off, int64_t len)>& fn) {
+  SF_CHECK(chunk >= 2 * kStateBlock, "for_each_state_window: chunk ", chunk, " is below two blocks");
+  for (const ParamRange& r : unit.ranges) {
+    const int64_t end = r.offset + r.numel;
+    const int64_t step = r.row > 0 ? r.row * std::max<int64_t>(1, chunk / r.row) : chunk;
+    for (int64_t a = r.offset; a < end;) {
+      int64_t b = std::min(end, a + step);
+      if (r.row == 0 && b < end) b = b / kStateBlock * kStateBlock;  // > a: step >= 2 blocks
+      fn(a, b - a);
+      a = b;
+    }
+  }
+}
 
 std::string resume_unit_name(const ModelLayout& layout, int u) {
   const Unit& unit = layout.units[size_t(u)];

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "model/param_layout.h"
@@ -23,6 +24,13 @@ namespace sf {
 
 // "embedding", "layers.<i>", "head": unit u's tensor name in the resume files.
 std::string resume_unit_name(const ModelLayout& layout, int u);
+
+// Calls fn(off, len) for windows of about `chunk` (>= 2 * kStateBlock) elements that cover
+// every range of `unit` in order, each inside one range and splitting no int8 block
+// (state_format.h's grid: absolute multiples of kStateBlock, or whole rows of a row > 0
+// range): the windows state_to_f32 / state_from_f32 take, for converting a unit piecewise.
+void for_each_state_window(const StateUnit& unit, int64_t chunk,
+                           const std::function<void(int64_t off, int64_t len)>& fn);
 
 // Writes master, m and v of every unit of `store` into dir (resume/), recording `step`.
 void write_resume_tensors(const std::filesystem::path& dir, const ModelLayout& layout,

@@ -86,8 +86,8 @@ int64_t rows_per_epoch(TrainStream& train) {
 // otherwise train in another one, silently).
 void check_state_format(StateFormat got, StateFormat asked, const char* engine) {
   SF_REQUIRE(got == asked, "--optimizer-state ", moment_format_name(asked.moments),
-             " --master-weights ", master_format_name(asked.master), ": the ", engine,
-             " does not keep its training state in this format yet (it holds optimizer-state ",
+             " --master-weights ", master_format_name(asked.master), ": the engine (", engine,
+             ") does not keep its training state in this format yet (it holds optimizer-state ",
              moment_format_name(got.moments), ", master-weights ", master_format_name(got.master),
              "); use --optimizer-state fp32 --master-weights fp32");
 }

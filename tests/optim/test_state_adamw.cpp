@@ -4,6 +4,7 @@
 // stochastic rounding (unbiased, deterministic), fp32 round trips, refused windows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <bit>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "optim/cpu_isa.h"
 #include "optim/state_adamw.h"
 #include "optim/state_format.h"
+#include "optim/state_kernel_table.h"
 #include "test_util.h"
 
 using namespace sf;
@@ -95,6 +97,12 @@ TEST(StateFormat, BytesPerParamMeetTargets) {
   EXPECT_EQ(unit_state_bytes(u, {MomentFormat::bf16, MasterFormat::bf16}), size_t(6 * u.numel));
   EXPECT_LE(unit_state_bytes(u, {MomentFormat::int8, MasterFormat::f32}) / n, 6.1);
   EXPECT_LE(unit_state_bytes(u, {MomentFormat::int8, MasterFormat::bf16}) / n, 4.1);
+  // An embedding table cut per row (576 = 2.25 blocks: 3 scales per row) meets them too.
+  StateUnit emb;
+  emb.numel = 49152 * 576;
+  emb.ranges = {{0, emb.numel, true, 576}};
+  EXPECT_LE(unit_state_bytes(emb, {MomentFormat::int8, MasterFormat::f32}) / double(emb.numel), 6.1);
+  EXPECT_LE(unit_state_bytes(emb, {MomentFormat::int8, MasterFormat::bf16}) / double(emb.numel), 4.1);
   const UnitStateLayout L = unit_state_layout(u, {MomentFormat::int8, MasterFormat::bf16});
   EXPECT_EQ(L.ranges[0].moments, MomentFormat::f32);
   EXPECT_EQ(L.ranges[1].moments, MomentFormat::int8);
@@ -354,9 +362,11 @@ TEST(StateAdamW, Bf16OutIsTheNewMaster) {
 // RMS weight difference d must stay within a * |p| + b * |displacement| (RMS over elements;
 // displacement = the fp32 run's p_T - p_0):
 //  - b: the moments' encoding changes each step's update m / (sqrt(v) + eps) by at most
-//    (relative) half the m spacing plus half the sqrt(v) spacing, so the weights move by at
-//    most that fraction of the displacement if every step's error had the same sign:
-//    bf16 (2^-8 + 2^-9 = 0.6%): b = 1e-2; int8 (4.4% + 2.2%): b = 0.1.
+//    (relative) half the m spacing plus half the sqrt(v) spacing: bf16 2^-8 + 2^-9 = 0.6%,
+//    int8 4.5% + 2.2% = 6.7%. If every step's error had one sign the weights would lose that
+//    fraction of the displacement; the moments' recurrences can carry errors further, but
+//    nearest rounding errors alternate in sign, so the per-step bound is the scale used:
+//    b = 1e-2 (bf16; measured 3e-3) and b = 0.1 (int8; measured 0.06).
 //  - a: bf16 master rounds stochastically each step: an unbiased error with standard
 //    deviation <= half a bf16 ulp <= 2^-8 |p|, independent per step, so after T steps
 //    <= sqrt(T) * 2^-8 |p|: a = sqrt(200) / 256 = 0.055. fp32 master: a = 0.
@@ -481,6 +491,138 @@ TEST(StateAdamW, RowRangeWindows) {
   EXPECT_THROW(adamw_update_state(st.view, 576 * 3, 288, g.data(), nullptr, u.ranges,
                                   step_at(1), nullptr),
                Error);
+}
+
+
+namespace ok = sf::optim_kernels;
+
+ok::StateConsts codec_consts() {
+  ok::StateConsts c{};
+  c.map_m = int8_map(false);
+  c.mid_m = int8_midpoints(false);
+  c.map_v = int8_map(true);
+  c.mid_v = int8_midpoints(true);
+  return c;
+}
+
+// Values that probe every decision of the int8 quantiser, normalised to absmax 1: each map
+// entry, each midpoint exactly (a tie) and the floats either side of it, both signs, zeros,
+// a denormal, NaN.
+std::vector<float> codec_probes(bool is_v) {
+  std::vector<float> x;
+  const float* map = int8_map(is_v);
+  const float* mid = int8_midpoints(is_v);
+  for (int k = 0; k < 256; ++k) x.push_back(map[k]);
+  for (int k = 0; k < 255; ++k)
+    for (float y : {mid[k], std::nextafter(mid[k], -2.f), std::nextafter(mid[k], 2.f)})
+      x.push_back(y);
+  if (!is_v) {
+    const size_t n = x.size();
+    for (size_t i = 0; i < n; ++i) x.push_back(-x[i]);
+  }
+  for (float y : {0.0f, -0.0f, 1e-40f, 1.0f, NAN}) x.push_back(y);
+  return x;
+}
+
+// The SIMD int8 codecs (which exploit the maps' octave structure instead of searching them)
+// give the scalar search's codes for every probe, and decode every code to map[code] * scale.
+TEST(StateFormat, Int8CodecsAgreeAcrossIsasOnTies) {
+  const ok::StateConsts c = codec_consts();
+  const ok::StateKernelTable& ref = ok::state_kernel_table(CpuIsa::scalar);
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_isa_supported(isa)) continue;
+    const ok::StateKernelTable& t = ok::state_kernel_table(isa);
+    for (bool is_v : {false, true}) {
+      const std::vector<float> x = codec_probes(is_v);
+      // Blocks of every length 1..256 at every start, so that vector tails see each probe.
+      for (size_t b = 0; b < x.size(); b += 97) {
+        const int64_t n = std::min<int64_t>(int64_t(x.size() - b), 1 + int64_t(b % 256));
+        uint8_t c1[256], c2[256];
+        float s1 = -1, s2 = -2;
+        ref.int8_encode(x.data() + b, n, is_v, c, c1, &s1);
+        t.int8_encode(x.data() + b, n, is_v, c, c2, &s2);
+        ASSERT_EQ(std::bit_cast<uint32_t>(s1), std::bit_cast<uint32_t>(s2));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(c1[i], c2[i]) << cpu_isa_name(isa) << " is_v " << is_v << " x "
+                                  << x[b + size_t(i)] << " scale " << s1;
+      }
+      // Every probe at scale 1 (a block holding +-1 and the probe).
+      for (float y : x) {
+        const float blk[2] = {is_v ? 1.0f : -1.0f, y};
+        uint8_t c1[2], c2[2];
+        float s1, s2;
+        ref.int8_encode(blk, 2, is_v, c, c1, &s1);
+        t.int8_encode(blk, 2, is_v, c, c2, &s2);
+        ASSERT_EQ(c1[1], c2[1]) << cpu_isa_name(isa) << " is_v " << is_v << " y " << y;
+      }
+      uint8_t all[256];
+      for (int k = 0; k < 256; ++k) all[k] = uint8_t(k);
+      for (float scale : {1.0f, 0.37f, 0.0f}) {
+        float d1[256], d2[256];
+        ref.int8_decode(all, 256, is_v, scale, c, d1);
+        t.int8_decode(all, 256, is_v, scale, c, d2);
+        for (int k = 0; k < 256; ++k) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(d1[k]), std::bit_cast<uint32_t>(int8_map(is_v)[k] * scale));
+          ASSERT_EQ(std::bit_cast<uint32_t>(d1[k]), std::bit_cast<uint32_t>(d2[k]))
+              << cpu_isa_name(isa) << " code " << k;
+        }
+      }
+    }
+  }
+}
+
+// Each variant's table row holds that variant's kernels (a row wired to scalar would pass
+// every cross-ISA test without running SIMD code).
+TEST(StateFormat, KernelTableRowsAreTheirOwn) {
+  EXPECT_EQ(ok::state_kernel_table(CpuIsa::scalar).k[1][2][1], &ok::state_bf16_int8_bf16_scalar);
+  EXPECT_EQ(ok::state_kernel_table(CpuIsa::scalar).int8_encode, &ok::int8_encode_scalar);
+  if (cpu_isa_supported(CpuIsa::avx2)) {
+    const ok::StateKernelTable& t = ok::state_kernel_table(CpuIsa::avx2);
+    EXPECT_EQ(t.k[0][0][0], &ok::state_f32_f32_f32_avx2);
+    EXPECT_EQ(t.k[1][2][1], &ok::state_bf16_int8_bf16_avx2);
+    EXPECT_EQ(t.k[0][1][1], &ok::state_f32_bf16_bf16_avx2);
+    EXPECT_EQ(t.int8_decode, &ok::int8_decode_avx2);
+  }
+  if (cpu_isa_supported(CpuIsa::avx512)) {
+    const ok::StateKernelTable& t = ok::state_kernel_table(CpuIsa::avx512);
+    EXPECT_EQ(t.k[1][0][1], &ok::state_bf16_f32_bf16_avx512);
+    EXPECT_EQ(t.k[0][2][0], &ok::state_f32_int8_f32_avx512);
+    EXPECT_EQ(t.int8_encode, &ok::int8_encode_avx512);
+  }
+}
+
+
+// Bytes outside every range (padding between ranges, the moments' alignment gaps) are never
+// written, by the update or by the encoder, for every format.
+TEST(StateAdamW, PaddingBytesUntouched) {
+  const StateUnit u = tail_unit();
+  for (StateFormat f : kAllFormats) {
+    OwnedState st(u, f, 16);
+    std::fill(st.master.begin(), st.master.end(), uint8_t(0x5a));
+    std::fill(st.m.begin(), st.m.end(), uint8_t(0x5a));
+    std::fill(st.v.begin(), st.v.end(), uint8_t(0x5a));
+    const size_t n = size_t(u.numel);
+    const auto p0 = test::random_vec(n, 17), m0 = test::random_vec(n, 18, -0.1f, 0.1f),
+               v0 = test::random_vec(n, 19, 0.f, 0.01f);
+    state_from_f32(st.view, 0, u.numel, p0.data(), m0.data(), v0.data(), u.ranges);
+    run_steps(st, {{0, u.numel}}, 2, true, nullptr, CpuIsa::automatic, nullptr);
+    std::vector<bool> master_used(st.master.size()), moment_used(st.m.size());
+    const size_t ms = f.master == MasterFormat::f32 ? 4 : 2;
+    for (const RangeStateLayout& r : st.layout.ranges) {
+      const size_t es = r.moments == MomentFormat::f32 ? 4 : r.moments == MomentFormat::bf16 ? 2 : 1;
+      for (size_t b = size_t(r.offset) * ms; b < size_t(r.offset + r.numel) * ms; ++b)
+        master_used[b] = true;
+      for (size_t b = r.moment_offset; b < r.moment_offset + size_t(r.numel) * es; ++b)
+        moment_used[b] = true;
+    }
+    for (size_t b = 0; b < st.master.size(); ++b)
+      if (!master_used[b]) ASSERT_EQ(st.master[b], 0x5a) << format_label(f) << " master byte " << b;
+    for (size_t b = 0; b < st.m.size(); ++b)
+      if (!moment_used[b]) {
+        ASSERT_EQ(st.m[b], 0x5a) << format_label(f) << " m byte " << b;
+        ASSERT_EQ(st.v[b], 0x5a) << format_label(f) << " v byte " << b;
+      }
+  }
 }
 
 }  // namespace

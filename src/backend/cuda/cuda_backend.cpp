@@ -19,6 +19,7 @@
 #include "backend/cuda/lm_head.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/state_adamw.cuh"
 #include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/workspace.h"
 
@@ -353,6 +354,12 @@ void CudaBackend::sum_squares(Stream& s, float* out, Mat x) {
 void CudaBackend::adamw(Stream& s, float* param, float* m, float* v, const float* grad,
                         void* weights_out, int64_t n, const AdamWStep& step) {
   cuda::launch_adamw(raw(s), param, m, v, grad, weights_out, n, step);
+}
+void CudaBackend::adamw_state(Stream& s, const UnitStateView& state, int64_t off, int64_t len,
+                              const float* grad, void* weights_out,
+                              std::span<const ParamRange> ranges, const AdamWStep& step) {
+  cuda::launch_adamw_state(raw(s), state, off, len, grad, static_cast<uint16_t*>(weights_out),
+                           ranges, step);
 }
 
 // ---- device info used by the launchers --------------------------------------------------------

@@ -59,6 +59,9 @@ class HostBackend final : public Backend {
   void sum_squares(Stream& s, float* out, Mat x) override;
   void adamw(Stream& s, float* param, float* m, float* v, const float* grad, void* weights_out,
              int64_t n, const AdamWStep& step) override;
+  void adamw_state(Stream& s, const UnitStateView& state, int64_t off, int64_t len,
+                   const float* grad, void* weights_out, std::span<const ParamRange> ranges,
+                   const AdamWStep& step) override;
 
  private:
   friend class HostBuffer;
