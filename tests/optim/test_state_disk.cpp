@@ -294,6 +294,38 @@ TEST_P(StoreOnTier, SlotsAndMappingAgree) {
   sweep_store(s, 5, 5, false);  // a checkpoint's save
 }
 
+// Compact moments are opaque bytes to the tier: every byte of m and v of every unit survives
+// sweeps through the slots and reads through the mapping.
+class CompactStoreOnTier : public ::testing::TestWithParam<MomentFormat> {};
+
+TEST_P(CompactStoreOnTier, EveryMomentByteRoundTrips) {
+  const ModelLayout layout = ModelLayout::build(model_preset("tiny"));
+  const StateFormat f{GetParam(), MasterFormat::bf16};
+  ParamStore s(state_units(layout), f, ::testing::TempDir(), true);
+  auto byte = [](int k, int u, int which, size_t i) { return uint8_t(k == 0 ? 0 : (i * 131 + size_t(u) * 7 + size_t(which) * 3 + size_t(k)) % 251); };
+  for (int k = 0; k < 3; ++k)
+    for (int u = 0; u < s.n_units(); ++u) {
+      const bool slots = k != 1;  // the middle sweep through the mapping
+      if (slots) {
+        if (u == 0) s.prefetch_moments(0);
+        if (u + 1 < s.n_units()) s.prefetch_moments(u + 1);
+        s.acquire_moments(u);
+      }
+      const UnitStateView v = s.state(u);
+      for (int which = 0; which < 2; ++which) {
+        auto* p = static_cast<uint8_t*>(which == 0 ? v.m : v.v);
+        for (size_t i = 0; i < v.layout->moment_bytes; ++i) {
+          ASSERT_EQ(p[i], byte(k, u, which, i)) << moment_format_name(f.moments) << " unit " << u << " byte " << i;
+          p[i] = byte(k + 1, u, which, i);
+        }
+      }
+      s.moments_done(u);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CompactStoreOnTier, ::testing::Values(MomentFormat::bf16, MomentFormat::int8),
+                         [](const auto& info) { return std::string(moment_format_name(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(Modes, StoreOnTier, ::testing::Values(true, false),
                          [](const auto& info) { return std::string(info.param ? "streamed" : "cached"); });
 
