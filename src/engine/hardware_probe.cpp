@@ -1,6 +1,5 @@
 #include "engine/hardware_probe.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
-#include "io/anonymous_file.h"
+#include "optim/state_disk.h"
 
 namespace sf {
 
@@ -98,33 +97,15 @@ DeviceProbe probe_device(Backend& be, const ProbeShape& sh) {
   return p;
 }
 
+DiskRates probe_disk_rates(const std::string& dir, size_t bytes) {
+  constexpr size_t kUnit = size_t(32) << 20;  // measure_disk_rates' granule
+  return measure_disk_rates(dir, std::max(kUnit, (bytes + kUnit - 1) / kUnit * kUnit));
+}
+
 double probe_disk(const std::string& dir, size_t bytes) {
-  constexpr size_t kBlock = size_t(8) << 20, kAlign = 4096;
-  bytes = std::max(kBlock, bytes / kBlock * kBlock);
-  bool direct = false;  // tmpfs and some others have no O_DIRECT
-  const int fd = open_anonymous_file(dir, true, &direct);
-  SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot write a file there (",
-             std::strerror(errno), "); give a writable directory on a fast local disk");
-  std::unique_ptr<void, decltype(&std::free)> buf(std::aligned_alloc(kAlign, kBlock), &std::free);
-  std::memset(buf.get(), 0x3c, kBlock);  // not zeros: some devices shortcut them
-  auto fail = [&](const char* what) {
-    const int e = errno;
-    ::close(fd);
-    SF_FAIL(input, "--optimizer-dir ", dir, ": the disk probe could not ", what, " (",
-            std::strerror(e), "); free space or choose another directory");
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t off = 0; off < bytes; off += kBlock)
-    if (::pwrite(fd, buf.get(), kBlock, off_t(off)) != ssize_t(kBlock)) fail("write");
-  if (::fdatasync(fd) != 0) fail("sync");
-  const double write_s = seconds_since(t0);
-  if (!direct) ::posix_fadvise(fd, 0, off_t(bytes), POSIX_FADV_DONTNEED);
-  const auto t1 = std::chrono::steady_clock::now();
-  for (size_t off = 0; off < bytes; off += kBlock)
-    if (::pread(fd, buf.get(), kBlock, off_t(off)) != ssize_t(kBlock)) fail("read");
-  const double read_s = seconds_since(t1);
-  ::close(fd);
-  return 2.0 * double(bytes) / std::max(write_s + read_s, 1e-9);
+  const DiskRates r = probe_disk_rates(dir, bytes);
+  constexpr size_t kStep = size_t(1) << 30;  // any size: the rate is per byte
+  return 2.0 * double(kStep) / disk_tier_seconds(kStep, r);
 }
 
 HardwareModel scale_to_device(HardwareModel hw, const DeviceProbe& probe) {

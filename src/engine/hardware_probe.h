@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "engine/planner.h"
+#include "io/direct_file.h"
 
 namespace sf {
 
@@ -32,10 +33,13 @@ DeviceProbe probe_device(Backend& be, const ProbeShape& shape = {});
 inline constexpr double kH200ProbeGemmFlops = 785e12;
 inline constexpr double kH200ProbeCopyBytesPerS = 55e9;
 
-// The disk under `dir` as the AdamW moments use it: `bytes` written (synced) then read back,
-// with O_DIRECT where the filesystem has it (else through the page cache, which is then
-// dropped), in an anonymous file; bytes per second read and written together (~0.2 s for
-// 256 MiB on an NVMe disk). Throws Error(input) naming --optimizer-dir when it cannot.
+// The disk under `dir` as the optimizer's disk tier uses it (optim/state_disk.h: O_DIRECT and
+// io_uring, 1 MiB requests, 16 in flight): sequential write, read, and both at once, of a
+// scratch file of `bytes` (rounded up to 32 MiB; io/direct_file.h: measure_disk_rates, ~4 passes,
+// ~0.7 s for 256 MiB on a 1.5 GB/s disk). Throws Error(io) naming --optimizer-dir when it cannot.
+DiskRates probe_disk_rates(const std::string& dir, size_t bytes = size_t(256) << 20);
+// The same as HardwareModel::disk_bytes_per_s: bytes read plus written per second as the tier
+// moves them (2 x bytes / disk_tier_seconds(bytes, rates)).
 double probe_disk(const std::string& dir, size_t bytes = size_t(256) << 20);
 
 // HardwareModel's GPU figures (device and attention FLOP/s, both copy directions) scaled by

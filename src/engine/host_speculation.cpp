@@ -80,7 +80,9 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       // coefficient: update them now (their bf16 copy too), off the critical path.
       if (!emb_untouched_done_) {
         ScopedSeconds busy(sp.busy_seconds);
+        w_.store.acquire_moments(0);  // moments on disk: a slot, not the file's mapping
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s, opt_pool());
+        w_.store.moments_done(0);
         emb_untouched_done_ = true;
       }
       if (u > 0) w_.ev.grads_home[size_t(u)]->synchronize();
@@ -95,10 +97,13 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       const bool safe = may_speculate(running, max_norm, w_.test.speculate_everything);
       if (!safe || !can_speculate(u) || sp.closing) continue;
       if (u == 0) {
+        w_.store.acquire_moments(0);
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s, opt_pool());
+        w_.store.moments_done(0);
         sp.speculated[0] = 1;
         continue;
       }
+      w_.store.acquire_moments(u);  // moments on disk: its slot (prefetched one unit ago)
       unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
       w_.store.moments_done(u);
       sp.speculated[size_t(u)] = 1;

@@ -182,18 +182,21 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
   const int n_units = w_.n_units();
   ParamStore& store = w_.store;
   std::vector<int> next_of(size_t(n_units), -1);
+  std::vector<char> acquire(size_t(n_units), 0);  // moments on disk: the unit's slot, before its update
   if (store.moments_on_disk()) {
     int next = -1;
     for (size_t i = order.size(); i-- > 0;) {
       next_of[size_t(order[i])] = next;
+      acquire[size_t(order[i])] = touches_moments(order[i]);
       if (touches_moments(order[i])) next = order[i];
     }
     if (next >= 0) store.prefetch_moments(next);
   }
-  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of), update = std::move(update),
-                                    wait_for_gradient = std::move(wait_for_gradient)](int u) {
+  updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of), acquire = std::move(acquire),
+                                    update = std::move(update), wait_for_gradient = std::move(wait_for_gradient)](int u) {
     if (wait_for_gradient) wait_for_gradient(u);
     if (next_of[size_t(u)] >= 0) w_.store.prefetch_moments(next_of[size_t(u)]);
+    if (acquire[size_t(u)]) w_.store.acquire_moments(u);
     if (u > 0) homes_.set(u, HomeState::gradient, HomeState::updating, "update");
     update(u);
     if (u > 0) homes_.set(u, HomeState::updating, HomeState::weights, "update");

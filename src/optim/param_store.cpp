@@ -1,6 +1,6 @@
 // ParamStore (see param_store.h): allocation per unit from its UnitStateLayout, the fp32
-// accessors and master conversions, and the moments' file (open_moments_file, map_moments,
-// prefetch_moments, moments_done: the disk part, kept apart for the O_DIRECT tier to replace).
+// accessors and master conversions, and the moments on disk (the tier: map_moments,
+// moments_of, prefetch / acquire / moments_done, kept together at the end).
 #include "optim/param_store.h"
 
 #include <fcntl.h>
@@ -8,14 +8,15 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "io/anonymous_file.h"
 
 namespace sf {
 
@@ -57,32 +58,27 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
 
 namespace {
 
-constexpr size_t kPage = 4096;
-size_t page_round(size_t n) { return (n + kPage - 1) / kPage * kPage; }
-
-// An anonymous file of `bytes` in dir with its blocks reserved, so a full disk shows now,
-// not as SIGBUS in the middle of an optimizer sweep.
-int open_moments_file(const std::string& dir, size_t bytes) {
-  const int fd = open_anonymous_file(dir);
-  SF_REQUIRE(fd >= 0, "--optimizer-dir ", dir, ": cannot create the optimizer's file there (",
-             std::strerror(errno), "); give a writable directory on a fast local disk");
-  int rc = ::posix_fallocate(fd, 0, off_t(bytes));
-  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
-  if (rc != 0) {
-    ::close(fd);
-    SF_REQUIRE(false, "--optimizer-dir ", dir, ": cannot reserve ", format_bytes(bytes),
-               " for the AdamW moments (", std::strerror(rc), "; ", format_bytes(disk_free_bytes(dir)),
-               " free there); free space or choose another directory");
+// A unit's parts in the tier's file: m, then v (each 4 KiB-aligned there and in a slot).
+std::vector<std::vector<size_t>> moment_parts(const std::vector<StateUnit>& units, StateFormat format) {
+  std::vector<std::vector<size_t>> parts;
+  for (auto& unit : units) {
+    const size_t b = unit_state_layout(unit, format).moment_bytes;
+    parts.push_back({b, b});
   }
-  return fd;
+  return parts;
 }
 
 }  // namespace
 
 size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format) {
-  size_t n = 0;
-  for (auto& unit : units) n += 2 * page_round(unit_state_layout(unit, format).moment_bytes);
-  return n;
+  return StateDisk::file_bytes_for(moment_parts(units, format));
+}
+
+size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format) {
+  size_t largest = 0;
+  for (auto& parts : moment_parts(units, format))
+    largest = std::max(largest, StateDisk::file_bytes_for({parts}));
+  return size_t(ParamStore::kMomentSlots) * largest;
 }
 
 size_t disk_free_bytes(const std::string& dir) {
@@ -116,30 +112,33 @@ void ParamStore::allocate_in_ram(UnitState& s) {
   fault_in(s.v);
 }
 
-// m and v of one unit in the moments' file at `file_offset` (advanced past them), zero
-// already (a new file); read and written by the optimizer's sweeps only.
-void ParamStore::map_moments(UnitState& s, size_t& file_offset) {
+// m and v of unit u mapped from the tier's file (shared: for the readers outside the sweep).
+void ParamStore::map_moments(UnitState& s, int u) {
   const size_t bytes = s.layout.moment_bytes;
-  s.file_offset = file_offset;
-  s.m = HostArray(fd_, file_offset, bytes, "AdamW first moments");
-  s.v = HostArray(fd_, file_offset + page_round(bytes), bytes, "AdamW second moments");
-  file_offset += 2 * page_round(bytes);
+  s.m = HostArray(disk_->fd(), disk_->part_file_offset(u, 0), bytes, "AdamW first moments");
+  s.v = HostArray(disk_->fd(), disk_->part_file_offset(u, 1), bytes, "AdamW second moments");
 }
 
 ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
                        const std::string& moments_dir, bool streamed)
     : format_(format) {
-  if (!moments_dir.empty()) fd_ = open_moments_file(moments_dir, moments_file_bytes(units, format));
-  streamed_ = fd_ >= 0 && streamed;
-  size_t file_off = 0;
-  for (auto& unit : units) {
+  if (!moments_dir.empty()) {
+    DirectFileOptions o;
+    o.direct = streamed ? DirectIo::when_supported : DirectIo::buffered;  // cached: the page cache holds them
+    disk_ = std::make_unique<StateDisk>(moments_dir, moment_parts(units, format), kMomentSlots, o);
+    held_.assign(units.size(), UnitBytes{});
+    mapped_.assign(units.size(), 0);
+  }
+  streamed_ = disk_ && streamed;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const StateUnit& unit = units[u];
     check_param_ranges(unit.ranges, unit.numel, "parameter store");
     UnitState s;
     s.numel = unit.numel;
     s.layout = unit_state_layout(unit, format);
     s.ranges = unit.ranges;
     s.master = HostArray(s.layout.master_bytes, master_what(format));
-    if (fd_ >= 0) map_moments(s, file_off);
+    if (disk_) map_moments(s, int(u));
     else allocate_in_ram(s);
     const size_t scale_bytes = size_t(s.layout.scale_count) * sizeof(float);
     s.m_scale = HostArray(scale_bytes, "int8 AdamW first-moment scales");
@@ -150,7 +149,7 @@ ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
 
 ParamStore::~ParamStore() {
   units_.clear();  // unmapped before the file goes
-  if (fd_ >= 0) ::close(fd_);
+  disk_.reset();
 }
 
 UnitStateView ParamStore::state(int u) const {
@@ -159,8 +158,7 @@ UnitStateView ParamStore::state(int u) const {
   v.format = format_;
   v.layout = &s.layout;
   v.master = s.master.data();
-  v.m = s.m.data();
-  v.v = s.v.data();
+  std::tie(v.m, v.v) = moments_of(u);
   v.m_scale = s.m_scale.as<float>();
   v.v_scale = s.v_scale.as<float>();
   v.rounding_seed = rounding_seed;
@@ -184,13 +182,13 @@ uint16_t* ParamStore::master_bf16(int u) const {
 float* ParamStore::m(int u) const {
   SF_CHECK(format_.moments == MomentFormat::f32, "ParamStore::m(", u, "): the AdamW moments are ",
            moment_format_name(format_.moments), ", not fp32; use state(u)");
-  return unit(u).m.as<float>();
+  return static_cast<float*>(moments_of(u).first);
 }
 
 float* ParamStore::v(int u) const {
   SF_CHECK(format_.moments == MomentFormat::f32, "ParamStore::v(", u, "): the AdamW moments are ",
            moment_format_name(format_.moments), ", not fp32; use state(u)");
-  return unit(u).v.as<float>();
+  return static_cast<float*>(moments_of(u).second);
 }
 
 void ParamStore::read_master_f32(int u, float* out) const {
@@ -217,35 +215,6 @@ void ParamStore::write_master_f32(int u, const float* in) {
   }, int64_t(1) << 16);
 }
 
-void ParamStore::moments_done(int u) {
-  if (!streamed_) return;
-  std::lock_guard<std::mutex> lk(done_mu_);
-  auto range = [&](int k) {
-    const UnitState& s = units_[size_t(k)];
-    return std::pair<off_t, off_t>(off_t(s.file_offset), off_t(2 * page_round(s.m.bytes())));
-  };
-  const auto [off, len] = range(u);
-  ::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WRITE);
-  if (last_done_ >= 0 && last_done_ != u) {
-    // Written by now (mostly: it started one unit ago); wait, then drop the clean pages.
-    const UnitState& p = units_[size_t(last_done_)];
-    const auto [poff, plen] = range(last_done_);
-    ::sync_file_range(fd_, poff, plen,
-                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    for (const HostArray* a : {&p.m, &p.v})
-      if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);  // unmap: the file has them
-    ::posix_fadvise(fd_, poff, plen, POSIX_FADV_DONTNEED);
-  }
-  last_done_ = u;
-}
-
-void ParamStore::prefetch_moments(int u) const {
-  if (fd_ < 0) return;
-  const UnitState& s = units_[size_t(u)];
-  for (const HostArray* a : {&s.m, &s.v})
-    if (a->data()) ::madvise(a->data(), a->bytes(), MADV_WILLNEED);
-}
-
 std::vector<float*> ParamStore::master_ptrs() const {
   std::vector<float*> p;
   for (int u = 0; u < n_units(); ++u) p.push_back(master(u));
@@ -256,9 +225,94 @@ size_t ParamStore::host_bytes() const {
   size_t n = 0;
   for (auto& u : units_) {
     n += u.master.bytes() + u.m_scale.bytes() + u.v_scale.bytes();
-    if (fd_ < 0) n += u.m.bytes() + u.v.bytes();
+    if (!disk_) n += u.m.bytes() + u.v.bytes();
   }
   return n;
+}
+
+// ---- moments on disk ---------------------------------------------------------------------
+
+std::pair<void*, void*> ParamStore::moments_of(int u) const {
+  const UnitState& s = unit(u);
+  if (!disk_) return {s.m.data(), s.v.data()};
+  std::lock_guard<std::mutex> lk(disk_mu_);
+  const UnitBytes& h = held_[size_t(u)];
+  if (h.n_parts > 0) return {h.part[0], h.part[1]};
+  if (!mapped_[size_t(u)]) {
+    disk_->evict(u);  // the file alone has the unit now: the mapping sees its bytes
+    mapped_[size_t(u)] = 1;
+  }
+  return {s.m.data(), s.v.data()};
+}
+
+void ParamStore::drop_mapped_pages(int u) const {
+  const UnitState& s = unit(u);
+  for (const HostArray* a : {&s.m, &s.v})
+    if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);  // unmap: the file has them
+  const size_t off = disk_->part_file_offset(u, 0), len = disk_->extent_bytes(u);
+  ::posix_fadvise(disk_->fd(), off_t(off), off_t(len), POSIX_FADV_DONTNEED);
+}
+
+// Before the tier reads unit u again: what was written through the mapping goes to the file,
+// and the mapping's pages go (they would be stale once the slot's copy is written back).
+void ParamStore::retire_mapping_locked(int u) const {
+  if (!mapped_[size_t(u)]) return;
+  const UnitState& s = unit(u);
+  for (const HostArray* a : {&s.m, &s.v})
+    if (a->data() && ::msync(a->data(), a->bytes(), MS_SYNC) != 0)
+      SF_FAIL(io, "--optimizer-dir ", disk_->dir(), ": writing unit ", u, "'s AdamW moments failed (",
+              std::strerror(errno), "); free space on ", disk_->dir(), " or choose another --optimizer-dir");
+  drop_mapped_pages(u);
+  mapped_[size_t(u)] = 0;
+}
+
+void ParamStore::prefetch_moments(int u) const {
+  if (!disk_) return;
+  {
+    std::lock_guard<std::mutex> lk(disk_mu_);
+    if (held_[size_t(u)].n_parts > 0) return;
+    retire_mapping_locked(u);
+  }
+  disk_->prefetch(u);
+}
+
+void ParamStore::acquire_moments(int u) const {
+  if (!disk_) return;
+  {
+    std::lock_guard<std::mutex> lk(disk_mu_);
+    if (held_[size_t(u)].n_parts > 0) return;
+    retire_mapping_locked(u);
+  }
+  const UnitBytes b = disk_->acquire(u);  // unlocked: the other units' prefetches go on meanwhile
+  std::lock_guard<std::mutex> lk(disk_mu_);
+  held_[size_t(u)] = b;
+}
+
+void ParamStore::moments_done(int u) {
+  if (!disk_) return;
+  std::unique_lock<std::mutex> lk(disk_mu_);
+  if (held_[size_t(u)].n_parts > 0) {
+    held_[size_t(u)] = UnitBytes{};
+    lk.unlock();
+    disk_->release(u);
+    return;
+  }
+  if (!streamed_ || !mapped_[size_t(u)]) return;
+  // Through the mapping: stream it out as the sweep goes (left to the kernel's reclaim, dirty
+  // pages went out 4 KiB at a time: ENGINE.md, moments on disk).
+  const size_t off = disk_->part_file_offset(u, 0), len = disk_->extent_bytes(u);
+  ::sync_file_range(disk_->fd(), off_t(off), off_t(len), SYNC_FILE_RANGE_WRITE);
+  if (last_done_ >= 0 && last_done_ != u && mapped_[size_t(last_done_)]) {
+    const size_t poff = disk_->part_file_offset(last_done_, 0), plen = disk_->extent_bytes(last_done_);
+    ::sync_file_range(disk_->fd(), off_t(poff), off_t(plen),
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    drop_mapped_pages(last_done_);
+  }
+  last_done_ = u;
+}
+
+void ParamStore::flush_moments() const {
+  if (disk_) disk_->flush();
 }
 
 }  // namespace sf

@@ -15,11 +15,19 @@
 // (bf16 master: decoded exactly, encoded round-to-nearest-even).
 //
 // With a moments directory (an NVMe disk), m and v (8 of the 12 bytes in fp32; the compact
-// moment bytes otherwise) live in one file there, mapped into memory: the page cache keeps
-// what RAM allows and the kernel reads and writes the rest as the optimizer sweeps, so an 8B
-// model trains on a 64 GB workstation. The int8 scales stay in RAM (1/64 of the codes' bytes).
-// The file is anonymous (O_TMPFILE where the filesystem has it): nothing is left behind,
-// even after a crash; checkpoints copy the moments out as usual.
+// moment bytes otherwise) live in one anonymous file there, the disk tier (optim/state_disk.h):
+// the optimizer's sweep moves each unit's m and v through one of kMomentSlots RAM slots with
+// O_DIRECT and io_uring (prefetch_moments, acquire_moments, moments_done), so an 8B model
+// trains on a 64 GB workstation at the disk's speed, without the page cache. The int8 scales
+// stay in RAM (1/64 of the codes' bytes). Not streamed (the planner's "cached" mode: the page
+// cache can hold them), the same file is buffered instead. The file has no name: nothing is
+// left behind, even after a crash; checkpoints copy the moments out as usual.
+//
+// Who sees which bytes of a unit on disk: between acquire_moments(u) and moments_done(u),
+// state(u) / m(u) / v(u) point into its slot. Outside that (checkpoints, tests, engine paths
+// that do not acquire), they point into a shared mapping of the file: the slot's copy is
+// dropped first (written back if it was changed), and the mapping's pages are written and
+// dropped before the unit's next prefetch, so both views always agree with the file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -28,6 +36,7 @@
 #include <vector>
 
 #include "optim/param_range.h"
+#include "optim/state_disk.h"
 #include "optim/state_format.h"
 
 namespace sf {
@@ -61,7 +70,8 @@ class ParamStore {
 
   // One entry per unit (model/param_layout.h: state_units builds them from a ModelLayout),
   // each unit's state in `format`. moments_dir empty: everything in RAM; else m and v in a
-  // file in that directory, `streamed` when the page cache cannot hold them (moments_done).
+  // file in that directory, O_DIRECT when `streamed` (the page cache cannot hold them), else
+  // buffered. Throws Error naming --optimizer-dir when the file cannot be made or reserved.
   explicit ParamStore(const std::vector<StateUnit>& units, StateFormat format = {},
                       const std::string& moments_dir = "", bool streamed = false);
   // The fp32 store with its moments in moments_dir (the form before compact formats).
@@ -79,8 +89,8 @@ class ParamStore {
   // Byte sizes and per-range encodings of unit u's buffers (optim/state_format.h).
   const UnitStateLayout& layout(int u) const { return units_[size_t(u)].layout; }
   // Unit u's state for the optimizer kernels and the format conversions (state_adamw.h), with
-  // this store's rounding_seed. Valid while the store lives (and, with moments on disk, reads
-  // and writes through the mapping).
+  // this store's rounding_seed. Valid while the store lives; with moments on disk, m and v
+  // until the unit's next acquire_moments or moments_done (see above).
   UnitStateView state(int u) const;
 
   // fp32 arrays of numel(u) floats; SF_CHECK(internal) unless the format stores them so.
@@ -98,20 +108,24 @@ class ParamStore {
   std::vector<float*> master_ptrs() const;
 
   // Bytes this store holds in RAM: the sum of unit_state_bytes over the units when the moments
-  // are in RAM; without m and v (the file's) when they are on disk.
+  // are in RAM; without m and v (the file's) when they are on disk (the tier's slots are
+  // moment_slot_bytes more).
   size_t host_bytes() const;
-  bool moments_on_disk() const { return fd_ >= 0; }
-  // For the optimizer's sweep over moments on disk (a no-op in RAM): start reading unit u's
-  // m and v now. (Write-back is left to the kernel: starting it early made the next step's
-  // writes wait for the disk even when the page cache held every moment: 206 against 339
-  // tokens/s on the dev box's `bench --size small`.)
+  bool moments_on_disk() const { return disk_ != nullptr; }
+  // RAM slots of the disk tier: two, so that the disk reads the next unit and writes the last
+  // one while the CPU updates this one.
+  static constexpr int kMomentSlots = 2;
+  // For the optimizer's sweep over moments on disk (each a no-op in RAM). prefetch: start
+  // reading unit u's m and v into a slot (never blocks). acquire: wait for them; state(u),
+  // m(u), v(u) then point into the slot (a no-op when held already). moments_done: the update
+  // is over; the slot is written back (held), or, for a unit reached through the mapping
+  // (streamed), that write-back starts and the unit done before it is written and dropped
+  // from the page cache. All throw Error(io) once the disk failed (the run stops).
   void prefetch_moments(int u) const;
-  // Unit u's update is done (streamed moments; a no-op otherwise): its write-back starts, and
-  // the unit done before it is waited for and dropped from the page cache, so the sweep
-  // streams at the disk's pace. Left to the kernel's reclaim, 4 KiB dirty pages were written
-  // one by one: on the dev box in an 8000 MiB cgroup, 2.9 GB of moments per step, steps
-  // slowed from 4.0 to 10.3 s over 8 steps; streamed, they held at 5.6-6.4 s (6.3 predicted).
+  void acquire_moments(int u) const;
   void moments_done(int u);
+  // Every write-back is on the disk (checkpoints); throws Error(io) when one failed.
+  void flush_moments() const;
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
   // Seeds the bf16 master's stochastic rounding (state_format.h); the trainer sets it from
@@ -122,21 +136,29 @@ class ParamStore {
   struct UnitState {
     int64_t numel = 0;
     UnitStateLayout layout;
-    HostArray master, m, v, m_scale, v_scale;  // scales: int8 moments only
-    size_t file_offset = 0;  // of m in the moments' file (v follows, page-aligned)
+    HostArray master, m, v, m_scale, v_scale;  // scales: int8 moments only; on disk m, v map the file
     std::vector<ParamRange> ranges;
   };
   void allocate_in_ram(UnitState& s);
-  void map_moments(UnitState& s, size_t& file_offset);
+  void map_moments(UnitState& s, int u);
   const UnitState& unit(int u) const { return units_[size_t(u)]; }
+  std::pair<void*, void*> moments_of(int u) const;  // m, v: the slot's, the mapping's or RAM
+  void retire_mapping_locked(int u) const;
+  void drop_mapped_pages(int u) const;
 
   StateFormat format_;
   std::vector<UnitState> units_;
-  int fd_ = -1;  // the moments' file, or -1
+  std::unique_ptr<StateDisk> disk_;  // the moments' tier, or null
   bool streamed_ = false;
-  std::mutex done_mu_;
-  int last_done_ = -1;  // unit whose write-back was started last
+  mutable std::mutex disk_mu_;           // guards the three below
+  mutable std::vector<UnitBytes> held_;  // per unit: its slot while acquired (n_parts 0: not)
+  mutable std::vector<char> mapped_;     // per unit: the mapping was handed out since its last prefetch
+  int last_done_ = -1;  // streamed, through the mapping: the unit whose write-back started last
 };
+
+// Bytes of RAM the disk tier's slots take for these units (kMomentSlots x the largest unit's
+// moments): host memory beyond host_bytes (the master and the scales) with moments on disk.
+size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format = {});
 
 // Bytes free for an unprivileged user on the filesystem of `dir` (0 if it cannot be read).
 size_t disk_free_bytes(const std::string& dir);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -132,20 +133,25 @@ ok::StateConsts state_consts(const AdamWStep& s, bool decay, const UnitStateView
   return k;
 }
 
+// StateFormat{}: exactly adamw_update_ranges on the window.
+template <class G>
+void run_fp32(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint16_t* out,
+              std::span<const ParamRange> ranges, const AdamWStep& st, ThreadPool* pool,
+              CpuIsa isa) {
+  SF_CHECK(s.layout && s.layout->format == s.format, "adamw_update_state: unit ", s.unit,
+           " has no fp32 layout");
+  SF_CHECK(off >= 0 && len >= 0 && off + len <= s.layout->numel, "adamw_update_state: window [",
+           off, ", ", off + len, ") outside unit ", s.unit);
+  const std::vector<ParamRange> w = clip_ranges(ranges, off, len);
+  adamw_update_ranges(static_cast<float*>(s.master) + off, static_cast<float*>(s.m) + off,
+                      static_cast<float*>(s.v) + off, g, out, len, w, st, pool, isa);
+}
+
 template <class G>
 void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint16_t* out,
                std::span<const ParamRange> ranges, const AdamWStep& st, ThreadPool* pool,
                CpuIsa isa) {
-  if (s.format.is_fp32()) {
-    SF_CHECK(s.layout && s.layout->format == s.format, "adamw_update_state: unit ", s.unit,
-             " has no fp32 layout");
-    SF_CHECK(off >= 0 && len >= 0 && off + len <= s.layout->numel, "adamw_update_state: window [",
-             off, ", ", off + len, ") outside unit ", s.unit);
-    const std::vector<ParamRange> w = clip_ranges(ranges, off, len);
-    adamw_update_ranges(static_cast<float*>(s.master) + off, static_cast<float*>(s.m) + off,
-                        static_cast<float*>(s.v) + off, g, out, len, w, st, pool, isa);
-    return;
-  }
+  if (s.format.is_fp32()) return run_fp32(s, off, len, g, out, ranges, st, pool, isa);
   const ok::StateKernelTable& table = ok::state_kernel_table(isa);
   const ok::StateConsts kc[2] = {state_consts(st, false, s), state_consts(st, true, s)};
   const std::vector<Piece> tasks = cut_tasks(window_pieces(s, off, len, ranges,

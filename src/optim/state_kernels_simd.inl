@@ -24,10 +24,11 @@
 // M_k = M_(k % 8) * 2^-(k / 8) exactly, and every midpoint between M_k and M_(k+1) is
 // D_(k % 8) * 2^-(k / 8) with D_j = the midpoints of the first octave, all in (0.5, 1):
 // scaling by a power of two is exact in fp32, so the map's midpoints are D_j times powers of
-// two bit for bit. Hence the scalar search's code (the count of midpoints strictly below y)
-// is, for a = |y| in the octave [2^-(e+1), 2^-e), the midpoints of the octaves above
-// (8 e) plus those of its own octave that are >= a (D_j >= a * 2^e), capped at the last
-// magnitude, or the zero code when a is at or below the midpoint to zero. For y < 0 the
+// two bit for bit. Hence, for y >= 0 and a = |y| in the octave [2^-(e+1), 2^-e), the index k
+// of the nearest magnitude M_k (the count of midpoints >= a, which fixes the scalar
+// search's code 255 - k) is the 8 e midpoints of the octaves above plus those of its own
+// octave that are >= a (D_j >= a * 2^e), capped at the last magnitude; or the zero code
+// when a is at or below the midpoint to zero. For y < 0 the
 // count of midpoints below y treats a tie the other way (toward the larger magnitude): the
 // same formula applied to the next float above a. M_0..M_7, D_j and the zero midpoints are
 // read from the tables the scalar kernel searches.

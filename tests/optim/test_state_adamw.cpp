@@ -591,4 +591,38 @@ TEST(StateFormat, KernelTableRowsAreTheirOwn) {
   }
 }
 
+
+// Bytes outside every range (padding between ranges, the moments' alignment gaps) are never
+// written, by the update or by the encoder, for every format.
+TEST(StateAdamW, PaddingBytesUntouched) {
+  const StateUnit u = tail_unit();
+  for (StateFormat f : kAllFormats) {
+    OwnedState st(u, f, 16);
+    std::fill(st.master.begin(), st.master.end(), uint8_t(0x5a));
+    std::fill(st.m.begin(), st.m.end(), uint8_t(0x5a));
+    std::fill(st.v.begin(), st.v.end(), uint8_t(0x5a));
+    const size_t n = size_t(u.numel);
+    const auto p0 = test::random_vec(n, 17), m0 = test::random_vec(n, 18, -0.1f, 0.1f),
+               v0 = test::random_vec(n, 19, 0.f, 0.01f);
+    state_from_f32(st.view, 0, u.numel, p0.data(), m0.data(), v0.data(), u.ranges);
+    run_steps(st, {{0, u.numel}}, 2, true, nullptr, CpuIsa::automatic, nullptr);
+    std::vector<bool> master_used(st.master.size()), moment_used(st.m.size());
+    const size_t ms = f.master == MasterFormat::f32 ? 4 : 2;
+    for (const RangeStateLayout& r : st.layout.ranges) {
+      const size_t es = r.moments == MomentFormat::f32 ? 4 : r.moments == MomentFormat::bf16 ? 2 : 1;
+      for (size_t b = size_t(r.offset) * ms; b < size_t(r.offset + r.numel) * ms; ++b)
+        master_used[b] = true;
+      for (size_t b = r.moment_offset; b < r.moment_offset + size_t(r.numel) * es; ++b)
+        moment_used[b] = true;
+    }
+    for (size_t b = 0; b < st.master.size(); ++b)
+      if (!master_used[b]) ASSERT_EQ(st.master[b], 0x5a) << format_label(f) << " master byte " << b;
+    for (size_t b = 0; b < st.m.size(); ++b)
+      if (!moment_used[b]) {
+        ASSERT_EQ(st.m[b], 0x5a) << format_label(f) << " m byte " << b;
+        ASSERT_EQ(st.v[b], 0x5a) << format_label(f) << " v byte " << b;
+      }
+  }
+}
+
 }  // namespace
