@@ -140,46 +140,44 @@ double EmbeddingGrad::sum_squares(ThreadPool& pool) const {
   return 0.0 + range_sum;
 }
 
-void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out,
-                          bool decay, const AdamWStep& s, const AdamWStep& done,
-                          ThreadPool& pool) const {
+// fn(off, n, g) for each run of `which` rows, in parallel: elements [off, off + n) of the
+// table and their gradient g (zeros for untouched rows).
+void EmbeddingGrad::for_each_run(Rows which, ThreadPool& pool,
+                                 const std::function<void(int64_t, int64_t, const float*)>& fn) const {
   const std::vector<Run>& runs = which == Rows::touched ? touched_runs_ : untouched_runs_;
   const int64_t C = C_;
   pool.parallel_for(int64_t(runs.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Run& run = runs[size_t(i)];
-      const int64_t n = run.n_rows * C, off = run.row * C;
-      const ParamRange all{0, n, decay};
-      const std::span<const ParamRange> one(&all, 1);
-      const float* g = which == Rows::touched ? grad_ + run.slot * C : zeros_.data();
-      float *pr = p + off, *mr = m + off, *vr = v + off;
-      uint16_t* o = out ? out + off : nullptr;
-      switch (kind) {
-        case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, n, one, s, nullptr); break;
-        case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, n, one, s, nullptr); break;
-        case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr); break;
-        case Kind::update_redo:
-          adamw_update_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr);
-          break;
-      }
+      fn(run.row * C, run.n_rows * C, which == Rows::touched ? grad_ + run.slot * C : zeros_.data());
     }
   }, 1);
+}
+
+void EmbeddingGrad::adamw(Kind kind, Rows which, float* p, float* m, float* v, uint16_t* out,
+                          bool decay, const AdamWStep& s, const AdamWStep& done,
+                          ThreadPool& pool) const {
+  for_each_run(which, pool, [&](int64_t off, int64_t n, const float* g) {
+    const ParamRange all{0, n, decay};
+    const std::span<const ParamRange> one(&all, 1);
+    float *pr = p + off, *mr = m + off, *vr = v + off;
+    uint16_t* o = out ? out + off : nullptr;
+    switch (kind) {
+      case Kind::update: adamw_update_ranges(pr, mr, vr, g, o, n, one, s, nullptr); break;
+      case Kind::undo: adamw_undo_ranges(pr, mr, vr, g, n, one, s, nullptr); break;
+      case Kind::redo: adamw_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr); break;
+      case Kind::update_redo: adamw_update_redo_ranges(pr, mr, vr, g, o, n, one, done, s, nullptr); break;
+    }
+  });
 }
 
 void EmbeddingGrad::adamw_state(Rows which, const UnitStateView& state, std::span<const ParamRange> ranges,
                                 uint16_t* out, const AdamWStep& s, ThreadPool& pool,
                                 const std::function<void(int64_t, int64_t)>& after) const {
-  const std::vector<Run>& runs = which == Rows::touched ? touched_runs_ : untouched_runs_;
-  const int64_t C = C_;
-  pool.parallel_for(int64_t(runs.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const Run& run = runs[size_t(i)];
-      const int64_t n = run.n_rows * C, off = run.row * C;
-      const float* g = which == Rows::touched ? grad_ + run.slot * C : zeros_.data();
-      adamw_update_state(state, off, n, g, out ? out + off : nullptr, ranges, s, nullptr);
-      after(off, n);
-    }
-  }, 1);
+  for_each_run(which, pool, [&](int64_t off, int64_t n, const float* g) {
+    adamw_update_state(state, off, n, g, out ? out + off : nullptr, ranges, s, nullptr);
+    after(off, n);
+  });
 }
 
 }  // namespace sf

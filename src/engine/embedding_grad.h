@@ -65,6 +65,8 @@ class EmbeddingGrad {
   int64_t touched_rows() const { return int64_t(rows_.size()); }
 
  private:
+  void for_each_run(Rows which, ThreadPool& pool,
+                    const std::function<void(int64_t, int64_t, const float*)>& fn) const;
   int64_t V_, C_;
   bool dense_;
   float* grad_;                  // [max_rows, C]

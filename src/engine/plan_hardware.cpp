@@ -43,9 +43,10 @@ HardwareModel HardwareModel::host_default() {
 
 namespace {
 
-// A compact state's sweep: one 32M-element range (int8 blocks, no small ranges), the best of
-// three after a warm-up, as below.
-double compact_adamw_rate(StateFormat f, ThreadPool& pool) {
+// One sweep of the optimizer in format f over a 32M-element range (int8 blocks, no small
+// ranges), bf16 gradient in and bf16 weights out as in training: the best of three after a
+// warm-up, in parameters per second. (fp32 runs adamw_update_ranges itself.)
+double adamw_rate(StateFormat f, ThreadPool& pool) {
   const int64_t n = int64_t(1) << 25;
   const StateUnit unit{n, {ParamRange{0, n, true}}};
   const UnitStateLayout l = unit_state_layout(unit, f);
@@ -72,28 +73,9 @@ double compact_adamw_rate(StateFormat f, ThreadPool& pool) {
 
 HardwareModel HardwareModel::device_default(StateFormat f) {
   HardwareModel hw;
-  // The engine's optimizer pool: every core but one. 32M parameters, bf16 gradient in and
-  // bf16 weights out as in training; the best of three sweeps after a warm-up.
+  // The engine's optimizer pool: every core but one.
   ThreadPool pool(std::max(1, host_pool().size() - 1));
-  if (!f.is_fp32()) {
-    hw.adamw_params_per_s = compact_adamw_rate(f, pool);
-    return hw;
-  }
-  const int64_t n = int64_t(1) << 25;
-  std::vector<float> p(size_t(n), 0.01f), m(size_t(n), 0.f), v(size_t(n), 0.f);
-  std::vector<uint16_t> g(size_t(n), f32_to_bf16(1e-3f));
-  std::vector<uint16_t> out(static_cast<size_t>(n));
-  AdamWStep st;
-  st.lr = 1e-5f;
-  double best = 1e9;
-  for (int rep = 0; rep < 4; ++rep) {
-    st.step = rep + 1;
-    const auto t0 = std::chrono::steady_clock::now();
-    adamw_update(p.data(), m.data(), v.data(), g.data(), out.data(), n, st, &pool);
-    const double sec = seconds_since(t0);
-    if (rep > 0) best = std::min(best, sec);
-  }
-  hw.adamw_params_per_s = double(n) / std::max(best, 1e-6);
+  hw.adamw_params_per_s = adamw_rate(f, pool);
   return hw;
 }
 
