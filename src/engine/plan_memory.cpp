@@ -50,6 +50,18 @@ void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<M
   m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(units, f), false, true});
 }
 
+// What the process holds on the host beside the executor's buffers and state, so that the
+// plan bounds its peak RSS: the CUDA runtime, driver and libraries, and, for a compact state,
+// the one unit of f32 weights that loading or initialising it goes through.
+void add_process_lines(const ModelLayout& l, DType cd, StateFormat f, std::vector<MemoryLine>& m) {
+  if (cd != DType::f32)
+    m.push_back({"CUDA runtime, driver and libraries", kCudaRuntimeHostBytes, false, false, true});
+  if (f.is_fp32()) return;
+  int64_t largest = 0;
+  for (const Unit& u : l.units) largest = std::max(largest, u.numel);
+  m.push_back({"f32 weights of one unit (loading the state)", size_t(largest) * 4, false, false, true});
+}
+
 }  // namespace
 
 std::string state_format_words(StateFormat f) {
@@ -79,6 +91,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   // Streams that run compute ops: compute, grads (casts and norms, EngineConfig::grads_stream;
   // counted either way), update (device AdamW).
   m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
+  add_process_lines(l, cd, ec.state_format, m);
   return m;
 }
 
@@ -134,6 +147,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
            {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})
     m.push_back(line);
+  add_process_lines(l, cd, f, m);
   return m;
 }
 

@@ -76,7 +76,14 @@ struct MemoryLine {
   size_t bytes = 0;
   bool device = false;
   bool disk = false;  // a file in Budget::moments_dir (neither device nor host memory)
+  // Host memory the process holds beside our allocations (the CUDA runtime, a transient
+  // scratch): counted against the budget, never allocated by an executor.
+  bool process = false;
 };
+
+// The CUDA runtime's, driver's and libraries' host memory, which a plan on a GPU counts: the
+// H200 machine's 8B runs peaked 1.1-1.8 GiB of RSS above their buffers and state.
+constexpr size_t kCudaRuntimeHostBytes = size_t(2) << 30;
 
 struct Plan {
   enum class Mode { resident, sliding } mode = Mode::sliding;
