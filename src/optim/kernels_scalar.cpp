@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "optim/adamw_element.h"
 #include "optim/kernels.h"
 
 namespace sf::optim_kernels {
@@ -13,19 +14,6 @@ namespace {
 
 inline float load_grad(const float* g, int64_t i) { return g[i]; }
 inline float load_grad(const uint16_t* g, int64_t i) { return bf16_to_f32(g[i]); }
-
-// One AdamW step (adamw.h) on one element, p, m, v in place; graw is the unscaled gradient.
-inline void update1(float graw, float& p, float& m, float& v, const Consts& c) {
-  const float gi = graw * c.grad_scale;
-  const float mi = c.beta1 * m + c.one_minus_beta1 * gi;
-  const float vi = c.beta2 * v + c.one_minus_beta2 * gi * gi;
-  float pi = p * c.decay;
-  const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-  pi = pi - c.step_size * mi / denom;
-  m = mi;
-  v = vi;
-  p = pi;
-}
 
 // Its inverse (adamw_undo.h), in the operation order of the engine's first (scalar) rollback:
 // std::max(0.0f, x) is (0 < x) ? x : 0, so a NaN or negative v becomes +0.

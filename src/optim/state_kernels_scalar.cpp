@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "optim/adamw_element.h"
 #include "optim/state_format.h"
 #include "optim/state_kernels.h"
 
@@ -33,19 +34,6 @@ inline int int8_code(float y, const float* mid) {
   int c = 0;
   for (int b = 128; b >= 1; b >>= 1) c += y > mid[c + b - 1] ? b : 0;
   return c;
-}
-
-// adamw.h's update of one element (kernels_scalar.cpp's update1, the same operations).
-inline void update1(float graw, float& p, float& m, float& v, const Consts& c) {
-  const float gi = graw * c.grad_scale;
-  const float mi = c.beta1 * m + c.one_minus_beta1 * gi;
-  const float vi = c.beta2 * v + c.one_minus_beta2 * gi * gi;
-  float pi = p * c.decay;
-  const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-  pi = pi - c.step_size * mi / denom;
-  m = mi;
-  v = vi;
-  p = pi;
 }
 
 template <int kMom>
