@@ -66,4 +66,27 @@ class ForwardingBackend : public Backend {
   Backend& in_;
 };
 
+// A decorator that forwards everything, memory, copies and streams included, and runs each op
+// on the inner backend at once: derive from it and override only what is observed or altered
+// (tests record allocations, count an op's rows, leak on purpose, forget an event).
+class PassThroughBackend : public ForwardingBackend {
+ public:
+  explicit PassThroughBackend(Backend& inner) : ForwardingBackend(inner) {}
+  std::string name() const override { return in_.name(); }
+  std::unique_ptr<Buffer> alloc(size_t n, const std::string& what) override { return in_.alloc(n, what); }
+  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& what) override { return in_.alloc_host(n, what); }
+  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& what) override {
+    return in_.map_host(p, n, what);
+  }
+  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
+  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
+  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
+  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
+  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
+  Stream& default_stream() override { return in_.default_stream(); }
+
+ protected:
+  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
+};
+
 }  // namespace sf

@@ -23,15 +23,14 @@ size_t sum_device(const std::vector<MemoryLine>& lines) {
 }
 
 // Records every allocation (name, bytes, tier) and forwards everything to the host backend.
-class RecordingBackend final : public ForwardingBackend {
+class RecordingBackend final : public PassThroughBackend {
  public:
   struct Alloc {
     std::string what;
     size_t bytes;
     Tier tier;
   };
-  explicit RecordingBackend(Backend& inner) : ForwardingBackend(inner) {}
-  std::string name() const override { return in_.name(); }
+  explicit RecordingBackend(Backend& inner) : PassThroughBackend(inner) {}
   std::unique_ptr<Buffer> alloc(size_t bytes, const std::string& what) override {
     allocs.push_back({what, bytes, Tier::device});
     return in_.alloc(bytes, what);
@@ -40,19 +39,7 @@ class RecordingBackend final : public ForwardingBackend {
     allocs.push_back({what, bytes, Tier::host});
     return in_.alloc_host(bytes, what);
   }
-  std::unique_ptr<Buffer> map_host(void* p, size_t bytes, const std::string& what) override {
-    return in_.map_host(p, bytes, what);
-  }
-  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
-  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
-  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
-  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
-  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
-  Stream& default_stream() override { return in_.default_stream(); }
   std::vector<Alloc> allocs;
-
- private:
-  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
 };
 
 // The executor allocates exactly the buffer list the planner sums, buffer by buffer and to

@@ -135,29 +135,15 @@ struct Case {
 
 // A pass-through decorator that records the most rows a swiglu_forward had: the MLP tile
 // the engine's layers actually ran (the cases with EngineConfig::mlp_tile_tokens).
-class SwigluRows final : public ForwardingBackend {
+class SwigluRows final : public PassThroughBackend {
  public:
-  explicit SwigluRows(Backend& in) : ForwardingBackend(in) {}
+  explicit SwigluRows(Backend& in) : PassThroughBackend(in) {}
   std::string name() const override { return in_.name() + " (swiglu rows)"; }
-  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
-  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
-  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
-    return in_.map_host(p, n, w);
-  }
-  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
-  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
-  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
-  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
-  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
-  Stream& default_stream() override { return in_.default_stream(); }
   void swiglu_forward(Stream& s, Mat out, Mat gate, Mat up) override {
     max_rows = std::max(max_rows, out.rows);
     ForwardingBackend::swiglu_forward(s, out, gate, up);
   }
   int64_t max_rows = 0;  // ops are enqueued by the engine's thread only
-
- private:
-  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
 };
 
 class SlidingVsResident : public ::testing::TestWithParam<Case> {};
@@ -708,19 +694,11 @@ namespace {
 // synchronizes) that `pick(producer, consumer)` selects, by stream name ("host" for a
 // synchronize; the producer is the stream of the event's latest record). Everything else
 // goes to the lazy backend unchanged.
-class ForgetfulBackend final : public ForwardingBackend {
+class ForgetfulBackend final : public PassThroughBackend {
  public:
   using Pick = std::function<bool(const std::string& producer, const std::string& consumer)>;
-  ForgetfulBackend(Backend& in, Pick pick) : ForwardingBackend(in), pick_(std::move(pick)) {}
+  ForgetfulBackend(Backend& in, Pick pick) : PassThroughBackend(in), pick_(std::move(pick)) {}
   std::string name() const override { return in_.name() + " (forgetful)"; }
-  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
-  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
-  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
-    return in_.map_host(p, n, w);
-  }
-  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
-  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
-  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
   std::unique_ptr<Stream> create_stream(const std::string& n) override {
     auto s = in_.create_stream(n);
     std::lock_guard<std::mutex> lk(st_->mu);
@@ -730,7 +708,6 @@ class ForgetfulBackend final : public ForwardingBackend {
   std::unique_ptr<Event> create_event() override {
     return std::make_unique<ForgetfulEvent>(in_.create_event(), st_, pick_);
   }
-  Stream& default_stream() override { return in_.default_stream(); }
   int forgotten() const { return st_->forgotten; }  // waits and synchronizes dropped so far
 
  private:
@@ -780,7 +757,6 @@ class ForgetfulBackend final : public ForwardingBackend {
     std::mutex mu_;
     std::string producer_;
   };
-  void run_op(Stream& s, std::string, Op op) override { op(in_, s); }
 
   Pick pick_;
   std::shared_ptr<State> st_ = std::make_shared<State>();

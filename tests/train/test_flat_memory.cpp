@@ -62,23 +62,12 @@ std::vector<nlohmann::json> read_jsonl(const fs::path& p) {
 
 // The test hook: wraps the host backend and leaks `bytes` of written host memory at every
 // embedding_forward (once per micro-batch and step), as a per-step buffer nobody frees would.
-class LeakingBackend final : public ForwardingBackend {
+class LeakingBackend final : public PassThroughBackend {
  public:
   LeakingBackend(std::unique_ptr<Backend> inner, size_t bytes, std::shared_ptr<int64_t> calls)
-      : ForwardingBackend(*inner), owned_(std::move(inner)), bytes_(bytes), calls_(std::move(calls)) {}
+      : PassThroughBackend(*inner), owned_(std::move(inner)), bytes_(bytes), calls_(std::move(calls)) {}
 
   std::string name() const override { return in_.name() + " (leaking)"; }
-  std::unique_ptr<Buffer> alloc(size_t n, const std::string& w) override { return in_.alloc(n, w); }
-  std::unique_ptr<Buffer> alloc_host(size_t n, const std::string& w) override { return in_.alloc_host(n, w); }
-  std::unique_ptr<Buffer> map_host(void* p, size_t n, const std::string& w) override {
-    return in_.map_host(p, n, w);
-  }
-  void copy_to_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_device(s, d, src, n); }
-  void copy_to_host(Stream& s, void* d, const void* src, size_t n) override { in_.copy_to_host(s, d, src, n); }
-  void copy_on_device(Stream& s, void* d, const void* src, size_t n) override { in_.copy_on_device(s, d, src, n); }
-  std::unique_ptr<Stream> create_stream(const std::string& n) override { return in_.create_stream(n); }
-  std::unique_ptr<Event> create_event() override { return in_.create_event(); }
-  Stream& default_stream() override { return in_.default_stream(); }
 
  private:
   void run_op(Stream& s, std::string key, Op op) override {
