@@ -10,7 +10,7 @@ NAME=${2:-gpu}
 rm -rf "$B" /tmp/sf-gpu-unpack && mkdir -p "$B/bin" "$B/tests" /tmp/sf-gpu-unpack
 tar xJf ".carry/$NAME.tar.xz" -C /tmp/sf-gpu-unpack
 P=/tmp/sf-gpu-unpack/$NAME
-cp "$P"/slideformer "$P"/bench_cuda_layer "$P"/bench_cuda_kernels "$B/bin/"
+cp "$P"/slideformer "$P"/bench_cuda_layer "$P"/bench_cuda_kernels "$P"/bench_disk_tier "$B/bin/"
 cp "$P"/test_cuda "$B/tests/"
 cp "$P"/COMMIT "$B/COMMIT"
 echo "$B"
