@@ -78,6 +78,11 @@ struct EngineConfig {
   // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
   // one. Empty: in RAM.
   std::string moments_dir;
+  // With moments_dir: how many units' moments go to the file (disk_unit_choice picks them,
+  // spread over the sweep); the others stay in RAM. -1: every unit's. The planner's choice:
+  // the fewest that let the rest fit in the host budget (each costs its bytes of disk traffic
+  // twice per step).
+  int disk_moment_units = -1;
   // The moments do not fit in the page cache (the planner's estimate): each unit's are
   // written back and dropped from the cache once its update is done (ParamStore), so the
   // sweep streams them at the disk's pace instead of stalling in page reclaim.

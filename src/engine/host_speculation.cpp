@@ -87,7 +87,11 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       }
       if (u > 0) w_.ev.grads_home[size_t(u)]->synchronize();
       ScopedSeconds busy(sp.busy_seconds);  // from here on the CPU works on unit u
-      if (u > 0) w_.store.prefetch_moments(u - 1);  // the backward's next (moments on disk)
+      for (int v = u - 1; v >= 0; --v)  // the backward's next unit with moments on disk
+        if (w_.store.moments_on_disk(v)) {
+          w_.store.prefetch_moments(v);
+          break;
+        }
       const double sq = unit_sumsq(u);
       sp.sumsq[size_t(u)] = sq;
       sp.have_sq[size_t(u)] = 1;

@@ -186,9 +186,10 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
   if (store.moments_on_disk()) {
     int next = -1;
     for (size_t i = order.size(); i-- > 0;) {
-      next_of[size_t(order[i])] = next;
-      acquire[size_t(order[i])] = touches_moments(order[i]);
-      if (touches_moments(order[i])) next = order[i];
+      const int u = order[i];
+      next_of[size_t(u)] = next;  // the sweep's next unit on disk, read while this one updates
+      acquire[size_t(u)] = touches_moments(u) && store.moments_on_disk(u);
+      if (acquire[size_t(u)]) next = u;
     }
     if (next >= 0) store.prefetch_moments(next);
   }

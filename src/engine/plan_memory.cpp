@@ -30,24 +30,35 @@ std::string state_line_name(StateFormat f) {
   return cat(master_format_name(f.master), " master + ", moment_format_name(f.moments), " AdamW m, v");
 }
 
-// The state as ParamStore allocates it: in RAM, or with m and v in --optimizer-dir's file
-// (the int8 scales stay in RAM).
+// The state as ParamStore allocates it: in RAM, or with the m and v of ec.disk_moment_units
+// units in --optimizer-dir's file (the int8 scales stay in RAM) and the tier's two slots.
 void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<MemoryLine>& m) {
   const std::vector<StateUnit> units = state_units(l);
   const StateFormat f = ec.state_format;
-  size_t all = 0, in_ram = 0;
-  for (const StateUnit& u : units) {
-    all += unit_state_bytes(u, f);
-    const UnitStateLayout ul = unit_state_layout(u, f);
-    in_ram += ul.master_bytes + 2 * size_t(ul.scale_count) * 4;
-  }
   if (ec.moments_dir.empty()) {
+    size_t all = 0;
+    for (const StateUnit& u : units) all += unit_state_bytes(u, f);
     m.push_back({state_line_name(f), all, false});
     return;
   }
+  const std::vector<char> on_disk = disk_unit_choice(units, ec.disk_moment_units);
+  size_t in_ram = 0, ram_moments = 0;
+  int n_disk = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const UnitStateLayout ul = unit_state_layout(units[u], f);
+    in_ram += ul.master_bytes + 2 * size_t(ul.scale_count) * 4;
+    if (on_disk[u]) ++n_disk;
+    else ram_moments += 2 * ul.moment_bytes;
+  }
+  const int n = int(units.size());
   m.push_back({cat(master_format_name(f.master), " master", f.moments == MomentFormat::int8 ? " + int8 scales" : ""),
                in_ram, false});
-  m.push_back({"AdamW m, v (a file in --optimizer-dir)", moments_file_bytes(units, f), false, true});
+  if (ram_moments > 0)
+    m.push_back({cat("AdamW m, v of ", n - n_disk, " of ", n, " units (RAM)"), ram_moments, false});
+  m.push_back({n_disk == n ? std::string("AdamW m, v (a file in --optimizer-dir)")
+                           : cat("AdamW m, v of ", n_disk, " units (--optimizer-dir)"),
+               moments_file_bytes(units, f, ec.disk_moment_units), false, true});
+  m.push_back({"disk tier slots (2 units' m, v)", moment_slot_bytes(units, f, ec.disk_moment_units), false});
 }
 
 // What the process holds on the host beside the executor's buffers and state, so that the

@@ -22,15 +22,6 @@ int64_t max_layer_numel(const ModelLayout& l) {
 // HBM bytes per second a memory-bound kernel moves (the H200: ~4.8 TB/s peak).
 constexpr double kDeviceBytesPerS = 3.5e12;
 
-// AdamW reads and writes m and v: twice their bytes per parameter and step (16 in fp32),
-// from the state format's layout.
-double moment_file_bytes_per_param(const ModelConfig& cfg, StateFormat f) {
-  const ModelLayout l = ModelLayout::build(cfg);
-  size_t bytes = 0;
-  for (const StateUnit& u : state_units(l)) bytes += 2 * unit_state_layout(u, f).moment_bytes;
-  return 2.0 * double(bytes) / double(cfg.num_parameters());
-}
-
 // Forward FLOPs of one token through one layer's projections, and through its attention
 // to `ctx` keys on average.
 double layer_proj_flops(const ModelConfig& c) {
@@ -140,13 +131,16 @@ struct AdamWRate {
 
 // Moments on disk that the page cache cannot hold: the sweep goes at the disk's pace when
 // that is slower than the CPU's (none of them counted as cached: a cyclic sweep larger
-// than the cache gets no hits from an LRU).
-AdamWRate host_adamw_rate(const ModelConfig& cfg, const HardwareModel& hw, const Plan& p) {
+// than the cache gets no hits from an LRU). With only some units' moments there, the disk
+// reads the next of them while the CPU updates the units in RAM: the sweep takes the longer
+// of the CPU's time for all and the disk's for its bytes, read and written.
+AdamWRate host_adamw_rate(const HardwareModel& hw, const Plan& p, double host_params) {
   AdamWRate r{hw.adamw_params_per_s, false};
   if (p.mode == Plan::Mode::sliding && p.engine.moments_streamed) {
-    const double disk_rate = hw.disk_bytes_per_s / moment_file_bytes_per_param(cfg, p.engine.state_format);
-    r.disk_bound = disk_rate < r.params_per_s;
-    r.params_per_s = std::min(r.params_per_s, disk_rate);
+    const double disk_s = 2.0 * double(p.disk_bytes) / hw.disk_bytes_per_s;
+    const double cpu_s = host_params / hw.adamw_params_per_s;
+    r.disk_bound = disk_s > cpu_s;
+    if (r.disk_bound) r.params_per_s = host_params / disk_s;
   }
   return r;
 }
@@ -283,9 +277,10 @@ void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel
   // cast (f32 read, bf16 written, at the HBM rate).
   if (p.mode == Plan::Mode::sliding && p.engine.layer_grad_buffers == 1)
     c.bwd_s += s.L * double(max_layer_numel(l)) * 6 / kDeviceBytesPerS;
-  const AdamWRate rate = host_adamw_rate(cfg, hw, p);
+  const double host_params = host_adamw_params(l, p);
+  const AdamWRate rate = host_adamw_rate(hw, p, host_params);
   p.optimizer_disk_bound = rate.disk_bound;
-  const double adam_s = host_adamw_params(l, p) / rate.params_per_s;
+  const double adam_s = host_params / rate.params_per_s;
   p.optimizer_seconds = adam_s;
   p.compute_seconds = c.total();
   if (p.mode == Plan::Mode::resident)

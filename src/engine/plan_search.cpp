@@ -184,6 +184,27 @@ bool beats(const Plan& p, const Plan& fastest) {
           p.host_bytes < fastest.host_bytes);
 }
 
+// Moments on --optimizer-dir's disk: as few units' as let the rest of p fit in the host
+// budget (each unit there costs its moments' bytes read and written every step, the others
+// update at the CPU's pace); every unit's when even that is short (the closest miss).
+void choose_disk_units(const PlanInputs& in, Plan& p) {
+  const int64_t n = in.cfg.num_hidden_layers + 2;  // the layout's units
+  auto fits_with = [&](int64_t k) {
+    Plan q = p;
+    q.engine.disk_moment_units = int(k);
+    count_window_memory(in, q);
+    return fits(in.budget, q);
+  };
+  int64_t lo = 1, hi = n;  // the fewest that fit lies in [lo, hi]; n: none fits
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (fits_with(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  p.engine.disk_moment_units = lo >= n ? -1 : int(lo);
+  count_window_memory(in, p);
+}
+
 // A candidate window: its resident homes, then (if it fits) its speculation, where its
 // moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
 void consider(const PlanInputs& in, Plan p, SearchResult& r) {
@@ -193,6 +214,7 @@ void consider(const PlanInputs& in, Plan p, SearchResult& r) {
     count_window_memory(in, p);
   }
   if (device_fits(in.budget, p) && !from_master) make_most_layers_resident(in, p);
+  if (!p.engine.moments_dir.empty()) choose_disk_units(in, p);
   p.fits = fits(in.budget, p);
   if (!p.fits) {
     if (r.closest_miss.lines.empty() || overshoot(in.budget, p) < overshoot(in.budget, r.closest_miss))

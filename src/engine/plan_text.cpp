@@ -87,10 +87,10 @@ void say_memory_totals(const Budget& budget, const Plan& p, std::ostream& os) {
   os << "  (budget " << format_bytes(budget.host_bytes) << ")\n";
   if (p.disk_bytes > 0) {
     say_memory_row(cat("total disk (", budget.moments_dir, ")"), "", format_bytes(p.disk_bytes), os);
-    os << "  (free " << format_bytes(budget.moments_dir_free) << "; "
-       << (p.engine.moments_streamed ? "streamed from disk every step"
-                                     : "the page cache holds them: read once")
-       << ")\n";
+    os << "  (free " << format_bytes(budget.moments_dir_free);
+    if (p.fits)  // decided for a plan that fits only
+      os << "; " << (p.engine.moments_streamed ? "streamed from disk every step" : "the page cache holds them: read once");
+    os << ")\n";
   } else if (!budget.moments_dir.empty() && p.fits) {
     os << "  (--optimizer-dir " << budget.moments_dir << " is not used: the AdamW moments fit in RAM)\n";
   }

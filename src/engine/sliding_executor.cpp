@@ -10,7 +10,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                                              const EngineTestModes& test)
     : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
       name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
-      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed),
+      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),

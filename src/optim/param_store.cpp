@@ -58,11 +58,13 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
 
 namespace {
 
-// A unit's parts in the tier's file: m, then v (each 4 KiB-aligned there and in a slot).
-std::vector<std::vector<size_t>> moment_parts(const std::vector<StateUnit>& units, StateFormat format) {
+// A unit's parts in the tier's file: m, then v (each 4 KiB-aligned there and in a slot); none
+// (two empty parts) for a unit whose moments stay in RAM.
+std::vector<std::vector<size_t>> moment_parts(const std::vector<StateUnit>& units, StateFormat format,
+                                              const std::vector<char>& on_disk) {
   std::vector<std::vector<size_t>> parts;
-  for (auto& unit : units) {
-    const size_t b = unit_state_layout(unit, format).moment_bytes;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const size_t b = on_disk[u] ? unit_state_layout(units[u], format).moment_bytes : 0;
     parts.push_back({b, b});
   }
   return parts;
@@ -70,13 +72,28 @@ std::vector<std::vector<size_t>> moment_parts(const std::vector<StateUnit>& unit
 
 }  // namespace
 
-size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format) {
-  return StateDisk::file_bytes_for(moment_parts(units, format));
+std::vector<char> disk_unit_choice(const std::vector<StateUnit>& units, int disk_units) {
+  const int n = int(units.size());
+  if (disk_units < 0 || disk_units >= n) return std::vector<char>(size_t(n), 1);
+  std::vector<char> on(size_t(n), 0);
+  const int layers = std::max(0, n - 2);  // units 1 .. n-2
+  const int k = std::min(disk_units, layers);
+  // Layer i (0-based) goes when the running share floor((i + 1) k / layers) steps up: k of
+  // them, one every layers / k.
+  for (int i = 0; i < layers; ++i)
+    if (int64_t(i + 1) * k / layers > int64_t(i) * k / layers) on[size_t(i + 1)] = 1;
+  if (disk_units > layers) on[size_t(n - 1)] = 1;
+  if (disk_units > layers + 1) on[0] = 1;
+  return on;
 }
 
-size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format) {
+size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format, int disk_units) {
+  return StateDisk::file_bytes_for(moment_parts(units, format, disk_unit_choice(units, disk_units)));
+}
+
+size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format, int disk_units) {
   size_t largest = 0;
-  for (auto& parts : moment_parts(units, format))
+  for (auto& parts : moment_parts(units, format, disk_unit_choice(units, disk_units)))
     largest = std::max(largest, StateDisk::file_bytes_for({parts}));
   return size_t(ParamStore::kMomentSlots) * largest;
 }
@@ -120,12 +137,13 @@ void ParamStore::map_moments(UnitState& s, int u) {
 }
 
 ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
-                       const std::string& moments_dir, bool streamed)
+                       const std::string& moments_dir, bool streamed, int disk_units)
     : format_(format) {
   if (!moments_dir.empty()) {
     DirectFileOptions o;
     o.direct = streamed ? DirectIo::when_supported : DirectIo::buffered;  // cached: the page cache holds them
-    disk_ = std::make_unique<StateDisk>(moments_dir, moment_parts(units, format), kMomentSlots, o);
+    on_disk_ = disk_unit_choice(units, disk_units);
+    disk_ = std::make_unique<StateDisk>(moments_dir, moment_parts(units, format, on_disk_), kMomentSlots, o);
     held_.assign(units.size(), UnitBytes{});
     mapped_.assign(units.size(), 0);
   }
@@ -138,7 +156,7 @@ ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
     s.layout = unit_state_layout(unit, format);
     s.ranges = unit.ranges;
     s.master = HostArray(s.layout.master_bytes, master_what(format));
-    if (disk_) map_moments(s, int(u));
+    if (moments_on_disk(int(u))) map_moments(s, int(u));
     else allocate_in_ram(s);
     const size_t scale_bytes = size_t(s.layout.scale_count) * sizeof(float);
     s.m_scale = HostArray(scale_bytes, "int8 AdamW first-moment scales");
@@ -223,9 +241,10 @@ std::vector<float*> ParamStore::master_ptrs() const {
 
 size_t ParamStore::host_bytes() const {
   size_t n = 0;
-  for (auto& u : units_) {
-    n += u.master.bytes() + u.m_scale.bytes() + u.v_scale.bytes();
-    if (!disk_) n += u.m.bytes() + u.v.bytes();
+  for (int u = 0; u < n_units(); ++u) {
+    const UnitState& s = unit(u);
+    n += s.master.bytes() + s.m_scale.bytes() + s.v_scale.bytes();
+    if (!moments_on_disk(u)) n += s.m.bytes() + s.v.bytes();
   }
   return n;
 }
@@ -234,7 +253,7 @@ size_t ParamStore::host_bytes() const {
 
 std::pair<void*, void*> ParamStore::moments_of(int u) const {
   const UnitState& s = unit(u);
-  if (!disk_) return {s.m.data(), s.v.data()};
+  if (!moments_on_disk(u)) return {s.m.data(), s.v.data()};
   std::lock_guard<std::mutex> lk(disk_mu_);
   const UnitBytes& h = held_[size_t(u)];
   if (h.n_parts > 0) return {h.part[0], h.part[1]};
@@ -267,7 +286,7 @@ void ParamStore::retire_mapping_locked(int u) const {
 }
 
 void ParamStore::prefetch_moments(int u) const {
-  if (!disk_) return;
+  if (!moments_on_disk(u)) return;
   {
     std::lock_guard<std::mutex> lk(disk_mu_);
     if (held_[size_t(u)].n_parts > 0) return;
@@ -277,7 +296,7 @@ void ParamStore::prefetch_moments(int u) const {
 }
 
 void ParamStore::acquire_moments(int u) const {
-  if (!disk_) return;
+  if (!moments_on_disk(u)) return;
   {
     std::lock_guard<std::mutex> lk(disk_mu_);
     if (held_[size_t(u)].n_parts > 0) return;
@@ -289,7 +308,7 @@ void ParamStore::acquire_moments(int u) const {
 }
 
 void ParamStore::moments_done(int u) {
-  if (!disk_) return;
+  if (!moments_on_disk(u)) return;
   std::unique_lock<std::mutex> lk(disk_mu_);
   if (held_[size_t(u)].n_parts > 0) {
     held_[size_t(u)] = UnitBytes{};

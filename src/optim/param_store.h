@@ -71,9 +71,11 @@ class ParamStore {
   // One entry per unit (model/param_layout.h: state_units builds them from a ModelLayout),
   // each unit's state in `format`. moments_dir empty: everything in RAM; else m and v in a
   // file in that directory, O_DIRECT when `streamed` (the page cache cannot hold them), else
-  // buffered. Throws Error naming --optimizer-dir when the file cannot be made or reserved.
+  // buffered: of every unit (disk_units -1), or of the disk_units units disk_unit_choice
+  // picks, the others' in RAM. Throws Error naming --optimizer-dir when the file cannot be
+  // made or reserved.
   explicit ParamStore(const std::vector<StateUnit>& units, StateFormat format = {},
-                      const std::string& moments_dir = "", bool streamed = false);
+                      const std::string& moments_dir = "", bool streamed = false, int disk_units = -1);
   // The fp32 store with its moments in moments_dir (the form before compact formats).
   ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir,
              bool streamed = false)
@@ -107,15 +109,15 @@ class ParamStore {
   // fill all units at once.
   std::vector<float*> master_ptrs() const;
 
-  // Bytes this store holds in RAM: the sum of unit_state_bytes over the units when the moments
-  // are in RAM; without m and v (the file's) when they are on disk (the tier's slots are
-  // moment_slot_bytes more).
+  // Bytes this store holds in RAM: the sum of unit_state_bytes over the units, without the m
+  // and v that are the file's (the tier's slots are moment_slot_bytes more).
   size_t host_bytes() const;
-  bool moments_on_disk() const { return disk_ != nullptr; }
+  bool moments_on_disk() const { return disk_ != nullptr; }  // of any unit
+  bool moments_on_disk(int u) const { return disk_ != nullptr && on_disk_[size_t(u)]; }
   // RAM slots of the disk tier: two, so that the disk reads the next unit and writes the last
   // one while the CPU updates this one.
   static constexpr int kMomentSlots = 2;
-  // For the optimizer's sweep over moments on disk (each a no-op in RAM). prefetch: start
+  // For the optimizer's sweep over moments on disk (each a no-op for a unit in RAM). prefetch: start
   // reading unit u's m and v into a slot (never blocks). acquire: wait for them; state(u),
   // m(u), v(u) then point into the slot (a no-op when held already). moments_done: the update
   // is over; the slot is written back (held), or, for a unit reached through the mapping
@@ -149,6 +151,7 @@ class ParamStore {
   StateFormat format_;
   std::vector<UnitState> units_;
   std::unique_ptr<StateDisk> disk_;  // the moments' tier, or null
+  std::vector<char> on_disk_;        // per unit: its m and v are the tier's (disk_unit_choice)
   bool streamed_ = false;
   mutable std::mutex disk_mu_;           // guards the three below
   mutable std::vector<UnitBytes> held_;  // per unit: its slot while acquired (n_parts 0: not)
@@ -156,14 +159,21 @@ class ParamStore {
   int last_done_ = -1;  // streamed, through the mapping: the unit whose write-back started last
 };
 
+// Which units' moments go to the disk when only `disk_units` of them do (-1, or at least the
+// unit count: all): the layers first, spread evenly over the optimizer's sweep so that the
+// disk streams while the CPU updates the units in RAM between them, then the head, then the
+// embedding (whose rows a step updates sparsely).
+std::vector<char> disk_unit_choice(const std::vector<StateUnit>& units, int disk_units);
+
 // Bytes of RAM the disk tier's slots take for these units (kMomentSlots x the largest unit's
-// moments): host memory beyond host_bytes (the master and the scales) with moments on disk.
-size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format = {});
+// moments on disk): host memory beyond host_bytes (the master, the scales and the moments in
+// RAM) with moments on disk.
+size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format = {}, int disk_units = -1);
 
 // Bytes free for an unprivileged user on the filesystem of `dir` (0 if it cannot be read).
 size_t disk_free_bytes(const std::string& dir);
-// The moments' file size for these units in `format` (m and v of every unit, each
+// The moments' file size for these units in `format` (m and v of every unit on disk, each
 // page-aligned); without a format, fp32 moments.
-size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format = {});
+size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format = {}, int disk_units = -1);
 
 }  // namespace sf

@@ -118,6 +118,7 @@ struct Case {
   bool from_master = false;  // EngineConfig::HostWeights::master (no layer homes; qwen3: head resident)
   StateFormat state;  // the host state's format (both executors)
   int64_t mlp_tile = 0;  // EngineConfig::mlp_tile_tokens when > 0 (smaller than a chunk: tiled MLP)
+  int disk_units = -1;  // moments on disk: of this many units only (EngineConfig::disk_moment_units)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -129,7 +130,7 @@ struct Case {
                state.is_fp32() ? std::string()
                                : cat("_", master_format_name(state.master), "master_",
                                      moment_format_name(state.moments), "moments"),
-               mlp_tile ? cat("_mlptile", mlp_tile) : "");
+               mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "");
   }
 };
 
@@ -186,6 +187,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.device_adamw_layers = tc.dev_adamw;
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
+  ec.disk_moment_units = tc.disk_units;
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
   if (tc.mlp_tile > 0) {
@@ -202,6 +204,12 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   }
   SlidingWindowExecutor eng(be_eng, cfg, ec, test);
   ASSERT_EQ(eng.params().moments_on_disk(), tc.moments_on_disk);
+  if (tc.disk_units >= 0) {
+    int on_disk = 0;
+    for (int u = 0; u < eng.params().n_units(); ++u) on_disk += eng.params().moments_on_disk(u);
+    ASSERT_EQ(on_disk, tc.disk_units);
+    ASSERT_LT(on_disk, eng.params().n_units());
+  }
 
   same_start(cfg, ref, eng, 42, init);
 
@@ -284,6 +292,13 @@ Case mlp_tiled(Case c, int64_t tile) {
   return c;
 }
 
+// Moments on disk for `units` of the units only, the others' in RAM.
+Case disk_units(Case c, int units) {
+  c.moments_on_disk = true;
+  c.disk_units = units;
+  return c;
+}
+
 std::vector<Case> engine_cases() {
   return {Case{Arch::llama, false, 0.f, 1, 64, false},
           Case{Arch::mistral, false, 0.f, 1, 64, false},
@@ -354,7 +369,14 @@ std::vector<Case> engine_cases() {
           mlp_tiled(Case{Arch::llama, false, 0.f, 1, 64, false}, 5),
           mlp_tiled(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, 6),
           mlp_tiled(Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true}, 7),
-          mlp_tiled(from_master(Case{Arch::mistral, false, 0.f, 3, 16, false}), 3)};
+          mlp_tiled(from_master(Case{Arch::mistral, false, 0.f, 3, 16, false}), 3),
+          // Some units' moments on disk, the others' in RAM: one layer (deferred; tied, int8,
+          // bf16 master, split chunks), both layers and the head (speculative, clipped, redo),
+          // and from the master (each gradient applied as it lands).
+          disk_units(Case{Arch::llama, false, 0.f, 1, 64, false}, 1),
+          disk_units(Case{Arch::mistral, false, 0.05f, 1, 64, false, 0, true, -1, true}, 3),
+          disk_units(in_format(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, MomentFormat::int8, MasterFormat::bf16), 1),
+          disk_units(from_master(Case{Arch::qwen2, false, 0.f, 1, 64, false}), 2)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).

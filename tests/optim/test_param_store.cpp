@@ -66,6 +66,72 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
   EXPECT_TRUE(fs::is_empty(dir.path));
 }
 
+// Only some units' moments on disk: the layers first, spread evenly over the sweep, then the
+// head, then the embedding; every count from none to all.
+TEST(ParamStore, DiskUnitChoiceSpreadsTheLayersFirst) {
+  const ModelLayout layout = ModelLayout::build(model_preset("llama3-8b"));
+  const std::vector<StateUnit> units = state_units(layout);
+  const int n = int(units.size()), layers = n - 2;
+  for (int k = 0; k <= n + 1; ++k) {
+    SCOPED_TRACE(k);
+    const std::vector<char> on = disk_unit_choice(units, k);
+    ASSERT_EQ(on.size(), units.size());
+    int count = 0, last = 0, widest = 0;
+    for (int u = 0; u < n; ++u) count += on[size_t(u)];
+    EXPECT_EQ(count, std::min(k, n));
+    for (int u = 1; u <= layers; ++u)
+      if (on[size_t(u)]) {
+        widest = std::max(widest, u - last);
+        last = u;
+      }
+    const int chosen_layers = std::min(k, layers);
+    if (chosen_layers > 0) {
+      EXPECT_LE(widest, (layers + chosen_layers - 1) / chosen_layers) << "not spread";
+    }
+    EXPECT_EQ(bool(on[size_t(n - 1)]), k > layers) << "the head before all layers";
+    EXPECT_EQ(bool(on[0]), k >= n) << "the embedding last";
+  }
+  EXPECT_EQ(disk_unit_choice(units, -1), std::vector<char>(units.size(), 1));
+}
+
+// Some units on disk, the rest in RAM: each unit's moments read and write like memory
+// through the sweep's calls (no-ops for those in RAM), RAM and file bytes as counted.
+TEST(ParamStore, SomeUnitsOnDiskTheRestInRam) {
+  TempDir dir;
+  const ModelLayout layout = tiny_layout();
+  const std::vector<StateUnit> units = state_units(layout);
+  for (StateFormat f : {StateFormat{}, StateFormat{MomentFormat::int8, MasterFormat::bf16}}) {
+    ParamStore ram(units, f), part(units, f, dir.path.string(), true, 1);
+    const std::vector<char> on = disk_unit_choice(units, 1);
+    size_t ram_moments_on_disk = 0;
+    for (int u = 0; u < part.n_units(); ++u) {
+      EXPECT_EQ(part.moments_on_disk(u), bool(on[size_t(u)])) << u;
+      if (on[size_t(u)]) ram_moments_on_disk += 2 * part.layout(u).moment_bytes;
+    }
+    EXPECT_EQ(part.host_bytes() + ram_moments_on_disk, ram.host_bytes());
+    EXPECT_GE(moments_file_bytes(units, f, 1), ram_moments_on_disk);
+    EXPECT_LT(moments_file_bytes(units, f, 1), moments_file_bytes(units, f));
+    for (int u = 0; u < part.n_units(); ++u) {  // a pattern through the sweep's calls
+      part.prefetch_moments(u);
+      part.acquire_moments(u);
+      UnitStateView st = part.state(u);
+      const size_t b = part.layout(u).moment_bytes;
+      std::memset(st.m, 0x10 + u, b);
+      std::memset(st.v, 0x40 + u, b);
+      part.moments_done(u);
+    }
+    part.flush_moments();
+    for (int u = 0; u < part.n_units(); ++u) {
+      const UnitStateView st = part.state(u);
+      const size_t b = part.layout(u).moment_bytes;
+      for (size_t i = 0; i < b; i += 97) {
+        ASSERT_EQ(static_cast<const unsigned char*>(st.m)[i], 0x10 + u) << u << " " << i;
+        ASSERT_EQ(static_cast<const unsigned char*>(st.v)[i], 0x40 + u) << u << " " << i;
+      }
+    }
+  }
+}
+
 TEST(ParamStore, ClearErrorsForADirectoryThatCannotHoldTheMoments) {
   const ModelLayout layout = tiny_layout();
   try {

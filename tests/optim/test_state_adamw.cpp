@@ -616,7 +616,9 @@ TEST(StateAdamW, PaddingBytesUntouched) {
         moment_used[b] = true;
     }
     for (size_t b = 0; b < st.master.size(); ++b)
-      if (!master_used[b]) ASSERT_EQ(st.master[b], 0x5a) << format_label(f) << " master byte " << b;
+      if (!master_used[b]) {
+        ASSERT_EQ(st.master[b], 0x5a) << format_label(f) << " master byte " << b;
+      }
     for (size_t b = 0; b < st.m.size(); ++b)
       if (!moment_used[b]) {
         ASSERT_EQ(st.m[b], 0x5a) << format_label(f) << " m byte " << b;
