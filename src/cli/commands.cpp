@@ -216,6 +216,12 @@ void add_plan_command(CLI::App& app) {
           "POSITIVE"));
   o->add_to(cmd);
   o->add_state_format_to(cmd);
+  cmd->add_option("--disk-speed", o->req.disk_speed,
+                  "plan for --optimizer-dir on a disk of this read + write rate instead of measuring "
+                  "it, e.g. 7GB/s (another machine's NVMe)");
+  cmd->add_option("--disk-free", o->req.disk_free,
+                  "plan with this much free space in --optimizer-dir instead of asking its filesystem, "
+                  "e.g. 2TB (then the directory need not exist here)");
   cmd->callback([o] {
     ModelConfig cfg = o->model.empty() ? model_preset(o->size)
                                        : load_config(fs::path(o->model) / "config.json");

@@ -96,13 +96,30 @@ void set_host_budget(const ExecutorRequest& req, Budget& b) {
   b.page_cache_bytes = avail > b.host_bytes ? avail - b.host_bytes : 0;
 }
 
-// --optimizer-dir: where the AdamW moments may go, and the bytes free there.
+// --disk-speed "7GB/s": bytes per second read and written together.
+double parse_disk_speed(const std::string& s) {
+  const bool per_s = s.size() > 2 && s.compare(s.size() - 2, 2, "/s") == 0;
+  SF_REQUIRE(per_s, "--disk-speed \"", s, "\" is not a rate; write e.g. 7GB/s (read + write together)");
+  const double rate = double(parse_bytes(s.substr(0, s.size() - 2), "--disk-speed"));
+  SF_REQUIRE(rate > 0, "--disk-speed ", s, " must be more than 0");
+  return rate;
+}
+
+// --optimizer-dir: where the AdamW moments may go, and the bytes free there (--disk-free's
+// for a disk that is not this machine's: then the directory need not exist).
 void set_optimizer_dir(const ExecutorRequest& req, Budget& b) {
+  SF_REQUIRE(!req.optimizer_dir.empty() || (req.disk_speed.empty() && req.disk_free.empty()),
+             req.disk_speed.empty() ? "--disk-free" : "--disk-speed",
+             " describes --optimizer-dir's disk; add --optimizer-dir DIR (where the AdamW moments would go)");
   if (req.optimizer_dir.empty()) return;
+  b.moments_dir = req.optimizer_dir;
+  if (!req.disk_free.empty()) {
+    b.moments_dir_free = parse_bytes(req.disk_free, "--disk-free");
+    return;
+  }
   std::error_code ec;
   SF_REQUIRE(std::filesystem::is_directory(req.optimizer_dir, ec), "--optimizer-dir ",
              req.optimizer_dir, " is not a directory; create it on a fast local disk (an NVMe SSD)");
-  b.moments_dir = req.optimizer_dir;
   b.moments_dir_free = disk_free_bytes(req.optimizer_dir);
 }
 
@@ -183,7 +200,11 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   const int dev_adamw = parse_device_adamw_layers(req.device_adamw_layers);
   const bool allow_resident = engine != EngineChoice::sliding;
   r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
-  if (r.plan.engine.moments_streamed) {
+  if (!req.disk_speed.empty()) {  // a disk elsewhere: its rate as given, for every candidate
+    hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);
+    hw.source += cat("; --disk-speed ", req.disk_speed, " assumed");
+    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+  } else if (r.plan.engine.moments_streamed) {
     // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
     r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);

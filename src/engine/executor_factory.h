@@ -23,6 +23,10 @@ struct ExecutorRequest {
   std::string host_memory;  // empty: available RAM minus a margin
   // A directory on a fast disk for the AdamW moments when RAM is short (empty: none).
   std::string optimizer_dir;
+  // `plan` for a disk that is not this machine's (e.g. "7GB/s", "2TB"): its read + write rate
+  // instead of measuring it, its free bytes instead of asking the filesystem (then
+  // optimizer_dir need not exist here). Empty: measured.
+  std::string disk_speed, disk_free;
   bool plan_only = false;   // planning for a CUDA machine without its GPU (needs gpu_memory)
 };
 

@@ -393,5 +393,35 @@ TEST(Cli, PlanShowsTheTableAndRefusesWhatDoesNotFit) {
   EXPECT_TRUE(contains(bad.output, "--host-memory")) << bad.output;
 }
 
+// `plan` for another machine's disk: --disk-speed and --disk-free stand for the measurement
+// and the filesystem (the directory need not exist); the 70B shape fits a 24 GiB GPU with
+// 256 GiB of RAM and a 7 GB/s NVMe, some of its moments on that disk. Bad values are refused.
+TEST(Cli, PlanTakesAnotherMachinesDisk) {
+  const std::vector<std::string> base = {"plan", "--size", "llama3-70b", "--batch-size", "16", "--seq-len", "1024",
+                                         "--backend", "cuda", "--gpu-memory", "24GiB", "--host-memory", "256GiB",
+                                         "--optimizer-state", "int8", "--master-weights", "bf16",
+                                         "--max-grad-norm", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto r = run_cli(with({"--optimizer-dir", "/nonexistent/nvme/sf", "--disk-speed", "7GB/s", "--disk-free", "4TB"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"--disk-speed 7GB/s assumed", "optimizer disk 7.0 GB/s", "units (--optimizer-dir)",
+                           "total disk (/nonexistent/nvme/sf)", "fits       yes"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
+  auto no_dir = run_cli(with({"--disk-speed", "7GB/s"}));
+  EXPECT_NE(no_dir.exit_code, 0);
+  EXPECT_TRUE(contains(no_dir.output, "--disk-speed describes --optimizer-dir's disk; add --optimizer-dir DIR"))
+      << no_dir.output;
+  auto not_rate = run_cli(with({"--optimizer-dir", "/x", "--disk-free", "4TB", "--disk-speed", "7GB"}));
+  EXPECT_NE(not_rate.exit_code, 0);
+  EXPECT_TRUE(contains(not_rate.output, "--disk-speed \"7GB\" is not a rate; write e.g. 7GB/s")) << not_rate.output;
+  auto missing = run_cli(with({"--optimizer-dir", "/nonexistent/nvme/sf", "--disk-speed", "7GB/s"}));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_TRUE(contains(missing.output, "--optimizer-dir /nonexistent/nvme/sf is not a directory")) << missing.output;
+}
+
 }  // namespace
 }  // namespace sf::test
