@@ -363,26 +363,34 @@ void say_device_shortfall(const PlanInputs& in, const Plan& best, std::ostream& 
     << ".";
 }
 
-// What does fit: the largest batch of sequences this long (the same tokens per optimizer
-// step come back through --grad-accum). A plan is monotone in the batch: a bisection.
+// What does fit: the largest batch of sequences this long, and whether the same tokens per
+// optimizer step come back through --grad-accum (they do where micro-batches run one after
+// the other; a sliding window keeps every micro-batch's layer inputs until its backward, so
+// there they cost the same memory). A plan is monotone in the batch: a bisection.
 void say_largest_fitting_batch(const PlanInputs& in, std::ostream& a) {
   const StepRequest& req = in.req;
   const int64_t seq = req.max_seq_len > 0 ? std::min(req.max_seq_len, req.micro_tokens)
                                           : req.micro_tokens;
   const int64_t rows = req.micro_tokens / seq;
   if (rows <= 1) return;
-  // The largest batch in [1, rows) that fits; 0: none.
-  const int64_t most = largest_fitting(0, rows - 1, [&](int64_t r) {
+  auto fits_with = [&](int64_t r, int accum) {
     StepRequest q = req;
     q.micro_tokens = r * seq;
+    q.grad_accum = accum;
     const PlanInputs smaller{in.cfg, q, in.budget, in.cd, in.hw, in.allow_resident,
                              in.device_adamw_layers};
     return plan_step(smaller, BatchSuggestion::none).fits;
-  });
-  if (most > 0)
-    a << " What fits: --batch-size " << most << " at --seq-len " << seq
-      << " (--grad-accum " << (rows * req.grad_accum + most - 1) / most
-      << " keeps about the same tokens per optimizer step).";
+  };
+  // The largest batch in [1, rows) that fits; 0: none.
+  const int64_t most = largest_fitting(0, rows - 1, [&](int64_t r) { return fits_with(r, req.grad_accum); });
+  if (most == 0) return;
+  a << " What fits: --batch-size " << most << " at --seq-len " << seq;
+  const int accum = int((rows * req.grad_accum + most - 1) / most);
+  if (fits_with(most, accum))
+    a << " (--grad-accum " << accum << " keeps about the same tokens per optimizer step).";
+  else
+    a << " (not with more --grad-accum: a sliding window keeps the layer inputs of every "
+         "micro-batch of a step until its backward).";
 }
 
 // Clipping keeps every gradient until the norm is known (2 bytes per parameter more on the
