@@ -25,5 +25,5 @@ for X in "$A" "$B" "$A" "$B"; do
   read -r f b < <(awk '/^layer_ms /{print $3, $5}' "$log" | tail -1)
   timeout 200 python3 bench/torch_layer_ref.py /tmp/sf-try-dump --ours-ms "$f" "$b" >> "$log" 2>&1
   echo "== layer $(cat "$X/COMMIT")"
-  grep -E "^layer_ms_kept|^transformers LlamaDecoderLayer" "$log" | tail -2
+  grep -E "^layer_ms_kept|^transformers (LlamaDecoderLayer|fastest)" "$log" | tail -5
 done
