@@ -1,0 +1,83 @@
+// cuDNN fused flash attention (cuDNN's backend graph API, no frontend library) as a second
+// implementation of the attention contract in attention.cuh: causal GQA over packed sequences,
+// bf16 q/k/v/out with row strides, f32 lse [Hq, T] (natural log), dq/dk/dv overwritten.
+//
+// The graph is the SDPA pattern cuDNN's fused engines match (matmul, scale, padding and causal
+// masks, softmax with stats, matmul; and the backward's mirror), over the packed ("THD",
+// ragged-offset) layout: sequence b of a bucket of B is rows cu[b] .. cu[b+1] of each tensor,
+// reached through a per-tensor ragged offset cu[b] * ld; seq_len[b] drives the padding mask;
+// the causal mask is top-left per sequence (q and kv lengths are equal). Sequences past n_seqs
+// in the bucket have length 0.
+//
+// Plans are cached: a graph fixes the direction, the sequence-count bucket B, the max-length
+// bucket S, the heads, head_dim and every row stride, so one plan serves every batch in its
+// bucket. Per-call data (seq_len, ragged offsets, the padded softmax statistics) are written by
+// small kernels from cu_seqlens on the stream: no host sync.
+//
+// Workspace (caller's device memory, cudnn_attention_workspace_bytes for a call, 256-byte
+// aligned): seq_len and offsets, the padded [B, Hq, S] f32 statistics (forward: cuDNN writes
+// them, a kernel scatters them into lse; backward: a kernel gathers lse into them), and in the
+// backward the padded [B, Hq, S] softmax-sum and [B, Hq, S, D] f32 dQ accumulator, then the
+// plan's own workspace.
+//
+// Where cuDNN builds no plan for a shape (no engine, a refused attribute), the run functions
+// return false and the caller uses its own kernels; the first refusal of each kind prints one
+// line on stderr naming the failing descriptor and attribute with cuDNN's message.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace sf::cuda {
+
+enum class AttentionImpl { native, cudnn };
+const char* attention_impl_name(AttentionImpl impl);
+
+// Whether the cuDNN path can run here: the build links cuDNN (>= 9.6 at run time, for int64
+// ragged offsets and the un-zeroed dQ accumulator) and device 0 has compute capability 9.x.
+bool cudnn_attention_available();
+
+// The implementation the calls that follow use. The default: SF_ATTN=native|cudnn if set
+// (another value is an Error), else cudnn where available, else native. set_attention_impl is
+// for tests and A/B benchmarks (no call in flight); it returns the implementation now in
+// effect (native where cudnn was asked for but is unavailable).
+AttentionImpl attention_impl();
+AttentionImpl set_attention_impl(AttentionImpl impl);
+
+// One attention call, as the launchers in attention.cuh take it. The backward fills the d*
+// views and dout; the forward leaves them empty.
+struct CudnnAttentionCall {
+  Mat q, k, v, out;
+  float* lse = nullptr;
+  Mat dq, dk, dv, dout;
+  const int32_t* cu_seqlens = nullptr;  // device, n_seqs + 1
+  AttentionShape shape;
+  bool backward = false;
+};
+
+// Device bytes this call needs (builds or fetches its plan: the plan's workspace is part of
+// it). 0 when the cuDNN path would refuse the call (the caller's kernels then run).
+size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call);
+
+// Runs the call on stream s with workspace [ws, ws + ws_bytes). Returns false (nothing
+// enqueued) where cuDNN has no plan for the shape. Throws Error(cuda) when an execution fails
+// and Error(input) when ws_bytes is below cudnn_attention_workspace_bytes(call).
+bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& call, void* ws,
+                         size_t ws_bytes);
+
+// For tests and the smoke check: plans built so far (a second call in the same bucket must not
+// add one), executions, and a description of the plan a call uses (engine global index,
+// workspace, buckets) or why there is none.
+struct CudnnAttentionStats {
+  int64_t plans_built = 0;
+  int64_t plans_refused = 0;
+  int64_t executions = 0;
+};
+CudnnAttentionStats cudnn_attention_stats();
+std::string cudnn_attention_plan_info(const CudnnAttentionCall& call);
+
+}  // namespace sf::cuda
