@@ -14,6 +14,8 @@
 //   dS   = (matmul(dO, V^T) - sum) * E * scale
 //   dK   = matmul(dS^T as bf16, Q)            (GQA: head reduction)
 //   dQ   = identity(matmul(dS, K) into the f32 accumulator)
+//          or, deterministic, matmul(dS, K) straight into dQ: the form cuDNN runs with an
+//          engine that needs no atomics (NVIDIA's frontend builds it for is_deterministic).
 // This is the op sequence cuDNN's SDPA pattern matcher accepts (the one NVIDIA's frontend
 // emits for cuDNN 9.x before its unified SDPA node, which has no causal mask in 9.19).
 #include "backend/cuda/cudnn_attention.h"
@@ -72,6 +74,26 @@ AttentionImpl set_attention_impl(AttentionImpl impl) {
   g_impl.store(impl == AttentionImpl::cudnn && cudnn_attention_available() ? 1 : 0);
   return attention_impl();
 }
+
+namespace {
+std::atomic<int> g_deterministic{-1};  // -1: not decided yet
+}  // namespace
+
+bool attention_deterministic() {
+  int v = g_deterministic.load();
+  if (v < 0) {
+    const char* e = std::getenv("SF_ATTN_DETERMINISTIC");
+    const std::string want = e == nullptr ? "1" : e;
+    SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_DETERMINISTIC=", want,
+               " must be 1 (attention backwards give the same bits every call, the default) "
+               "or 0 (cuDNN may use its faster atomic-accumulating backward)");
+    v = want == "1" ? 1 : 0;
+    g_deterministic.store(v);
+  }
+  return v == 1;
+}
+
+void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 
 #if !SF_WITH_CUDNN
 
@@ -163,11 +185,12 @@ enum Uid : int64_t {
 // What a plan fixes (the plan cache key).
 struct GraphKey {
   bool backward = false;
+  bool deterministic = false;  // backward only
   int device = 0;
   int B = 0, S = 0, hq = 0, hkv = 0, d = 0;
   int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0, lddo = 0, lddq = 0, lddk = 0, lddv = 0;
   auto tie() const {
-    return std::tie(backward, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq, lddk,
+    return std::tie(backward, deterministic, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq, lddk,
                     lddv);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
@@ -493,10 +516,15 @@ void build_backward(Graph& g) {
   g.matmul("bmm_dSt_q", dst, q, dk_full, c.seq_kv, nullptr, c.seq_q);
   if (&dk_full != &dk) g.reduction("reduce_dK_heads", CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
 
-  // dQ = dS K through the f32 accumulator (K: the transpose of K^T, same rows and offsets).
+  // dQ = dS K (K: the transpose of K^T, same rows and offsets), through the f32 accumulator
+  // unless deterministic.
   const Desc& kk =
       g.virt("K", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.ldk), &ok);
   g.reshape("reshape_k", kt, kk);
+  if (k.deterministic) {
+    g.matmul("bmm_dS_k", ds, kk, dq, c.seq_q, nullptr, c.seq_kv);
+    return;
+  }
   const Desc& acc =
       g.tensor("dQ_accum", CUDNN_DATA_FLOAT, sh.bhsd(sh.hq), sh.bhsd_stride(sh.hq), kDQAccum);
   g.matmul("bmm_dS_k", ds, kk, acc, c.seq_q, nullptr, c.seq_kv);
@@ -568,6 +596,10 @@ void describe_engine(const Desc& cfg, Plan& p) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) p.nondeterministic = true;
 }
 
+// A plan asking for more than this is refused (a deterministic backward may want a [B, Hq, S, S]
+// scratch, hopeless for long sequences): the native kernels run the call instead.
+constexpr int64_t kMaxPlanWorkspace = int64_t(2) << 30;
+
 // Builds the graph and the first execution plan that finalizes; throws Refusal naming the
 // failing step (every configuration's failure when none finalizes).
 std::unique_ptr<Plan> build_plan(const GraphKey& key, cudnnHandle_t handle) {
@@ -588,7 +620,21 @@ std::unique_ptr<Plan> build_plan(const GraphKey& key, cudnnHandle_t handle) {
       plan->finalize();
       p->workspace = get_int64(*plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                "CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
-      describe_engine(*cfg, *p);
+      if (p->workspace > kMaxPlanWorkspace)
+        throw Refusal(cat(cfg->name(), " wants ", p->workspace, " bytes of workspace (limit ",
+                          kMaxPlanWorkspace, ")"));
+      p->nondeterministic = false;
+      if (key.deterministic) {
+        describe_engine(*cfg, *p);  // must know: a Refusal here skips the configuration
+        if (p->nondeterministic)
+          throw Refusal(cat(cfg->name(), " (engine ", p->engine_index, ") is non-deterministic"));
+      } else {
+        try {
+          describe_engine(*cfg, *p);
+        } catch (const Refusal&) {  // only the plan info lacks it
+          p->engine_index = -1;
+        }
+      }
       p->plan = std::move(plan);
       p->engine_cfg = std::move(cfg);
       return p;
@@ -655,6 +701,7 @@ bool check_call(const CudnnAttentionCall& c) {
 GraphKey key_of(const CudnnAttentionCall& c) {
   GraphKey k;
   k.backward = c.backward;
+  k.deterministic = c.backward && attention_deterministic();
   CUDA_CHECK(cudaGetDevice(&k.device));
   k.B = int(bucket(c.shape.n_seqs));
   k.S = int(bucket(std::max(c.shape.max_seqlen, 64)));
@@ -675,7 +722,8 @@ GraphKey key_of(const CudnnAttentionCall& c) {
 }
 
 std::string key_text(const GraphKey& k) {
-  return cat(k.backward ? "backward" : "forward", " B=", k.B, " S=", k.S, " Hq=", k.hq,
+  return cat(k.backward ? (k.deterministic ? "deterministic backward" : "backward") : "forward",
+             " B=", k.B, " S=", k.S, " Hq=", k.hq,
              " Hkv=", k.hkv, " D=", k.d, " ld q/k/v/out=", k.ldq, "/", k.ldk, "/", k.ldv, "/",
              k.ldo, k.backward ? cat(" dout/dq/dk/dv=", k.lddo, "/", k.lddq, "/", k.lddk, "/",
                                      k.lddv)
@@ -703,7 +751,7 @@ Layout layout_of(const GraphKey& k, int64_t plan_ws) {
   l.stats = take(rows * sizeof(float));
   if (k.backward) {
     l.sum = take(rows * sizeof(float));
-    l.accum = take(rows * size_t(k.d) * sizeof(float));
+    if (!k.deterministic) l.accum = take(rows * size_t(k.d) * sizeof(float));
   }
   l.plan = take(size_t(plan_ws));
   l.total = at;
@@ -754,9 +802,11 @@ Plan* plan_for(State& st, const GraphKey& key) {
 void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void* ws,
              const std::vector<int64_t>& uids, const std::vector<void*>& ptrs) {
   cudnnHandle_t h = handle_for(st, key.device);
-  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+  std::unique_ptr<Desc> vpp;
   void* plan_ws = ws;
   try {
+    vpp = std::make_unique<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    Desc& vp = *vpp;
     SF_SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()),
            uids.data());
     SF_SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()),
@@ -769,7 +819,7 @@ void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void
   cudnnStatus_t rc = cudnnSetStream(h, s);
   if (rc != CUDNN_STATUS_SUCCESS)
     SF_FAIL(cuda, "cuDNN attention: cudnnSetStream: ", status_text(rc));
-  rc = cudnnBackendExecute(h, p.plan->get(), vp.get());
+  rc = cudnnBackendExecute(h, p.plan->get(), vpp->get());
   if (rc != CUDNN_STATUS_SUCCESS)
     SF_FAIL(cuda, "cuDNN attention (", key_text(key), ", engine ", p.engine_index,
             "): cudnnBackendExecute: ", status_text(rc));
@@ -833,12 +883,16 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
   if (c.backward) {
     launch_cudnn_lse_to_stats(s, stats, c.lse, c.cu_seqlens, sh.n_seqs, key.B, sh.n_heads,
                               key.S, T);
-    const int64_t more_uids[] = {kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kOne,
+    const int64_t more_uids[] = {kDO, kDQ, kDK, kDV, kSoftmaxSum, kOne,
                                  kOffDO, kOffDQ, kOffDK, kOffDV};
     void* more_ptrs[] = {c.dout.data, c.dq.data, c.dk.data, c.dv.data, at(ws, l.sum),
-                         at(ws, l.accum), &one, off(4), off(5), off(6), off(7)};
+                         &one, off(4), off(5), off(6), off(7)};
     uids.insert(uids.end(), std::begin(more_uids), std::end(more_uids));
     ptrs.insert(ptrs.end(), std::begin(more_ptrs), std::end(more_ptrs));
+    if (!key.deterministic) {
+      uids.push_back(kDQAccum);
+      ptrs.push_back(at(ws, l.accum));
+    }
   }
   execute(st, key, *p, s, at(ws, l.plan), uids, ptrs);
   if (!c.backward)

@@ -17,8 +17,8 @@
 // Workspace (caller's device memory, cudnn_attention_workspace_bytes for a call, 256-byte
 // aligned): seq_len and offsets, the padded [B, Hq, S] f32 statistics (forward: cuDNN writes
 // them, a kernel scatters them into lse; backward: a kernel gathers lse into them), and in the
-// backward the padded [B, Hq, S] softmax-sum and [B, Hq, S, D] f32 dQ accumulator, then the
-// plan's own workspace.
+// backward the padded [B, Hq, S] softmax-sum and (non-deterministic form) the [B, Hq, S, D]
+// f32 dQ accumulator, then the plan's own workspace (at most 2 GiB, else the shape is refused).
 //
 // Where cuDNN builds no plan for a shape (no engine, a refused attribute), the run functions
 // return false and the caller uses its own kernels; the first refusal of each kind prints one
@@ -47,6 +47,15 @@ bool cudnn_attention_available();
 // effect (native where cudnn was asked for but is unavailable).
 AttentionImpl attention_impl();
 AttentionImpl set_attention_impl(AttentionImpl impl);
+
+// Whether attention backwards must give the same bits on every call (on by default: the bitwise
+// GPU tests and the engine's redo of clipped speculative steps rely on it; our kernels always
+// do). SF_ATTN_DETERMINISTIC=0|1 sets the default (another value is an Error). With it on, the
+// cuDNN backward runs the graph form without the f32 dQ accumulator and only on an engine cuDNN
+// does not mark non-deterministic; where it has none, our kernels run the backward. The
+// forward is deterministic either way.
+bool attention_deterministic();
+void set_attention_deterministic(bool on);
 
 // One attention call, as the launchers in attention.cuh take it. The backward fills the d*
 // views and dout; the forward leaves them empty.
