@@ -305,7 +305,8 @@ class Graph {
     for (const auto& o : ops_) ops.push_back(o->get());
     SF_SET(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()),
            ops.data());
-    SF_SET(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    if (handle != nullptr)  // optional since cuDNN 9.8 (graphs checked without a device)
+      SF_SET(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     g.finalize();
     return g;
   }
