@@ -294,6 +294,40 @@ TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   EXPECT_GE(s2.executions - s1.executions, 1) << "the second forward ran on cuDNN";
 }
 
+// cuDNN accepts every graph we build (descriptor attributes, op shapes) without a device, so
+// CI checks them; the pointers are fake (the check reads no data).
+TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
+  if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN";
+  auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
+  for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}},
+                             CudnnCase{8, 8, 64, {130}}, CudnnCase{14, 2, 128, {200, 17}}}) {
+    const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
+    const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
+    cuda::CudnnAttentionCall call;
+    call.q = Mat(fake(0), DType::bf16, T, qd, W);
+    call.k = Mat(fake(1), DType::bf16, T, kvd, W);
+    call.v = Mat(fake(2), DType::bf16, T, kvd, W);
+    call.out = Mat(fake(3), DType::bf16, T, qd);
+    call.lse = static_cast<float*>(fake(4));
+    call.cu_seqlens = static_cast<const int32_t*>(fake(5));
+    call.shape = AttentionShape{c.Hq, c.Hkv, c.D, 0.1f, int(c.lens.size()),
+                                *std::max_element(c.lens.begin(), c.lens.end())};
+    EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "") << cname(c) << " forward";
+    call.backward = true;
+    call.dq = Mat(fake(6), DType::bf16, T, qd, W + 8);
+    call.dk = Mat(fake(7), DType::bf16, T, kvd, W + 8);
+    call.dv = Mat(fake(8), DType::bf16, T, kvd, W + 8);
+    call.dout = Mat(fake(9), DType::bf16, T, qd);
+    for (bool det : {true, false}) {
+      const bool prev = cuda::attention_deterministic();
+      cuda::set_attention_deterministic(det);
+      EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "")
+          << cname(c) << (det ? " deterministic" : "") << " backward";
+      cuda::set_attention_deterministic(prev);
+    }
+  }
+}
+
 // The switch: native never touches cuDNN; cudnn is in effect exactly where available.
 TEST(CudnnAttention, ImplementationSwitch) {
   SF_REQUIRE_GPU();

@@ -99,6 +99,10 @@ void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 
 // Built without cuDNN (CMake found no libcudnn): the native kernels are the only ones.
 bool cudnn_attention_available() { return false; }
+bool cudnn_attention_built() { return false; }
+std::string cudnn_attention_graph_check(const CudnnAttentionCall&) {
+  return "this build has no cuDNN (CMake found no libcudnn)";
+}
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall&) { return 0; }
 bool cudnn_attention_run(cudaStream_t, const CudnnAttentionCall&, void*, size_t) {
   return false;
@@ -696,14 +700,15 @@ bool check_call(const CudnnAttentionCall& c) {
     check_view(c.dv, T, kvd, "dv");
     check_view(c.dout, T, qd, "dout");
   }
-  return T > 0 && sh.max_seqlen > 0;
+  // (A bucket past 65535 sequences would overflow the helper kernels' grid: ours run it.)
+  return T > 0 && sh.max_seqlen > 0 && bucket(sh.n_seqs) <= 65535;
 }
 
-GraphKey key_of(const CudnnAttentionCall& c) {
+GraphKey key_of(const CudnnAttentionCall& c, int device) {
   GraphKey k;
   k.backward = c.backward;
   k.deterministic = c.backward && attention_deterministic();
-  CUDA_CHECK(cudaGetDevice(&k.device));
+  k.device = device;
   k.B = int(bucket(c.shape.n_seqs));
   k.S = int(bucket(std::max(c.shape.max_seqlen, 64)));
   k.hq = c.shape.n_heads;
@@ -829,6 +834,12 @@ void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void
 
 void* at(void* ws, size_t off) { return static_cast<char*>(ws) + off; }
 
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
 }  // namespace
 
 bool cudnn_attention_available() {
@@ -845,7 +856,7 @@ bool cudnn_attention_available() {
 
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
   if (!check_call(call) || !cudnn_attention_available()) return 0;
-  const GraphKey key = key_of(call);
+  const GraphKey key = key_of(call, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);
@@ -855,7 +866,7 @@ size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
 bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, size_t ws_bytes) {
   NVTX_RANGE(c.backward ? "attention_backward_cudnn" : "attention_forward_cudnn");
   if (!check_call(c) || !cudnn_attention_available()) return false;
-  const GraphKey key = key_of(c);
+  const GraphKey key = key_of(c, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);
@@ -901,6 +912,21 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
   return true;
 }
 
+bool cudnn_attention_built() { return true; }
+
+std::string cudnn_attention_graph_check(const CudnnAttentionCall& call) {
+  if (!check_call(call)) return "no tokens: no graph";
+  try {
+    Graph g(key_of(call, -1));
+    if (call.backward) build_backward(g);
+    else build_forward(g);
+    g.finish(nullptr);
+    return "";
+  } catch (const Refusal& r) {
+    return r.what();
+  }
+}
+
 CudnnAttentionStats cudnn_attention_stats() {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -912,7 +938,7 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
     return cat("cuDNN attention unavailable (cuDNN ", cudnnGetVersion(),
                ", needs >= 90600 and a compute capability 9 device)");
   if (!check_call(call)) return "no tokens: nothing for cuDNN to run";
-  const GraphKey key = key_of(call);
+  const GraphKey key = key_of(call, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);

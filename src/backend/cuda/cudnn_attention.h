@@ -87,6 +87,12 @@ struct CudnnAttentionStats {
   int64_t executions = 0;
 };
 CudnnAttentionStats cudnn_attention_stats();
+
+// Whether this build links cuDNN, and a check that needs no device: builds and finalizes the
+// call's operation graph (its bucket; the data pointers are never read) and returns "" or what
+// cuDNN refused. The engine choice still needs the GPU.
+bool cudnn_attention_built();
+std::string cudnn_attention_graph_check(const CudnnAttentionCall& call);
 std::string cudnn_attention_plan_info(const CudnnAttentionCall& call);
 
 }  // namespace sf::cuda
