@@ -553,33 +553,48 @@ int64_t get_int64(const Desc& d, cudnnBackendAttributeName_t attr, const char* a
   return v;
 }
 
-// The engine configurations cuDNN's heuristics (mode A, then the fallback list) offer.
+// The engine configurations of one heuristics mode.
+void heuristic_configs(const Desc& op_graph, cudnnBackendHeurMode_t mode, const char* mname,
+                       std::vector<std::unique_ptr<Desc>>& out) {
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, cat("engine heuristics (mode ", mname, ")"));
+  SF_SET_DESC(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph);
+  SF_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  heur.finalize();
+  int64_t count = 0;
+  cudnnStatus_t st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
+  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " result count"), st);
+  if (count <= 0) return;
+  std::vector<std::unique_ptr<Desc>> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    cfgs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                                          cat("engine config ", i, " (heuristics ", mname, ")")));
+    raw.push_back(cfgs.back()->get());
+  }
+  int64_t got = 0;
+  st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data());
+  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " results"), st);
+  for (int64_t i = 0; i < got && i < count; ++i) out.push_back(std::move(cfgs[size_t(i)]));
+}
+
+// The engine configurations cuDNN's heuristics offer, mode A's first, then the fallback list's;
+// a Refusal naming both modes' failures when there is none.
 std::vector<std::unique_ptr<Desc>> engine_configs(const Desc& op_graph) {
   std::vector<std::unique_ptr<Desc>> out;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    const char* mname = mode == CUDNN_HEUR_MODE_A ? "A" : "fallback";
-    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, cat("engine heuristics (mode ", mname, ")"));
-    SF_SET_DESC(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph);
-    SF_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    heur.finalize();
-    int64_t count = 0;
-    cudnnStatus_t st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
-    if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " result count"), st);
-    if (count <= 0) continue;
-    std::vector<std::unique_ptr<Desc>> cfgs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      cfgs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-                                            cat("engine config ", i, " (heuristics ", mname, ")")));
-      raw.push_back(cfgs.back()->get());
+  std::string why;
+  for (auto [mode, mname] : {std::pair{CUDNN_HEUR_MODE_A, "A"},
+                             std::pair{CUDNN_HEUR_MODE_FALLBACK, "fallback"}}) {
+    const size_t before = out.size();
+    try {
+      heuristic_configs(op_graph, mode, mname, out);
+      if (out.size() == before) why += cat(why.empty() ? "" : "; ", "mode ", mname, ": none");
+    } catch (const Refusal& r) {
+      why += cat(why.empty() ? "" : "; ", r.what());
     }
-    int64_t got = 0;
-    st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data());
-    if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " results"), st);
-    for (int64_t i = 0; i < got && i < count; ++i) out.push_back(std::move(cfgs[size_t(i)]));
   }
+  if (out.empty()) throw Refusal(cat("cuDNN's heuristics offer no engine (", why, ")"));
   return out;
 }
 
@@ -614,7 +629,6 @@ std::unique_ptr<Plan> build_plan(const GraphKey& key, cudnnHandle_t handle) {
   else build_forward(*p->graph);
   p->op_graph = std::make_unique<Desc>(p->graph->finish(handle));
   auto cfgs = engine_configs(*p->op_graph);
-  if (cfgs.empty()) throw Refusal("cuDNN's heuristics offer no engine for this graph");
   std::string tried;
   for (auto& cfg : cfgs) {
     try {
