@@ -589,7 +589,12 @@ std::vector<std::unique_ptr<Desc>> engine_configs(const Desc& op_graph) {
     const size_t before = out.size();
     try {
       heuristic_configs(op_graph, mode, mname, out);
-      if (out.size() == before) why += cat(why.empty() ? "" : "; ", "mode ", mname, ": none");
+      if (out.size() == before) {
+        char last[1024] = {0};
+        cudnnGetLastErrorString(last, sizeof(last));
+        why += cat(why.empty() ? "" : "; ", "mode ", mname, ": none", last[0] ? " (" : "", last,
+                   last[0] ? ")" : "");
+      }
     } catch (const Refusal& r) {
       why += cat(why.empty() ? "" : "; ", r.what());
     }
