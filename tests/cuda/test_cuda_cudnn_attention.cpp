@@ -13,8 +13,9 @@
 //
 // Layouts: q/k/v are column blocks of one fused qkv matrix (row stride (Hq + 2 Hkv) D), out has
 // guard columns, dq/dk/dv are column blocks of one dqkv matrix with guard columns: every
-// tensor is strided, and guards catch a write past a row. Lengths are not multiples of 64 or
-// 128, and 5 sequences leave a zero-length entry in the cuDNN bucket of 6.
+// tensor is strided, and guards catch a write past a row. Past the last token, the inputs have
+// NaN rows and the outputs guard rows (kTailRows). Lengths are not multiples of 64 or 128, and
+// 5 sequences leave a zero-length entry in the cuDNN bucket of 6.
 #include <algorithm>
 #include <numeric>
 
@@ -43,6 +44,36 @@ std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < n; ++j) r[size_t(t * n + j)] = m[size_t(t * W + c0 + j)];
   return r;
+}
+
+// Every tensor has kTailRows rows past its T: the inputs' are NaN (a kernel that multiplies rows
+// past the last sequence, even by 0, turns outputs NaN), the outputs' hold the guard pattern
+// (a write past the last sequence, e.g. for a zero-length bucket entry, shows).
+constexpr int64_t kTailRows = 16;
+
+DevMat with_tail(DType t, int64_t rows, int64_t cols, int64_t ld = -1) {
+  DevMat d(t, rows + kTailRows, cols, ld);
+  d.m.rows = rows;
+  return d;
+}
+
+size_t tail_offset(const DevMat& d) { return size_t(d.m.rows * d.m.ld) * d.m.elem_size(); }
+size_t tail_bytes(const DevMat& d) { return size_t(kTailRows * d.m.ld) * d.m.elem_size(); }
+
+void nan_tail(DevMat& d) {
+  std::vector<unsigned char> r(tail_bytes(d), 0xFF);  // bf16 0xFFFF, f32 0xFFFFFFFF: NaN
+  EXPECT_EQ(cudaMemcpy(static_cast<char*>(d.buf->data()) + tail_offset(d), r.data(), r.size(),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+
+bool tail_intact(const DevMat& d) {
+  std::vector<unsigned char> r(tail_bytes(d));
+  gs().synchronize();
+  EXPECT_EQ(cudaMemcpy(r.data(), static_cast<const char*>(d.buf->data()) + tail_offset(d),
+                       r.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return std::all_of(r.begin(), r.end(), [](unsigned char b) { return b == kGuardByte; });
 }
 
 // Sets the implementation for a scope and restores the previous one.
@@ -81,10 +112,12 @@ struct Problem {
     sh.max_seqlen = *std::max_element(c.lens.begin(), c.lens.end());
     vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
     vdo = rand_bf16(size_t(T * qd), seed + 1);
-    qkv = DevMat(DType::bf16, T, W);
-    dout = DevMat(DType::bf16, T, qd);
+    qkv = with_tail(DType::bf16, T, W);
+    dout = with_tail(DType::bf16, T, qd);
     qkv.upload(vqkv);
     dout.upload(vdo);
+    nan_tail(qkv);
+    nan_tail(dout);
     dcu = std::make_unique<DevArray<int32_t>>(cu);
   }
   Mat q() const { return qkv.m.col_block(0, qd); }
@@ -101,7 +134,7 @@ struct Bwd {
 
 Fwd run_forward(const Problem& p, AttentionImpl impl) {
   ImplScope scope(impl);
-  Fwd f{DevMat(DType::bf16, p.T, p.qd, p.qd + 8), DevMat(DType::f32, p.c.Hq, p.T)};
+  Fwd f{with_tail(DType::bf16, p.T, p.qd, p.qd + 8), DevMat(DType::f32, p.c.Hq, p.T)};
   f.out.poison();
   f.lse.poison();
   gpu().attention_forward(gs(), f.out.m, f.lse.m.as<float>(), p.q(), p.k(), p.v(), p.sh,
@@ -111,7 +144,7 @@ Fwd run_forward(const Problem& p, AttentionImpl impl) {
 
 Bwd run_backward(const Problem& p, const Fwd& f, AttentionImpl impl) {
   ImplScope scope(impl);
-  Bwd b{DevMat(DType::bf16, p.T, p.W, p.W + 8)};
+  Bwd b{with_tail(DType::bf16, p.T, p.W, p.W + 8)};
   b.dqkv.poison();
   gpu().attention_backward(gs(), b.dqkv.m.col_block(0, p.qd), b.dqkv.m.col_block(p.qd, p.kvd),
                            b.dqkv.m.col_block(p.qd + p.kvd, p.kvd), p.dout.m, f.out.m,
@@ -142,6 +175,7 @@ void expect_grads(const std::string& what, const Problem& p, const Bwd& b,
   expect_close(what + " dk", cols(g, p.T, p.W, p.qd, p.kvd), dk, tol);
   expect_close(what + " dv", cols(g, p.T, p.W, p.qd + p.kvd, p.kvd), dv, tol);
   EXPECT_TRUE(b.dqkv.guards_intact()) << what;
+  EXPECT_TRUE(tail_intact(b.dqkv)) << what << ": a write past the last sequence";
 }
 
 void run_case(const CudnnCase& c, uint64_t seed) {
@@ -164,6 +198,7 @@ void run_case(const CudnnCase& c, uint64_t seed) {
   expect_close(what + " cudnn vs native out", oc, on, 1e-2);
   expect_close(what + " cudnn vs native lse", lc, ln, 2e-5);
   EXPECT_TRUE(fc.out.guards_intact());
+  EXPECT_TRUE(tail_intact(fc.out)) << what << ": a write past the last sequence";
 
   // Backward from each forward with each implementation: the host reference uses the same
   // bf16 out the GPU backward reads (and the host lse, which both lse match to 1e-5).
