@@ -49,7 +49,7 @@ std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64
 // Every tensor has kTailRows rows past its T: the inputs' are NaN (a kernel that multiplies rows
 // past the last sequence, even by 0, turns outputs NaN), the outputs' hold the guard pattern
 // (a write past the last sequence, e.g. for a zero-length bucket entry, shows).
-constexpr int64_t kTailRows = 16;
+constexpr int64_t kTailRows = 128;  // a whole tile past the end
 
 DevMat with_tail(DType t, int64_t rows, int64_t cols, int64_t ld = -1) {
   DevMat d(t, rows + kTailRows, cols, ld);
