@@ -40,6 +40,10 @@
 
 #if SF_WITH_CUDNN
 #include <cudnn.h>
+#if CUDNN_VERSION < 90600  // older headers lack the ragged-offset graph attributes used here
+#undef SF_WITH_CUDNN
+#define SF_WITH_CUDNN 0
+#endif
 #endif
 
 namespace sf::cuda {
@@ -97,11 +101,11 @@ void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 
 #if !SF_WITH_CUDNN
 
-// Built without cuDNN (CMake found no libcudnn): the native kernels are the only ones.
+// Built without cuDNN >= 9.6 (CMake found none): the native kernels are the only ones.
 bool cudnn_attention_available() { return false; }
 bool cudnn_attention_built() { return false; }
 std::string cudnn_attention_graph_check(const CudnnAttentionCall&) {
-  return "this build has no cuDNN (CMake found no libcudnn)";
+  return "this build has no cuDNN >= 9.6";
 }
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall&) { return 0; }
 bool cudnn_attention_run(cudaStream_t, const CudnnAttentionCall&, void*, size_t) {
@@ -109,7 +113,7 @@ bool cudnn_attention_run(cudaStream_t, const CudnnAttentionCall&, void*, size_t)
 }
 CudnnAttentionStats cudnn_attention_stats() { return {}; }
 std::string cudnn_attention_plan_info(const CudnnAttentionCall&) {
-  return "this build has no cuDNN (CMake found no libcudnn)";
+  return "this build has no cuDNN >= 9.6";
 }
 
 #else
