@@ -259,6 +259,10 @@ TEST(CudnnAttention, SmokePlansAndEngines) {
   const std::string fwd = cuda::cudnn_attention_plan_info(call);
   std::printf("[CUDNN] forward: %s\n", fwd.c_str());
   EXPECT_GT(cuda::cudnn_attention_workspace_bytes(call), 0u) << fwd;
+  const cuda::AttentionStrides ld{p.W, p.W, p.W, p.qd + 8, p.qd, p.W, p.W, p.W};
+  EXPECT_EQ(cuda::cudnn_attention_workspace_bytes(p.sh, ld, false),
+            cuda::cudnn_attention_workspace_bytes(call))
+      << "the planner's question (shape and strides) gets the call's answer";
   call.backward = true;
   call.dq = b.dqkv.m.col_block(0, p.qd);
   call.dk = b.dqkv.m.col_block(p.qd, p.kvd);
@@ -269,6 +273,7 @@ TEST(CudnnAttention, SmokePlansAndEngines) {
     cuda::set_attention_deterministic(det);
     const std::string bwd = cuda::cudnn_attention_plan_info(call);
     const size_t bytes = cuda::cudnn_attention_workspace_bytes(call);
+    EXPECT_EQ(cuda::cudnn_attention_workspace_bytes(p.sh, ld, true), bytes);
     cuda::set_attention_deterministic(prev);
     std::printf("[CUDNN] %s backward: %s\n", det ? "deterministic" : "non-deterministic",
                 bwd.c_str());

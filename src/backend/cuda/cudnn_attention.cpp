@@ -108,6 +108,9 @@ std::string cudnn_attention_graph_check(const CudnnAttentionCall&) {
   return "this build has no cuDNN >= 9.6";
 }
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall&) { return 0; }
+size_t cudnn_attention_workspace_bytes(const AttentionShape&, const AttentionStrides&, bool) {
+  return 0;
+}
 bool cudnn_attention_run(cudaStream_t, const CudnnAttentionCall&, void*, size_t) {
   return false;
 }
@@ -727,27 +730,39 @@ bool check_call(const CudnnAttentionCall& c) {
   return T > 0 && sh.max_seqlen > 0 && bucket(sh.n_seqs) <= 65535;
 }
 
-GraphKey key_of(const CudnnAttentionCall& c, int device) {
+GraphKey key_from(const AttentionShape& sh, const AttentionStrides& ld, bool backward,
+                  int device) {
   GraphKey k;
-  k.backward = c.backward;
-  k.deterministic = c.backward && attention_deterministic();
+  k.backward = backward;
+  k.deterministic = backward && attention_deterministic();
   k.device = device;
-  k.B = int(bucket(c.shape.n_seqs));
-  k.S = int(bucket(std::max(c.shape.max_seqlen, 64)));
-  k.hq = c.shape.n_heads;
-  k.hkv = c.shape.n_kv_heads;
-  k.d = c.shape.head_dim;
-  k.ldq = c.q.ld;
-  k.ldk = c.k.ld;
-  k.ldv = c.v.ld;
-  k.ldo = c.out.ld;
-  if (c.backward) {
-    k.lddo = c.dout.ld;
-    k.lddq = c.dq.ld;
-    k.lddk = c.dk.ld;
-    k.lddv = c.dv.ld;
+  k.B = int(bucket(sh.n_seqs));
+  k.S = int(bucket(std::max(sh.max_seqlen, 64)));
+  k.hq = sh.n_heads;
+  k.hkv = sh.n_kv_heads;
+  k.d = sh.head_dim;
+  k.ldq = ld.q;
+  k.ldk = ld.k;
+  k.ldv = ld.v;
+  k.ldo = ld.out;
+  if (backward) {
+    k.lddo = ld.dout;
+    k.lddq = ld.dq;
+    k.lddk = ld.dk;
+    k.lddv = ld.dv;
   }
   return k;
+}
+
+GraphKey key_of(const CudnnAttentionCall& c, int device) {
+  AttentionStrides ld{c.q.ld, c.k.ld, c.v.ld, c.out.ld};
+  if (c.backward) {
+    ld.dout = c.dout.ld;
+    ld.dq = c.dq.ld;
+    ld.dk = c.dk.ld;
+    ld.dv = c.dv.ld;
+  }
+  return key_from(c.shape, ld, c.backward, device);
 }
 
 std::string key_text(const GraphKey& k) {
@@ -880,6 +895,21 @@ bool cudnn_attention_available() {
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
   if (!check_call(call) || !cudnn_attention_available()) return 0;
   const GraphKey key = key_of(call, current_device());
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const Plan* p = plan_for(st, key);
+  return p == nullptr ? 0 : layout_of(key, p->workspace).total;
+}
+
+size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const AttentionStrides& ld,
+                                       bool backward) {
+  if (!cudnn_attention_available()) return 0;
+  SF_REQUIRE(sh.n_heads > 0 && sh.n_kv_heads > 0 && sh.n_heads % sh.n_kv_heads == 0 &&
+                 (sh.head_dim == 64 || sh.head_dim == 128) && sh.n_seqs >= 1,
+             "cuda cudnn attention workspace: heads ", sh.n_heads, "/", sh.n_kv_heads,
+             ", head_dim ", sh.head_dim, ", ", sh.n_seqs, " sequences: not an attention shape");
+  if (sh.max_seqlen <= 0 || bucket(sh.n_seqs) > 65535) return 0;
+  const GraphKey key = key_from(sh, ld, backward, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);

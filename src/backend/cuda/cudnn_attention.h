@@ -72,6 +72,14 @@ struct CudnnAttentionCall {
 // it). 0 when the cuDNN path would refuse the call (the caller's kernels then run).
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call);
 
+// The same from a shape and the row strides alone (a planner's question: no tensors needed).
+struct AttentionStrides {
+  int64_t q = 0, k = 0, v = 0, out = 0;       // both directions
+  int64_t dout = 0, dq = 0, dk = 0, dv = 0;  // the backward's
+};
+size_t cudnn_attention_workspace_bytes(const AttentionShape& shape, const AttentionStrides& ld,
+                                       bool backward);
+
 // Runs the call on stream s with workspace [ws, ws + ws_bytes). Returns false (nothing
 // enqueued) where cuDNN has no plan for the shape. Throws Error(cuda) when an execution fails
 // and Error(input) when ws_bytes is below cudnn_attention_workspace_bytes(call).
