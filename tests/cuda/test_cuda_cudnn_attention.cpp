@@ -20,6 +20,7 @@
 #include <numeric>
 
 #include "backend/cuda/cudnn_attention.h"
+#include "backend/cuda/cudnn_library.h"
 #include "cuda_test_util.h"
 
 namespace sf::test {
@@ -234,12 +235,13 @@ void run_case(const CudnnCase& c, uint64_t seed) {
   }
 }
 
-// Skips where the cuDNN path cannot run (no GPU, or not compute capability 9.x).
+// Skips where the cuDNN path cannot run (no GPU, not compute capability 9.x, no cuDNN 9 >= 9.6
+// loaded: the reason says which and how to fix it).
 #define SF_REQUIRE_CUDNN_ATTENTION()                                                     \
   do {                                                                                   \
     SF_REQUIRE_GPU();                                                                    \
     if (!cuda::cudnn_attention_available())                                              \
-      GTEST_SKIP() << "cuDNN attention needs a compute capability 9 GPU and cuDNN >= 9.6"; \
+      GTEST_SKIP() << "cuDNN attention: " << cuda::cudnn_attention_unavailable_reason();  \
   } while (0)
 
 // The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
@@ -338,6 +340,10 @@ TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
 // CI checks them; the pointers are fake (the check reads no data).
 TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN";
+  // Through the run-time loader: skipped only where no cuDNN library exists at all (one that
+  // opens but cannot be used fails below, with the loader's reason).
+  const cuda::CudnnLibraryInfo lib = cuda::cudnn_library_info();
+  if (!lib.opened) GTEST_SKIP() << "no cuDNN library found (" << lib.why << "): set SF_CUDNN_LIB";
   auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
   for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}},
                              CudnnCase{8, 8, 64, {130}}, CudnnCase{14, 2, 128, {200, 17}}}) {

@@ -36,15 +36,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cudnn_attention_aux.cuh"
+#include "backend/cuda/cudnn_library.h"
 #include "core/error.h"
-
-#if SF_WITH_CUDNN
-#include <cudnn.h>
-#if CUDNN_VERSION < 90600  // older headers lack the ragged-offset graph attributes used here
-#undef SF_WITH_CUDNN
-#define SF_WITH_CUDNN 0
-#endif
-#endif
 
 namespace sf::cuda {
 
@@ -64,10 +57,9 @@ AttentionImpl attention_impl() {
     SF_REQUIRE(want.empty() || want == "native" || want == "cudnn", "SF_ATTN=", want,
                " is not an attention implementation: use native or cudnn");
     const bool cudnn = want == "native" ? false : cudnn_attention_available();
-    if (want == "cudnn" && !cudnn)
-      std::fprintf(stderr, "sf: SF_ATTN=cudnn but cuDNN attention is unavailable here (needs "
-                           "a cuDNN >= 9.6 build and a compute capability 9 GPU); using the "
-                           "native kernels\n");
+    SF_REQUIRE(want != "cudnn" || cudnn, "SF_ATTN=cudnn, but cuDNN attention is unavailable: ",
+               cudnn_attention_unavailable_reason(), ". Unset SF_ATTN (or SF_ATTN=native) to run "
+               "slideformer's own attention kernels");
     v = cudnn ? 1 : 0;
     g_impl.store(v);
   }
@@ -99,10 +91,53 @@ bool attention_deterministic() {
 
 void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 
+namespace {
+
+// "" where device 0 is compute capability 9.x, else why not.
+std::string device_problem() {
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // (not left for a later launch check to find)
+    return cat("no CUDA device (", cudaGetErrorString(e), ")");
+  }
+  if (major != 9)
+    return cat("device ", dev, " is compute capability ", major, ".", minor,
+               "; the cuDNN graphs here are built for 9.x (Hopper)");
+  return "";
+}
+
+// Why the cuDNN path cannot run, decided once. A device it cannot serve needs no library (and
+// no note) unless SF_CUDNN_LIB names one, which is then checked anyway (an Error if bad). Where
+// only the library is missing, one note on stderr, unless SF_ATTN=cudnn turns it into an Error.
+const std::string& unavailable_reason() {
+  static const std::string why = [] {
+    const std::string dev = device_problem();
+    const char* lib = std::getenv("SF_CUDNN_LIB");
+    if (!dev.empty() && (lib == nullptr || *lib == 0)) return dev;
+    const CudnnLibraryInfo info = cudnn_library_info();
+    if (!dev.empty() || info.loaded) return dev;
+    if (!cudnn_attention_built())
+      return cat(info.why, ": rebuild with cuDNN 9's headers (>= 9.6) in the CUDA toolkit");
+    const char* attn = std::getenv("SF_ATTN");
+    if (attn == nullptr || std::string(attn) != "cudnn")
+      std::fprintf(stderr, "%s\n", cudnn_unavailable_note(info).c_str());
+    return cat("cuDNN is not loaded (", info.why, "): set SF_CUDNN_LIB=/path/to/libcudnn.so.9 "
+               "or install cuDNN 9");
+  }();
+  return why;
+}
+
+}  // namespace
+
+bool cudnn_attention_available() { return unavailable_reason().empty(); }
+std::string cudnn_attention_unavailable_reason() { return unavailable_reason(); }
+
 #if !SF_WITH_CUDNN
 
-// Built without cuDNN >= 9.6 (CMake found none): the native kernels are the only ones.
-bool cudnn_attention_available() { return false; }
+// Built without cuDNN >= 9.6 headers (CMake found none): the native kernels are the only ones.
 bool cudnn_attention_built() { return false; }
 std::string cudnn_attention_graph_check(const CudnnAttentionCall&) {
   return "this build has no cuDNN >= 9.6";
@@ -123,6 +158,14 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall&) {
 
 namespace {
 
+// The loaded library's functions: only called once cudnn_attention_available() or the graph
+// check found it loaded.
+const CudnnApi& dnn() {
+  const CudnnApi* api = cudnn_api();
+  SF_CHECK(api != nullptr, "cuda cudnn attention: cuDNN called without a loaded library");
+  return *api;
+}
+
 // ---- errors ------------------------------------------------------------------------------------
 
 // A failure while building a plan: the shape is refused and the native kernels run it.
@@ -132,8 +175,8 @@ struct Refusal : std::runtime_error {
 
 std::string status_text(cudnnStatus_t st) {
   char last[1024] = {0};
-  cudnnGetLastErrorString(last, sizeof(last));
-  return cat(cudnnGetErrorString(st), " (", int(st), ")", last[0] ? ": " : "", last);
+  dnn().cudnnGetLastErrorString(last, sizeof(last));
+  return cat(dnn().cudnnGetErrorString(st), " (", int(st), ")", last[0] ? ": " : "", last);
 }
 
 [[noreturn]] void refuse(const std::string& where, cudnnStatus_t st) {
@@ -146,11 +189,11 @@ std::string status_text(cudnnStatus_t st) {
 class Desc {
  public:
   Desc(cudnnBackendDescriptorType_t type, std::string name) : name_(std::move(name)) {
-    const cudnnStatus_t st = cudnnBackendCreateDescriptor(type, &d_);
+    const cudnnStatus_t st = dnn().cudnnBackendCreateDescriptor(type, &d_);
     if (st != CUDNN_STATUS_SUCCESS) refuse(cat("create ", name_), st);
   }
   ~Desc() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+    if (d_ != nullptr) dnn().cudnnBackendDestroyDescriptor(d_);
   }
   Desc(const Desc&) = delete;
   Desc& operator=(const Desc&) = delete;
@@ -161,7 +204,7 @@ class Desc {
 
   void set(cudnnBackendAttributeName_t attr, const char* attr_name,
            cudnnBackendAttributeType_t type, int64_t n, const void* value) {
-    const cudnnStatus_t st = cudnnBackendSetAttribute(d_, attr, type, n, value);
+    const cudnnStatus_t st = dnn().cudnnBackendSetAttribute(d_, attr, type, n, value);
     if (st != CUDNN_STATUS_SUCCESS) refuse(cat(name_, " set ", attr_name), st);
   }
   void set_desc(cudnnBackendAttributeName_t attr, const char* attr_name, const Desc& other) {
@@ -169,7 +212,7 @@ class Desc {
     set(attr, attr_name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &o);
   }
   void finalize() {
-    const cudnnStatus_t st = cudnnBackendFinalize(d_);
+    const cudnnStatus_t st = dnn().cudnnBackendFinalize(d_);
     if (st != CUDNN_STATUS_SUCCESS) refuse(cat(name_, " finalize"), st);
   }
 
@@ -555,7 +598,7 @@ struct Plan {
 
 int64_t get_int64(const Desc& d, cudnnBackendAttributeName_t attr, const char* attr_name) {
   int64_t v = 0, n = 0;
-  const cudnnStatus_t st = cudnnBackendGetAttribute(d.get(), attr, CUDNN_TYPE_INT64, 1, &n, &v);
+  const cudnnStatus_t st = dnn().cudnnBackendGetAttribute(d.get(), attr, CUDNN_TYPE_INT64, 1, &n, &v);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(d.name(), " get ", attr_name), st);
   return v;
 }
@@ -568,7 +611,7 @@ void heuristic_configs(const Desc& op_graph, cudnnBackendHeurMode_t mode, const 
   SF_SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   heur.finalize();
   int64_t count = 0;
-  cudnnStatus_t st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+  cudnnStatus_t st = dnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " result count"), st);
   if (count <= 0) return;
@@ -580,7 +623,7 @@ void heuristic_configs(const Desc& op_graph, cudnnBackendHeurMode_t mode, const 
     raw.push_back(cfgs.back()->get());
   }
   int64_t got = 0;
-  st = cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+  st = dnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data());
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(heur.name(), " results"), st);
   for (int64_t i = 0; i < got && i < count; ++i) out.push_back(std::move(cfgs[size_t(i)]));
@@ -598,7 +641,7 @@ std::vector<std::unique_ptr<Desc>> engine_configs(const Desc& op_graph) {
       heuristic_configs(op_graph, mode, mname, out);
       if (out.size() == before) {
         char last[1024] = {0};
-        cudnnGetLastErrorString(last, sizeof(last));
+        dnn().cudnnGetLastErrorString(last, sizeof(last));
         why += cat(why.empty() ? "" : "; ", "mode ", mname, ": none", last[0] ? " (" : "", last,
                    last[0] ? ")" : "");
       }
@@ -615,12 +658,12 @@ void describe_engine(const Desc& cfg, Plan& p) {
   Desc eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine of " + cfg.name());
   cudnnBackendDescriptor_t e = eng.get();
   int64_t n = 0;
-  cudnnStatus_t st = cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+  cudnnStatus_t st = dnn().cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(cfg.name(), " get CUDNN_ATTR_ENGINECFG_ENGINE"), st);
   p.engine_index = get_int64(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "CUDNN_ATTR_ENGINE_GLOBAL_INDEX");
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  st = cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+  st = dnn().cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                                 CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
                                 notes);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(eng.name(), " get CUDNN_ATTR_ENGINE_NUMERICAL_NOTE"), st);
@@ -819,7 +862,7 @@ cudnnHandle_t handle_for(State& st, int device) {
   auto it = st.handles.find(device);
   if (it != st.handles.end()) return it->second;
   cudnnHandle_t h = nullptr;
-  const cudnnStatus_t s = cudnnCreate(&h);
+  const cudnnStatus_t s = dnn().cudnnCreate(&h);
   if (s != CUDNN_STATUS_SUCCESS) refuse("cudnnCreate", s);
   st.handles[device] = h;
   return h;
@@ -860,10 +903,10 @@ void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void
   } catch (const Refusal& r) {
     SF_FAIL(cuda, "cuDNN attention (", key_text(key), "): ", r.what());
   }
-  cudnnStatus_t rc = cudnnSetStream(h, s);
+  cudnnStatus_t rc = dnn().cudnnSetStream(h, s);
   if (rc != CUDNN_STATUS_SUCCESS)
     SF_FAIL(cuda, "cuDNN attention: cudnnSetStream: ", status_text(rc));
-  rc = cudnnBackendExecute(h, p.plan->get(), vpp->get());
+  rc = dnn().cudnnBackendExecute(h, p.plan->get(), vpp->get());
   if (rc != CUDNN_STATUS_SUCCESS)
     SF_FAIL(cuda, "cuDNN attention (", key_text(key), ", engine ", p.engine_index,
             "): cudnnBackendExecute: ", status_text(rc));
@@ -879,18 +922,6 @@ int current_device() {
 }
 
 }  // namespace
-
-bool cudnn_attention_available() {
-  static const bool ok = [] {
-    if (cudnnGetVersion() < 90600) return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-      return false;
-    return major == 9;
-  }();
-  return ok;
-}
 
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
   if (!check_call(call) || !cudnn_attention_available()) return 0;
@@ -968,6 +999,7 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
 bool cudnn_attention_built() { return true; }
 
 std::string cudnn_attention_graph_check(const CudnnAttentionCall& call) {
+  if (cudnn_api() == nullptr) return cat("cuDNN is not loaded: ", cudnn_library_info().why);
   if (!check_call(call)) return "no tokens: no graph";
   try {
     Graph g(key_of(call, -1));
@@ -988,15 +1020,14 @@ CudnnAttentionStats cudnn_attention_stats() {
 
 std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
   if (!cudnn_attention_available())
-    return cat("cuDNN attention unavailable (cuDNN ", cudnnGetVersion(),
-               ", needs >= 90600 and a compute capability 9 device)");
+    return cat("cuDNN attention unavailable: ", cudnn_attention_unavailable_reason());
   if (!check_call(call)) return "no tokens: nothing for cuDNN to run";
   const GraphKey key = key_of(call, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);
   if (p == nullptr) return cat("refused ", key_text(key), ": ", st.refused[key]);
-  return cat("cuDNN ", cudnnGetVersion(), " ", key_text(key), ": engine ", p->engine_index,
+  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": engine ", p->engine_index,
              p->nondeterministic ? " (non-deterministic)" : " (deterministic)",
              ", plan workspace ", p->workspace, " B, call workspace ",
              layout_of(key, p->workspace).total, " B");

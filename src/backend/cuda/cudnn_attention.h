@@ -37,12 +37,18 @@ namespace sf::cuda {
 enum class AttentionImpl { native, cudnn };
 const char* attention_impl_name(AttentionImpl impl);
 
-// Whether the cuDNN path can run here: the build links cuDNN (>= 9.6 at run time, for int64
-// ragged offsets and the un-zeroed dQ accumulator) and device 0 has compute capability 9.x.
+// Whether the cuDNN path can run here: device 0 has compute capability 9.x, the build has
+// cuDNN >= 9.6 headers and cuDNN 9.x >= 9.6 loads at run time (cudnn_library.h: int64 ragged
+// offsets and the un-zeroed dQ accumulator need 9.6). Decided once, on the first call; where
+// only the library is missing, one note on stderr (not under SF_ATTN=cudnn: that is an Error).
+// Throws Error where SF_CUDNN_LIB names a library that cannot be used.
 bool cudnn_attention_available();
+// Why not ("" where available): the device, the build or the library, with the fix.
+std::string cudnn_attention_unavailable_reason();
 
 // The implementation the calls that follow use. The default: SF_ATTN=native|cudnn if set
-// (another value is an Error), else cudnn where available, else native. set_attention_impl is
+// (another value is an Error; cudnn where unavailable is an Error saying why), else cudnn where
+// available, else native. set_attention_impl is
 // for tests and A/B benchmarks (no call in flight); it returns the implementation now in
 // effect (native where cudnn was asked for but is unavailable).
 AttentionImpl attention_impl();
@@ -96,9 +102,10 @@ struct CudnnAttentionStats {
 };
 CudnnAttentionStats cudnn_attention_stats();
 
-// Whether this build links cuDNN, and a check that needs no device: builds and finalizes the
-// call's operation graph (its bucket; the data pointers are never read) and returns "" or what
-// cuDNN refused. The engine choice still needs the GPU.
+// Whether this build has the cuDNN path (cuDNN >= 9.6 headers; the library loads at run time),
+// and a check that needs no device: builds and finalizes the call's operation graph (its
+// bucket; the data pointers are never read) and returns "" or what cuDNN refused (or why the
+// library is not loaded). The engine choice still needs the GPU.
 bool cudnn_attention_built();
 std::string cudnn_attention_graph_check(const CudnnAttentionCall& call);
 std::string cudnn_attention_plan_info(const CudnnAttentionCall& call);
