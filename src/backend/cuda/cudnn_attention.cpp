@@ -598,7 +598,8 @@ struct Plan {
 
 int64_t get_int64(const Desc& d, cudnnBackendAttributeName_t attr, const char* attr_name) {
   int64_t v = 0, n = 0;
-  const cudnnStatus_t st = dnn().cudnnBackendGetAttribute(d.get(), attr, CUDNN_TYPE_INT64, 1, &n, &v);
+  const cudnnStatus_t st =
+      dnn().cudnnBackendGetAttribute(d.get(), attr, CUDNN_TYPE_INT64, 1, &n, &v);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(d.name(), " get ", attr_name), st);
   return v;
 }
@@ -1027,7 +1028,8 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);
   if (p == nullptr) return cat("refused ", key_text(key), ": ", st.refused[key]);
-  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": engine ", p->engine_index,
+  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": engine ",
+             p->engine_index,
              p->nondeterministic ? " (non-deterministic)" : " (deterministic)",
              ", plan workspace ", p->workspace, " B, call workspace ",
              layout_of(key, p->workspace).total, " B");

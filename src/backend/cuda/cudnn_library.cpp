@@ -1,6 +1,7 @@
 // cuDNN's run-time loader (contract in cudnn_library.h).
 #include "backend/cuda/cudnn_library.h"
 
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -131,6 +132,16 @@ CudnnLibraryInfo load(const std::vector<std::string>& names, LibraryHandle& hand
   return info;
 }
 
+// A cuDNN built for another CUDA major than the runtime this process uses may work (it brings
+// its own cuBLAS through its RUNPATH) or fail its plans: said once, with the load.
+std::string cuda_major_remark(int64_t cudnn_cudart) {
+  int ours = 0;
+  if (cudaRuntimeGetVersion(&ours) != cudaSuccess || ours / 1000 == cudnn_cudart / 1000) return "";
+  return cat(" (this process runs CUDA runtime ", ours / 1000, ".", ours / 10 % 100,
+             "; if cuDNN's plans fail, point SF_CUDNN_LIB at a cuDNN 9 built for CUDA ",
+             ours / 1000, ")");
+}
+
 // The process's library: loaded once, never closed (plans and handles live until exit).
 struct Process {
   LibraryHandle handle;
@@ -144,8 +155,9 @@ const Process& process() {
     auto q = std::make_unique<Process>();
     q->info = load(cudnn_default_names(), q->handle, q->api);
     if (q->info.loaded)
-      std::fprintf(stderr, "sf: attention can use %s from %s\n",
-                   cudnn_version_text(q->info).c_str(), q->info.path.c_str());
+      std::fprintf(stderr, "sf: attention can use %s from %s%s\n",
+                   cudnn_version_text(q->info).c_str(), q->info.path.c_str(),
+                   cuda_major_remark(q->info.cudart).c_str());
     return q.release();  // never destroyed: cuDNN handles must not outlive the library
   }();
   return *p;
