@@ -2,8 +2,10 @@
 // host reference (double accumulation) on the same bf16-rounded inputs and against our own
 // kernels; the two implementations' forward and backward interchanged; the plan cache; the
 // implementation switch. Skipped without a GPU; on a GPU where cuDNN attention is unavailable
-// (not compute capability 9) only the switch test runs. On Hopper a refused graph FAILS the
-// smoke test: the refusal line on stderr names the descriptor and attribute cuDNN rejected.
+// (not compute capability 9, or no cuDNN 9 >= 9.6 loads: set SF_CUDNN_LIB, cudnn_library.h)
+// only the switch test runs, and each skip says why. On Hopper with cuDNN loaded a refused
+// graph FAILS the smoke test: the refusal line on stderr names the descriptor and attribute
+// cuDNN rejected. The graph check needs no GPU, only the library (CI runs it).
 //
 // Tolerances (as for our kernels, test_cuda_attention.cpp): out/dq/dk/dv are bf16 (one
 // rounding, ~1.1e-3 RMS) and both implementations round P and dS to bf16 for the tensor-core

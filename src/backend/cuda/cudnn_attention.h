@@ -48,9 +48,9 @@ std::string cudnn_attention_unavailable_reason();
 
 // The implementation the calls that follow use. The default: SF_ATTN=native|cudnn if set
 // (another value is an Error; cudnn where unavailable is an Error saying why), else cudnn where
-// available, else native. set_attention_impl is
-// for tests and A/B benchmarks (no call in flight); it returns the implementation now in
-// effect (native where cudnn was asked for but is unavailable).
+// available, else native. set_attention_impl is for tests and A/B benchmarks (no call in
+// flight); it returns the implementation now in effect (native where cudnn was asked for but
+// is unavailable).
 AttentionImpl attention_impl();
 AttentionImpl set_attention_impl(AttentionImpl impl);
 
