@@ -8,7 +8,9 @@
 // device-to-device copy measured in the same run; GEMM, attention and the LM head report
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
-// 2.5x the forward. The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
+// 2.5x the forward; each attention row names its implementation (native, cudnn = cuDNN with
+// the deterministic backward, cudnn-nondet = cuDNN's atomic backward; bench/torch_attention_ref.py
+// times torch's SDPA backends at the same shapes with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,9 +20,11 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm_lt.h"
 #include "core/dtype.h"
 
@@ -110,6 +114,74 @@ void add_bw(const std::string& op, const std::string& shape, double bytes, doubl
 }
 void add_flops(const std::string& op, const std::string& shape, double flops, double ms) {
   g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
+}
+
+// One attention shape (n_seqs sequences of L tokens, H/KV heads of D) with each implementation
+// (ours; cuDNN with its deterministic backward, the default; cuDNN's atomic backward). A row
+// names the implementation that actually ran: "cudnn>native" where cuDNN refused the call.
+void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV, int64_t D) {
+  auto& be = b.be;
+  Stream& s = b.st;
+  const int64_t T = L * n_seqs, W = (H + 2 * KV) * D;
+  Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
+  Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
+  float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+  std::vector<int32_t> cu;
+  for (int64_t t = 0; t <= T; t += L) cu.push_back(int32_t(t));
+  auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
+  check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
+  AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(n_seqs), int(L)};
+  Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
+      v = qkv.col_block((H + KV) * D, KV * D);
+  Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
+      dv = dqkv.col_block((H + KV) * D, KV * D);
+  const double fwd_flops = 4.0 * D * H * double(n_seqs) * double(L) * double(L) / 2.0;
+  const int reps = fwd_flops > 2e13 ? 5 : 20;  // the 64K / 128K rows run for seconds
+  const std::string shape = cat("seq ", L, " x ", n_seqs, ", ", H, "/", KV, " heads, D ", D);
+  struct Impl {
+    const char* name;
+    cuda::AttentionImpl impl;
+    bool deterministic;
+  };
+  for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
+                         Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
+                         Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
+    if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
+    cuda::set_attention_impl(im.impl);
+    cuda::set_attention_deterministic(im.deterministic);
+    // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
+    auto ran = [&](int64_t before) {
+      if (im.impl == cuda::AttentionImpl::native) return std::string(im.name);
+      b.sync();
+      return cuda::cudnn_attention_stats().executions > before ? std::string(im.name)
+                                                               : im.name + std::string(">native");
+    };
+    int64_t e0 = cuda::cudnn_attention_stats().executions;
+    const double ms = time_ms(b.raw, [&] { be.attention_forward(s, out, lse, q, k, v, sh, dcu); },
+                              reps);
+    const std::string fwd_impl = ran(e0);
+    e0 = cuda::cudnn_attention_stats().executions;
+    const double msb = time_ms(b.raw, [&] {
+      be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
+    }, reps);
+    const std::string bwd_impl = ran(e0);
+    add_flops(cat("attention forward [", fwd_impl, "]"), shape, fwd_flops, ms);
+    add_flops(cat("attention backward [", bwd_impl, "]"), shape, 2.5 * fwd_flops, msb);
+    add_flops(cat("attention fwd+bwd [", fwd_impl == bwd_impl ? fwd_impl
+                                                              : fwd_impl + "+" + bwd_impl, "]"),
+              shape, 3.5 * fwd_flops, ms + msb);
+  }
+  cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
+                                                             : cuda::AttentionImpl::native);
+  cuda::set_attention_deterministic(true);
+  b.free_all();
+}
+
+void attention_rows(Bench& b) {
+  for (auto [H, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {64, 16, 64}}) {
+    for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
+    for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
+  }
 }
 
 // Times the first 8 cuBLASLt candidates of each layer GEMM at 32K tokens, forward (y = x
@@ -277,34 +349,10 @@ void run(Bench& b) {
   }
   // ---- the heuristic's GEMM candidates at the engine's layer shapes (only when asked) ----
   if (g_only.rfind("gemm_algos", 0) == 0) gemm_algos(b, C, (H + 2 * KV) * D, H * D, F);
-  // ---- attention at seq 1K, 4K, 8K (16K tokens per call) ----
-  for (int64_t L : {int64_t(1024), int64_t(4096), int64_t(8192)}) {
-    if (!want("attention")) break;
-    const int64_t W = (H + 2 * KV) * D;
-    Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
-    Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
-    float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
-    std::vector<int32_t> cu;
-    for (int64_t t = 0; t <= T; t += L) cu.push_back(int32_t(t));
-    auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
-    check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
-    AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(cu.size() - 1),
-                      int(L)};
-    Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
-        v = qkv.col_block((H + KV) * D, KV * D);
-    Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
-        dv = dqkv.col_block((H + KV) * D, KV * D);
-    const double fwd_flops = 4.0 * D * H * double(T / L) * double(L) * double(L) / 2.0;
-    const std::string shape = cat("seq ", L, " x ", T / L, ", 32/8 heads, D 128");
-    double ms = timeit([&] { be.attention_forward(s, out, lse, q, k, v, sh, dcu); });
-    add_flops("attention forward", shape, fwd_flops, ms);
-    double msb = timeit([&] {
-      be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
-    });
-    add_flops("attention backward", shape, 2.5 * fwd_flops, msb);
-    add_flops("attention fwd+bwd", shape, 3.5 * fwd_flops, ms + msb);
-    b.free_all();
-  }
+  // ---- attention: each implementation, seq 1K..16K (16K tokens per call), then one sequence
+  // of 32K, 64K, 128K; D 128 (32/8 heads) and D 64 (64/16 heads: the same hidden size and FLOPs
+  // per token) ----
+  if (want("attention")) attention_rows(b);
   // ---- fused LM head + cross-entropy ----
   if (want("lm_head")) {
     const int64_t chunk = 4096;

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cudnn_attention.h"
 #include "cuda_test_util.h"
 
 namespace sf::test {
@@ -95,11 +96,15 @@ void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels)
 }
 
 // Each kernel family this GPU runs: wgmma (compute capability 9) and mma.sync (every GPU).
+// Our kernels, not cuDNN's (test_cuda_cudnn_attention.cpp covers those).
 void run_case(const AttnCase& c, uint64_t seed) {
+  const cuda::AttentionImpl impl = cuda::attention_impl();
+  cuda::set_attention_impl(cuda::AttentionImpl::native);
   if (cuda::set_attention_wgmma(true)) run_case_with(c, seed, "wgmma");
   cuda::set_attention_wgmma(false);
   run_case_with(c, seed, "mma.sync");
   cuda::set_attention_wgmma(true);  // the default (where the device has it)
+  cuda::set_attention_impl(impl);
 }
 
 TEST(CudaAttention, HeadDim64OddLengths) {

@@ -1,17 +1,21 @@
 // CudaBackend: memory (counted, optionally budgeted), named streams with their workspaces,
 // events, and the Backend ops, each forwarded to its launcher (kernels in backend/cuda/*.cu).
-// GEMMs and the LM head's GEMMs go through cuda::GemmLt (cuBLASLt).
+// GEMMs and the LM head's GEMMs go through cuda::GemmLt (cuBLASLt). Attention runs cuDNN's
+// fused kernels where cuda::attention_impl() says so and cuDNN has a plan for the shape
+// (cudnn_attention.h; workspace: one growable buffer per stream), else our kernels.
 #include "backend/cuda/cuda_backend.h"
 
 
 #include <nvtx3/nvToolsExtCudaRt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
@@ -80,6 +84,8 @@ struct CudaBackend::StreamImpl final : public Stream {
   cudaStream_t s = nullptr;
   std::string name;
   std::unique_ptr<Buffer> gemm_ws, reduce_ws;
+  std::unique_ptr<Buffer> attn_ws;  // cuDNN attention workspace, grown to the largest call
+  size_t attn_ws_bytes = 0;
 
   explicit StreamImpl(const std::string& n) : name(n) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -291,13 +297,66 @@ void CudaBackend::rope_backward(Stream& s, Mat dx, int n_heads, int head_dim,
   cuda::launch_rope(raw(s), dx, n_heads, head_dim, pos, inv_freq, true);
 }
 
+// Attention: cuDNN's fused kernels where selected (cuda::attention_impl) and cuDNN builds a
+// plan for the shape, else ours. The cuDNN path's workspace belongs to the stream (counted like
+// any buffer) and grows to the largest call; growing waits for the stream's work first.
+namespace {
+bool run_cudnn_attention(CudaBackend& be, Stream& s, const cuda::CudnnAttentionCall& c) {
+  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return false;
+  const size_t bytes = cuda::cudnn_attention_workspace_bytes(c);
+  if (bytes == 0) return false;
+  auto& st = dynamic_cast<CudaBackend::StreamImpl&>(s);
+  if (st.attn_ws_bytes < bytes) {
+    st.synchronize();
+    st.attn_ws.reset();
+    st.attn_ws_bytes = 0;
+    try {
+      st.attn_ws = be.alloc(bytes, cat("cuDNN attention workspace of stream ", st.name));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::out_of_memory) throw;
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        std::fprintf(stderr, "sf: no memory for the cuDNN attention workspace (%zu bytes): "
+                             "the native kernels run such calls (%s)\n", bytes, e.what());
+      });
+      return false;
+    }
+    st.attn_ws_bytes = bytes;
+  }
+  return cuda::cudnn_attention_run(raw(s), c, st.attn_ws->data(), st.attn_ws_bytes);
+}
+}  // namespace
+
 void CudaBackend::attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v,
                                     const AttentionShape& shape, const int32_t* cu_seqlens) {
+  cuda::CudnnAttentionCall c;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.out = out;
+  c.lse = lse;
+  c.cu_seqlens = cu_seqlens;
+  c.shape = shape;
+  if (run_cudnn_attention(*this, s, c)) return;
   cuda::launch_attention_forward(raw(s), out, lse, q, k, v, shape, cu_seqlens);
 }
 void CudaBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
                                      const float* lse, Mat q, Mat k, Mat v,
                                      const AttentionShape& shape, const int32_t* cu_seqlens) {
+  cuda::CudnnAttentionCall c;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.out = out;
+  c.lse = const_cast<float*>(lse);  // read only in the backward
+  c.dq = dq;
+  c.dk = dk;
+  c.dv = dv;
+  c.dout = dout;
+  c.cu_seqlens = cu_seqlens;
+  c.shape = shape;
+  c.backward = true;
+  if (run_cudnn_attention(*this, s, c)) return;
   cuda::launch_attention_backward(raw(s), dq, dk, dv, dout, out, lse, q, k, v, shape,
                                   cu_seqlens);
 }

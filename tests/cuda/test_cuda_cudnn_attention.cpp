@@ -1,0 +1,398 @@
+// cuDNN fused attention (cudnn_attention.h) through CudaBackend's attention ops, against the
+// host reference (double accumulation) on the same bf16-rounded inputs and against our own
+// kernels; the two implementations' forward and backward interchanged; the plan cache; the
+// implementation switch. Skipped without a GPU; on a GPU where cuDNN attention is unavailable
+// (not compute capability 9, or no cuDNN 9 >= 9.6 loads: set SF_CUDNN_LIB, cudnn_library.h)
+// only the switch test runs, and each skip says why. On Hopper with cuDNN loaded a refused
+// graph FAILS the smoke test: the refusal line on stderr names the descriptor and attribute
+// cuDNN rejected. The graph check needs no GPU, only the library (CI runs it).
+//
+// Tolerances (as for our kernels, test_cuda_attention.cpp): out/dq/dk/dv are bf16 (one
+// rounding, ~1.1e-3 RMS) and both implementations round P and dS to bf16 for the tensor-core
+// products: 5e-3 relative L2 for out, 1e-2 for the gradients; lse is f32 statistics of f32
+// scores: 1e-5. cuDNN against our kernels: each is within those bounds of the reference, so
+// their difference is within twice them (1e-2 out, 2e-2 gradients, 2e-5 lse).
+//
+// Layouts: q/k/v are column blocks of one fused qkv matrix (row stride (Hq + 2 Hkv) D), out has
+// guard columns, dq/dk/dv are column blocks of one dqkv matrix with guard columns: every
+// tensor is strided, and guards catch a write past a row. Past the last token, the inputs have
+// NaN rows and the outputs guard rows (kTailRows). Lengths are not multiples of 64 or 128, and
+// 5 sequences leave a zero-length entry in the cuDNN bucket of 6.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cuda/cudnn_attention.h"
+#include "backend/cuda/cudnn_library.h"
+#include "cuda_test_util.h"
+
+namespace sf::test {
+namespace {
+
+using cuda::AttentionImpl;
+
+struct CudnnCase {
+  int Hq, Hkv, D;
+  std::vector<int32_t> lens;  // packed sequences
+};
+
+std::string cname(const CudnnCase& c) {
+  std::string s = cat("cudnn attention Hq", c.Hq, " Hkv", c.Hkv, " D", c.D, " seqs");
+  for (int l : c.lens) s += cat(" ", l);
+  return s;
+}
+
+// Columns [c0, c0 + n) of a dense [T, W] matrix.
+std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64_t c0, int64_t n) {
+  std::vector<float> r(size_t(T * n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j) r[size_t(t * n + j)] = m[size_t(t * W + c0 + j)];
+  return r;
+}
+
+// Every tensor has kTailRows rows past its T: the inputs' are NaN (a kernel that multiplies rows
+// past the last sequence, even by 0, turns outputs NaN), the outputs' hold the guard pattern
+// (a write past the last sequence, e.g. for a zero-length bucket entry, shows).
+constexpr int64_t kTailRows = 128;  // a whole tile past the end
+
+DevMat with_tail(DType t, int64_t rows, int64_t cols, int64_t ld = -1) {
+  DevMat d(t, rows + kTailRows, cols, ld);
+  d.m.rows = rows;
+  return d;
+}
+
+size_t tail_offset(const DevMat& d) { return size_t(d.m.rows * d.m.ld) * d.m.elem_size(); }
+size_t tail_bytes(const DevMat& d) { return size_t(kTailRows * d.m.ld) * d.m.elem_size(); }
+
+void nan_tail(DevMat& d) {
+  std::vector<unsigned char> r(tail_bytes(d), 0xFF);  // bf16 0xFFFF, f32 0xFFFFFFFF: NaN
+  EXPECT_EQ(cudaMemcpy(static_cast<char*>(d.buf->data()) + tail_offset(d), r.data(), r.size(),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+
+bool tail_intact(const DevMat& d) {
+  std::vector<unsigned char> r(tail_bytes(d));
+  gs().synchronize();
+  EXPECT_EQ(cudaMemcpy(r.data(), static_cast<const char*>(d.buf->data()) + tail_offset(d),
+                       r.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return std::all_of(r.begin(), r.end(), [](unsigned char b) { return b == kGuardByte; });
+}
+
+// Sets the implementation for a scope and restores the previous one.
+class ImplScope {
+ public:
+  explicit ImplScope(AttentionImpl impl) : prev_(cuda::attention_impl()) {
+    cuda::set_attention_impl(impl);
+  }
+  ~ImplScope() { cuda::set_attention_impl(prev_); }
+
+ private:
+  AttentionImpl prev_;
+};
+
+// One case's inputs on both sides and the buffers each implementation writes.
+struct Problem {
+  CudnnCase c;
+  std::vector<int32_t> cu{0};
+  int64_t T = 0, qd = 0, kvd = 0, W = 0;
+  AttentionShape sh;
+  std::vector<float> vqkv, vdo;
+  DevMat qkv, dout;
+  std::unique_ptr<DevArray<int32_t>> dcu;
+
+  Problem(const CudnnCase& cc, uint64_t seed) : c(cc) {
+    for (int l : c.lens) cu.push_back(cu.back() + l);
+    T = cu.back();
+    qd = int64_t(c.Hq) * c.D;
+    kvd = int64_t(c.Hkv) * c.D;
+    W = qd + 2 * kvd;
+    sh.n_heads = c.Hq;
+    sh.n_kv_heads = c.Hkv;
+    sh.head_dim = c.D;
+    sh.scale = 1.f / std::sqrt(float(c.D));
+    sh.n_seqs = int(c.lens.size());
+    sh.max_seqlen = *std::max_element(c.lens.begin(), c.lens.end());
+    vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
+    vdo = rand_bf16(size_t(T * qd), seed + 1);
+    qkv = with_tail(DType::bf16, T, W);
+    dout = with_tail(DType::bf16, T, qd);
+    qkv.upload(vqkv);
+    dout.upload(vdo);
+    nan_tail(qkv);
+    nan_tail(dout);
+    dcu = std::make_unique<DevArray<int32_t>>(cu);
+  }
+  Mat q() const { return qkv.m.col_block(0, qd); }
+  Mat k() const { return qkv.m.col_block(qd, kvd); }
+  Mat v() const { return qkv.m.col_block(qd + kvd, kvd); }
+};
+
+struct Fwd {
+  DevMat out, lse;
+};
+struct Bwd {
+  DevMat dqkv;
+};
+
+Fwd run_forward(const Problem& p, AttentionImpl impl) {
+  ImplScope scope(impl);
+  Fwd f{with_tail(DType::bf16, p.T, p.qd, p.qd + 8), DevMat(DType::f32, p.c.Hq, p.T)};
+  f.out.poison();
+  f.lse.poison();
+  gpu().attention_forward(gs(), f.out.m, f.lse.m.as<float>(), p.q(), p.k(), p.v(), p.sh,
+                          p.dcu->ptr());
+  return f;
+}
+
+Bwd run_backward(const Problem& p, const Fwd& f, AttentionImpl impl) {
+  ImplScope scope(impl);
+  Bwd b{with_tail(DType::bf16, p.T, p.W, p.W + 8)};
+  b.dqkv.poison();
+  gpu().attention_backward(gs(), b.dqkv.m.col_block(0, p.qd), b.dqkv.m.col_block(p.qd, p.kvd),
+                           b.dqkv.m.col_block(p.qd + p.kvd, p.kvd), p.dout.m, f.out.m,
+                           f.lse.m.as<float>(), p.q(), p.k(), p.v(), p.sh, p.dcu->ptr());
+  return b;
+}
+
+// The host reference backward from a given (GPU) forward output and the host lse.
+struct HostGrads {
+  std::vector<float> dq, dk, dv;
+};
+HostGrads host_backward(const Problem& p, const std::vector<float>& out,
+                        const std::vector<float>& lse) {
+  HostMat hq(p.T, p.qd, cols(p.vqkv, p.T, p.W, 0, p.qd)),
+      hk(p.T, p.kvd, cols(p.vqkv, p.T, p.W, p.qd, p.kvd)),
+      hv(p.T, p.kvd, cols(p.vqkv, p.T, p.W, p.qd + p.kvd, p.kvd)), hout(p.T, p.qd, out),
+      hdo(p.T, p.qd, p.vdo), hdq(p.T, p.qd), hdk(p.T, p.kvd), hdv(p.T, p.kvd);
+  host().attention_backward(hs(), hdq.m, hdk.m, hdv.m, hdo.m, hout.m, lse.data(), hq.m, hk.m,
+                            hv.m, p.sh, p.cu.data());
+  return {hdq.v, hdk.v, hdv.v};
+}
+
+void expect_grads(const std::string& what, const Problem& p, const Bwd& b,
+                  const std::vector<float>& dq, const std::vector<float>& dk,
+                  const std::vector<float>& dv, double tol) {
+  const auto g = b.dqkv.download();
+  expect_close(what + " dq", cols(g, p.T, p.W, 0, p.qd), dq, tol);
+  expect_close(what + " dk", cols(g, p.T, p.W, p.qd, p.kvd), dk, tol);
+  expect_close(what + " dv", cols(g, p.T, p.W, p.qd + p.kvd, p.kvd), dv, tol);
+  EXPECT_TRUE(b.dqkv.guards_intact()) << what;
+  EXPECT_TRUE(tail_intact(b.dqkv)) << what << ": a write past the last sequence";
+}
+
+void run_case(const CudnnCase& c, uint64_t seed) {
+  const std::string what = cname(c);
+  SCOPED_TRACE(what);
+  const Problem p(c, seed);
+  const cuda::CudnnAttentionStats before = cuda::cudnn_attention_stats();
+
+  // Forward: cuDNN and ours against the host, and against each other.
+  const Fwd fc = run_forward(p, AttentionImpl::cudnn), fn = run_forward(p, AttentionImpl::native);
+  HostMat hq(p.T, p.qd, cols(p.vqkv, p.T, p.W, 0, p.qd)),
+      hk(p.T, p.kvd, cols(p.vqkv, p.T, p.W, p.qd, p.kvd)),
+      hv(p.T, p.kvd, cols(p.vqkv, p.T, p.W, p.qd + p.kvd, p.kvd)), ho(p.T, p.qd),
+      hl(c.Hq, p.T);
+  host().attention_forward(hs(), ho.m, hl.v.data(), hq.m, hk.m, hv.m, p.sh, p.cu.data());
+  const auto oc = fc.out.download(), on = fn.out.download();
+  const auto lc = fc.lse.download(), ln = fn.lse.download();
+  expect_close(what + " cudnn out", oc, ho.v, 5e-3);
+  expect_close(what + " cudnn lse", lc, hl.v, 1e-5);
+  expect_close(what + " cudnn vs native out", oc, on, 1e-2);
+  expect_close(what + " cudnn vs native lse", lc, ln, 2e-5);
+  EXPECT_TRUE(fc.out.guards_intact());
+  EXPECT_TRUE(tail_intact(fc.out)) << what << ": a write past the last sequence";
+
+  // Backward from each forward with each implementation: the host reference uses the same
+  // bf16 out the GPU backward reads (and the host lse, which both lse match to 1e-5).
+  const HostGrads hc = host_backward(p, oc, hl.v), hn = host_backward(p, on, hl.v);
+  const Bwd cc = run_backward(p, fc, AttentionImpl::cudnn);
+  expect_grads(what + " cudnn fwd + cudnn bwd", p, cc, hc.dq, hc.dk, hc.dv, 1e-2);
+  const Bwd nc = run_backward(p, fn, AttentionImpl::cudnn);
+  expect_grads(what + " native fwd + cudnn bwd", p, nc, hn.dq, hn.dk, hn.dv, 1e-2);
+  const Bwd cn = run_backward(p, fc, AttentionImpl::native);
+  expect_grads(what + " cudnn fwd + native bwd", p, cn, hc.dq, hc.dk, hc.dv, 1e-2);
+  const auto gcn = cn.dqkv.download();
+  expect_grads(what + " cudnn bwd vs native bwd", p, cc, cols(gcn, p.T, p.W, 0, p.qd),
+               cols(gcn, p.T, p.W, p.qd, p.kvd), cols(gcn, p.T, p.W, p.qd + p.kvd, p.kvd), 2e-2);
+
+  // Deterministic (the default): a second cuDNN backward gives the same bits.
+  if (cuda::attention_deterministic()) {
+    const Bwd again = run_backward(p, fc, AttentionImpl::cudnn);
+    expect_bitwise(what + " cudnn backward repeat", again.dqkv.download(), cc.dqkv.download());
+  }
+
+  // The cuDNN path ran (a refusal prints why on stderr). The deterministic backward may be
+  // refused (cuDNN may have no deterministic engine for it: our kernels then ran it); the
+  // forward and the non-deterministic backward must not be.
+  const cuda::CudnnAttentionStats after = cuda::cudnn_attention_stats();
+  const int64_t ran = after.executions - before.executions;
+  std::printf("[CUDNN] %s: %lld cuDNN executions (%s backward)\n", what.c_str(), (long long)ran,
+              cuda::attention_deterministic() ? "deterministic" : "non-deterministic");
+  if (cuda::attention_deterministic()) {
+    EXPECT_GE(ran, 1) << "the cuDNN forward ran";
+  } else {
+    EXPECT_EQ(after.plans_refused, before.plans_refused) << "cuDNN refused a graph (stderr)";
+    EXPECT_GE(ran, 3) << "the cuDNN forward and backwards ran";
+  }
+}
+
+// Skips where the cuDNN path cannot run (no GPU, not compute capability 9.x, no cuDNN 9 >= 9.6
+// loaded: the reason says which and how to fix it).
+#define SF_REQUIRE_CUDNN_ATTENTION()                                                     \
+  do {                                                                                   \
+    SF_REQUIRE_GPU();                                                                    \
+    if (!cuda::cudnn_attention_available())                                              \
+      GTEST_SKIP() << "cuDNN attention: " << cuda::cudnn_attention_unavailable_reason();  \
+  } while (0)
+
+// The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
+TEST(CudnnAttention, SmokePlansAndEngines) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const Problem p({8, 2, 128, {100, 37}}, 11);
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  Bwd b{DevMat(DType::bf16, p.T, p.W)};
+  cuda::CudnnAttentionCall call;
+  call.q = p.q();
+  call.k = p.k();
+  call.v = p.v();
+  call.out = f.out.m;
+  call.lse = f.lse.m.as<float>();
+  call.cu_seqlens = p.dcu->ptr();
+  call.shape = p.sh;
+  const std::string fwd = cuda::cudnn_attention_plan_info(call);
+  std::printf("[CUDNN] forward: %s\n", fwd.c_str());
+  EXPECT_GT(cuda::cudnn_attention_workspace_bytes(call), 0u) << fwd;
+  const cuda::AttentionStrides ld{p.W, p.W, p.W, p.qd + 8, p.qd, p.W, p.W, p.W};
+  EXPECT_EQ(cuda::cudnn_attention_workspace_bytes(p.sh, ld, false),
+            cuda::cudnn_attention_workspace_bytes(call))
+      << "the planner's question (shape and strides) gets the call's answer";
+  call.backward = true;
+  call.dq = b.dqkv.m.col_block(0, p.qd);
+  call.dk = b.dqkv.m.col_block(p.qd, p.kvd);
+  call.dv = b.dqkv.m.col_block(p.qd + p.kvd, p.kvd);
+  call.dout = p.dout.m;
+  for (bool det : {true, false}) {
+    const bool prev = cuda::attention_deterministic();
+    cuda::set_attention_deterministic(det);
+    const std::string bwd = cuda::cudnn_attention_plan_info(call);
+    const size_t bytes = cuda::cudnn_attention_workspace_bytes(call);
+    EXPECT_EQ(cuda::cudnn_attention_workspace_bytes(p.sh, ld, true), bytes);
+    cuda::set_attention_deterministic(prev);
+    std::printf("[CUDNN] %s backward: %s\n", det ? "deterministic" : "non-deterministic",
+                bwd.c_str());
+    // The non-deterministic form is the one cuDNN always has on Hopper; the deterministic one
+    // may be missing (then our kernels run the backward, which the cases below cover).
+    if (!det) {
+      EXPECT_GT(bytes, 0u) << bwd;
+    }
+  }
+}
+
+TEST(CudnnAttention, OneLongSequence) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  run_case({32, 8, 128, {777}}, 1);
+}
+
+TEST(CudnnAttention, UnequalSequencesGqa) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  run_case({32, 8, 128, {300, 77, 129, 1, 64}}, 2);  // 5 sequences: bucket 6
+  run_case({14, 2, 128, {200, 17, 257}}, 3);
+}
+
+TEST(CudnnAttention, HeadDim64) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  run_case({8, 8, 64, {130, 22, 257}}, 4);
+  run_case({14, 2, 64, {65, 191}}, 5);
+}
+
+TEST(CudnnAttention, MhaHeadDim128) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  run_case({8, 8, 128, {333, 5}}, 6);
+}
+
+// The non-deterministic backward (SF_ATTN_DETERMINISTIC=0, the fast form) is as accurate.
+TEST(CudnnAttention, NonDeterministicBackward) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const bool prev = cuda::attention_deterministic();
+  cuda::set_attention_deterministic(false);
+  run_case({32, 8, 128, {250, 129}}, 7);
+  run_case({8, 2, 64, {100, 1, 63}}, 8);
+  cuda::set_attention_deterministic(prev);
+}
+
+// A second batch in the same bucket (B 2, S 256) reuses the plans: none is built.
+TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const Problem a({8, 4, 128, {100, 250}}, 9), b({8, 4, 128, {240, 90}}, 10);
+  const Fwd fa = run_forward(a, AttentionImpl::cudnn);
+  const Bwd ba = run_backward(a, fa, AttentionImpl::cudnn);
+  gs().synchronize();
+  const cuda::CudnnAttentionStats s1 = cuda::cudnn_attention_stats();
+  const Fwd fb = run_forward(b, AttentionImpl::cudnn);
+  const Bwd bb = run_backward(b, fb, AttentionImpl::cudnn);
+  gs().synchronize();
+  const cuda::CudnnAttentionStats s2 = cuda::cudnn_attention_stats();
+  EXPECT_EQ(s2.plans_built, s1.plans_built) << "same bucket, new plan";
+  EXPECT_EQ(s2.plans_refused, s1.plans_refused);
+  EXPECT_GE(s2.executions - s1.executions, 1) << "the second forward ran on cuDNN";
+}
+
+// cuDNN accepts every graph we build (descriptor attributes, op shapes) without a device, so
+// CI checks them; the pointers are fake (the check reads no data).
+TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
+  if (!cuda::cudnn_attention_built()) GTEST_SKIP() << "this build has no cuDNN";
+  // Through the run-time loader: skipped only where no cuDNN library exists at all (one that
+  // opens but cannot be used fails below, with the loader's reason).
+  const cuda::CudnnLibraryInfo lib = cuda::cudnn_library_info();
+  if (!lib.opened) GTEST_SKIP() << "no cuDNN library found (" << lib.why << "): set SF_CUDNN_LIB";
+  auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
+  for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}},
+                             CudnnCase{8, 8, 64, {130}}, CudnnCase{14, 2, 128, {200, 17}}}) {
+    const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
+    const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
+    cuda::CudnnAttentionCall call;
+    call.q = Mat(fake(0), DType::bf16, T, qd, W);
+    call.k = Mat(fake(1), DType::bf16, T, kvd, W);
+    call.v = Mat(fake(2), DType::bf16, T, kvd, W);
+    call.out = Mat(fake(3), DType::bf16, T, qd);
+    call.lse = static_cast<float*>(fake(4));
+    call.cu_seqlens = static_cast<const int32_t*>(fake(5));
+    call.shape = AttentionShape{c.Hq, c.Hkv, c.D, 0.1f, int(c.lens.size()),
+                                *std::max_element(c.lens.begin(), c.lens.end())};
+    EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "") << cname(c) << " forward";
+    call.backward = true;
+    call.dq = Mat(fake(6), DType::bf16, T, qd, W + 8);
+    call.dk = Mat(fake(7), DType::bf16, T, kvd, W + 8);
+    call.dv = Mat(fake(8), DType::bf16, T, kvd, W + 8);
+    call.dout = Mat(fake(9), DType::bf16, T, qd);
+    for (bool det : {true, false}) {
+      const bool prev = cuda::attention_deterministic();
+      cuda::set_attention_deterministic(det);
+      EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "")
+          << cname(c) << (det ? " deterministic" : "") << " backward";
+      cuda::set_attention_deterministic(prev);
+    }
+  }
+}
+
+// The switch: native never touches cuDNN; cudnn is in effect exactly where available.
+TEST(CudnnAttention, ImplementationSwitch) {
+  SF_REQUIRE_GPU();
+  const AttentionImpl prev = cuda::attention_impl();
+  EXPECT_EQ(cuda::set_attention_impl(AttentionImpl::native), AttentionImpl::native);
+  const Problem p({4, 2, 64, {70}}, 12);
+  const cuda::CudnnAttentionStats s1 = cuda::cudnn_attention_stats();
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  const Bwd b = run_backward(p, f, AttentionImpl::native);
+  gs().synchronize();
+  EXPECT_EQ(cuda::cudnn_attention_stats().executions, s1.executions);
+  const AttentionImpl got = cuda::set_attention_impl(AttentionImpl::cudnn);
+  EXPECT_EQ(got == AttentionImpl::cudnn, cuda::cudnn_attention_available());
+  std::printf("[CUDNN] attention implementation where cudnn is asked for: %s\n",
+              cuda::attention_impl_name(got));
+  cuda::set_attention_impl(prev);
+}
+
+}  // namespace
+}  // namespace sf::test
