@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #endif
 
 namespace sf {
@@ -142,12 +143,27 @@ void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& 
 #endif
 }
 
+#if SF_WITH_CUDA
+// The attention implementation the backend will run (cudnn_attention.h) sets the rate: the
+// H200's forward + backward at 8K and longer, FLOPs counted as HardwareModel counts them:
+// slideformer's kernels 275 TFLOP/s (the default), cuDNN's forward with its atomic backward
+// 530, cuDNN's forward with our deterministic backward 350 (14th session, docs/BENCHMARKS.md).
+// Returns the implementation in words, for the plan's hardware line.
+std::string set_attention_rate(HardwareModel& hw) {
+  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return "attention: slideformer's kernels";
+  const bool det = cuda::attention_deterministic();
+  hw.attention_flops = det ? 350e12 : 530e12;
+  return det ? "attention: cuDNN forward, slideformer's deterministic backward" : "attention: cuDNN";
+}
+#endif
+
 HardwareModel hardware_for(BackendKind backend, StateFormat state_format) {
   HardwareModel hw = backend == BackendKind::host ? HardwareModel::host_default()
                                                   : HardwareModel::device_default(state_format);
 #if SF_WITH_CUDA
   // The GPU figures are the H200's; with the GPU at hand, measure it and rescale them.
   if (backend == BackendKind::cuda && cuda_available()) {
+    const std::string attention = set_attention_rate(hw);
     try {
       CudaBackend probe_be(0);
       hw = scale_to_device(hw, probe_device(probe_be));
@@ -155,6 +171,7 @@ HardwareModel hardware_for(BackendKind backend, StateFormat state_format) {
       // E.g. a GPU too full for the probe's ~0.8 GB: plan with the H200's figures, say so.
       hw.source = cat("the H200 test machine's GPU figures (the GPU probe failed: ", e.what(), ")");
     }
+    hw.source += "; " + attention;
   }
 #endif
   return hw;

@@ -79,10 +79,10 @@ bool attention_deterministic() {
   int v = g_deterministic.load();
   if (v < 0) {
     const char* e = std::getenv("SF_ATTN_DETERMINISTIC");
-    const std::string want = e == nullptr ? "1" : e;
+    const std::string want = e == nullptr ? "0" : e;
     SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_DETERMINISTIC=", want,
-               " must be 1 (attention backwards give the same bits every call, the default) "
-               "or 0 (cuDNN may use its faster atomic-accumulating backward)");
+               " must be 1 (attention backwards give the same bits every call) or 0 (cuDNN may "
+               "use its faster atomic-accumulating backward, the default)");
     v = want == "1" ? 1 : 0;
     g_deterministic.store(v);
   }

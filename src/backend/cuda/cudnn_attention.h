@@ -54,12 +54,15 @@ std::string cudnn_attention_unavailable_reason();
 AttentionImpl attention_impl();
 AttentionImpl set_attention_impl(AttentionImpl impl);
 
-// Whether attention backwards must give the same bits on every call (on by default: the bitwise
-// GPU tests and the engine's redo of clipped speculative steps rely on it; our kernels always
-// do). SF_ATTN_DETERMINISTIC=0|1 sets the default (another value is an Error). With it on, the
-// cuDNN backward runs the graph form without the f32 dQ accumulator and only on an engine cuDNN
-// does not mark non-deterministic; where it has none, our kernels run the backward. The
-// forward is deterministic either way.
+// Whether attention backwards must give the same bits on every call. Off by default: cuDNN's
+// backward that accumulates dQ with atomics is the fastest on Hopper (1.6-1.7x our kernels'
+// from 4K on, docs/BENCHMARKS.md), and its sums differ in the last bits from run to run. On
+// (SF_ATTN_DETERMINISTIC=1; another value is an Error), runs repeat bit for bit, as the bitwise
+// GPU tests need (test_cuda turns it on for all but the tests of the fast form): the cuDNN
+// backward runs the graph form without the f32 dQ accumulator and only on an engine cuDNN does
+// not mark non-deterministic; where it has none (from 2K tokens per sequence on the H200: its
+// workspace grows past 2 GiB), our kernels run the backward. The forward is deterministic
+// either way; our kernels always are.
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
 
