@@ -1,6 +1,6 @@
 // The plan search (make_plan): everything resident if it fits, else the fastest predicted
 // sliding window over activation stores (device, host, split), weight slots, chunk sizes,
-// resident homes, device-AdamW layers and speculation, with the AdamW moments in RAM first
+// resident homes, device-AdamW layers, kept attention (device, host, none) and speculation, with the AdamW moments in RAM first
 // and on --optimizer-dir's disk only when nothing fits so; when nothing fits at all, the
 // candidate that misses by least with advice on what to change. Counts memory through
 // plan_memory.cpp and predicts through plan_prediction.cpp; allocates nothing.
@@ -19,6 +19,7 @@
 
 namespace sf {
 
+using plan_internal::kept_attention_share;
 using plan_internal::predict;
 
 namespace {
@@ -275,6 +276,44 @@ std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   return counts;
 }
 
+// Where a window keeps its layers' attention for the backward (EngineConfig::
+// kept_attention_layers): nowhere (the backward recomputes it), or every layer's on the device
+// or on the host. Fixed options, not "as many as fit", so that each candidate's prediction
+// can only improve with the budget (its homes and `next` buffers grow) and more memory never
+// predicts a slower step.
+struct KeptAttentionOption {
+  int layers = 0;
+  bool on_device = true;
+};
+
+// Below this share of the compute, the options are not searched: short sequences gain
+// little (8B at 1K tokens per sequence: 1.4%; from ~2K on: 2.3% and more) and the options
+// triple the candidates, i.e. the search's time. (beats() cannot tell apart steps or GPU
+// work within 0.5% anyway.)
+constexpr double kKeptAttentionMinShare = 0.02;
+
+std::vector<KeptAttentionOption> kept_attention_options(const PlanInputs& in) {
+  const int L = in.cfg.num_hidden_layers;
+  if (!in.req.kept_attention || kept_attention_share(in.cfg, in.req, in.hw) < kKeptAttentionMinShare)
+    return {{0, true}};
+  return {{0, true}, {L, true}, {L, false}};
+}
+
+// p with each kept-attention option: the device option only where the device holds its
+// store beside the window (before any homes; homes only add to the device).
+void consider_kept_attention(const PlanInputs& in, const Plan& p, SearchResult& r) {
+  for (const KeptAttentionOption& o : kept_attention_options(in)) {
+    Plan q = p;
+    q.engine.kept_attention_layers = o.layers;
+    q.engine.kept_attention_on_device = o.on_device;
+    if (o.layers > 0) {
+      count_window_memory(in, q);
+      if (o.on_device && !device_fits(in.budget, q)) continue;
+    }
+    consider(in, q, r);
+  }
+}
+
 void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchResult& r) {
   for (int d : device_adamw_counts(in, p)) {
     if (d > 0 && p.engine.from_master()) break;  // forced: the copies' plans cover it
@@ -285,7 +324,7 @@ void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchRes
       if (in.device_adamw_layers >= 0) consider(in, q, r);  // forced: kept for the advice
       break;
     }
-    consider(in, q, r);
+    consider_kept_attention(in, q, r);
   }
 }
 
