@@ -255,12 +255,12 @@ void SlidingWindowExecutor::layer_forward(const Op& op) {
   // A training step's kept layers write their attention where their backward reads it.
   const bool keep = backward_ && kept_.keeps(k);
   LayerActs acts = acts_for(c);
-  if (keep) acts = kept_.for_forward(acts, k, c, n_chunks, chunk_off_[size_t(c)], compute);
+  if (keep) acts = kept_.for_forward(acts, k, kept_chunk(c), n_chunks, compute);
   const int t = timer_.begin(false);
   sf::layer_forward(be_, compute, cfg_, w, acts, batches_[size_t(c)]->inputs(), x_mat(k % 2, c),
                     x_mat((k + 1) % 2, c));
   timer_.end(t);
-  if (keep) kept_.after_forward(k, c, n_chunks, chunk_off_[size_t(c)], chunk_tokens(c), compute, *streams_.d2h);
+  if (keep) kept_.after_forward(k, kept_chunk(c), n_chunks, compute, *streams_.d2h);
   ev_.slot_free[size_t(op.slot)]->record(compute);
   ev_.out_ready[size_t(c)]->record(compute);  // the next layer's input, chunk c
 }
@@ -375,7 +375,7 @@ void SlidingWindowExecutor::fetch_input(const Op& op) {
   void* dst = bufs_.at(BufferRole::saved_input, op.buf).data();
   if (ec_.act_on_device(op.layer)) be_.copy_on_device(h2d, dst, src.data, src.bytes());
   else be_.copy_to_device(h2d, dst, src.data, src.bytes());
-  if (kept_.keeps(op.layer)) kept_.fetch(op.layer, op.buf, chunk_off_[size_t(op.chunk)], chunk_tokens(op.chunk), h2d);
+  if (kept_.keeps(op.layer)) kept_.fetch(op.layer, kept_chunk(op.chunk), op.buf, h2d);
   ev_.buf_ready[op.buf]->record(h2d);
 }
 
@@ -400,7 +400,7 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
   // A kept layer's attention comes from the store (or its stage): no attention forward.
   const bool kept = kept_.keeps(k);
   LayerActs acts = acts_for(c);
-  if (kept) acts = kept_.for_backward(acts, k, op.buf, chunk_off_[size_t(c)]);
+  if (kept) acts = kept_.for_backward(acts, k, kept_chunk(c), op.buf);
   const int t = timer_.begin(true);
   sf::layer_backward(be_, compute, cfg_, w, gr, acts, batches_[size_t(c)]->inputs(), xin, dx_mat(c), dx_mat(c),
                      kept ? Recompute::all_but_attention : Recompute::all);

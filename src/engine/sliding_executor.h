@@ -121,6 +121,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   void* weights_on_device(const Op& op) const;  // home (resident), device master or slot
   LayerActs acts_for(int chunk) const;
   int64_t chunk_tokens(int c) const { return batches_[size_t(c)]->inputs().n_tokens; }
+  KeptChunk kept_chunk(int c) const { return {c, chunk_off_[size_t(c)], chunk_tokens(c)}; }
 
   Backend& be_;
   ModelConfig cfg_;

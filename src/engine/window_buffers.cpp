@@ -203,14 +203,14 @@ class SpecList {
                " must be in [0, ", l_.n_layers, "] (the model's layers)");
     if (n == 0) return;
     const bool dev = ec_.kept_attention_on_device;
-    const size_t bytes = kept_attention_layout(cfg_, Tstep_, cd_).bytes;
+    const size_t bytes = kept_attention_layout(cfg_, Tc_, ec_.max_chunks, cd_).bytes;
     const std::string line = cat("attention store (", n, " layers", dev ? ")" : ", pinned)");
     for (int k = 0; k < n; ++k)
       add(BufferRole::kept_attention, k, dev ? Tier::device : Tier::host, bytes, cat("kept attention of layer ", k),
           line);
     if (dev) return;
     for (int i = 0; i < 2; ++i)
-      add(BufferRole::kept_attention_stage, i, Tier::device, kept_attention_layout(cfg_, Tc_, cd_).bytes,
+      add(BufferRole::kept_attention_stage, i, Tier::device, kept_attention_layout(cfg_, Tc_, 1, cd_).bytes,
           cat("kept attention stage ", i), "attention store stages (2 chunks)");
   }
 
@@ -232,11 +232,13 @@ std::vector<BufferSpec> window_buffer_specs(const ModelConfig& cfg, const Engine
   return SpecList(cfg, ec, cd).build();
 }
 
-KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, DType cd) {
-  const size_t att = size_t(T) * size_t(cfg.q_dim()) * dtype_size(cd);
+KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, int chunks, DType cd) {
+  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t att = size_t(chunks) * size_t(T) * size_t(cfg.q_dim()) * dtype_size(cd);
   KeptAttentionLayout l;
-  l.lse_offset = (att + 255) / 256 * 256;
-  l.bytes = l.lse_offset + size_t(cfg.num_attention_heads) * size_t(T) * 4;
+  l.lse_offset = round(att);
+  l.lse_stride = round(size_t(cfg.num_attention_heads) * size_t(T) * 4);
+  l.bytes = l.lse_offset + size_t(chunks) * l.lse_stride;
   return l;
 }
 

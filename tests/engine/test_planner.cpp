@@ -559,8 +559,14 @@ TEST(Planner, KeepsTheAttentionAtLongSequencesWhereItFits) {
   const double ctx = (32768.0 + 1) / 2, att_s1 = 4.0 * double(cfg.q_dim()) * ctx * 32768 / HardwareModel{}.attention_rate(ctx);
   EXPECT_NEAR(q.compute_seconds - p.compute_seconds, L * att_s1, 1e-9 * q.compute_seconds);
   // Counted: 32 layers of att [T, Q] bf16 + lse [Hq, T] f32, each rounded to 256 bytes.
-  const size_t per_layer = kept_attention_layout(cfg, 32768, DType::bf16).bytes;
+  const size_t per_layer = kept_attention_layout(cfg, 32768, 1, DType::bf16).bytes;
   EXPECT_EQ(per_layer, size_t(32768) * 4096 * 2 + size_t(32) * 32768 * 4);
+  // Split chunks of an odd length: each chunk's lse starts 256-byte aligned, as the scratch's.
+  const KeptAttentionLayout split = kept_attention_layout(cfg, 1001, 3, DType::bf16);
+  EXPECT_EQ(split.lse_offset % 256, 0u);
+  EXPECT_EQ(split.lse_stride % 256, 0u);
+  EXPECT_GE(split.lse_stride, size_t(32) * 1001 * 4);
+  EXPECT_EQ(split.bytes, split.lse_offset + 3 * split.lse_stride);
   bool counted = false;
   for (const MemoryLine& l : p.lines)
     if (l.what == "attention store (32 layers)") {
