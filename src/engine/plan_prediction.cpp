@@ -79,10 +79,12 @@ double model_flops_per_step(const ModelConfig& cfg, const StepShape& s) {
 
 // GEMMs over few tokens run below the sustained rate (fixed costs per layer visit):
 // about 2/3 of it at 1K tokens per chunk, 97% at 16K.
+double gemm_efficiency_at(double chunk) { return chunk / (chunk + 512.0); }
+
 double gemm_efficiency(const StepRequest& req, const Plan& p) {
   const double chunk = p.mode == Plan::Mode::sliding && p.engine.max_chunk_tokens > 0
                            ? double(p.engine.max_chunk_tokens) : double(req.micro_tokens);
-  return chunk / (chunk + 512.0);
+  return gemm_efficiency_at(chunk);
 }
 
 // What the backward reruns of the layers' forward: every layer's (projections and attention)
@@ -278,7 +280,7 @@ namespace plan_internal {
 
 double kept_attention_share(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw) {
   const StepShape s = step_shape(ModelLayout::build(cfg), req);
-  const double eff = gemm_efficiency(req, Plan{});  // a chunk of the whole micro-batch
+  const double eff = gemm_efficiency_at(double(req.micro_tokens));  // a chunk of the whole micro-batch
   const ComputeTimes all = compute_times(cfg, s, hw, eff, {s.L, s.L});
   const ComputeTimes kept = compute_times(cfg, s, hw, eff, {s.L, 0});
   return all.total() > 0 ? 1.0 - kept.total() / all.total() : 0.0;
