@@ -207,8 +207,9 @@ void choose_disk_units(const PlanInputs& in, Plan& p) {
 }
 
 // A candidate window: its resident homes, then (if it fits) its speculation, where its
-// moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
-void consider(const PlanInputs& in, Plan p, SearchResult& r) {
+// moments are read from, and its prediction; kept in r if it is the fastest or the closest
+// miss. Whether it fits.
+bool consider(const PlanInputs& in, Plan p, SearchResult& r) {
   const bool from_master = p.engine.from_master();  // no layer homes at all, no speculation
   if (!device_fits(in.budget, p) && in.cd != DType::f32 && p.engine.device_adamw_layers == 0) {
     p.engine.layer_grad_buffers = 1;  // a layer's f32 gradient less on the device
@@ -220,13 +221,14 @@ void consider(const PlanInputs& in, Plan p, SearchResult& r) {
   if (!p.fits) {
     if (r.closest_miss.lines.empty() || overshoot(in.budget, p) < overshoot(in.budget, r.closest_miss))
       r.closest_miss = p;
-    return;
+    return false;
   }
   // A compact state has no exact undo: its updates wait for the norm (deferred).
   if (!from_master && p.engine.state_format.is_fp32()) choose_speculation(in, p);
   if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
   predict(in.cfg, in.req, in.hw, p);
   if (beats(p, r.fastest)) r.fastest = p;
+  return true;
 }
 
 // The most layers' activations the device holds beside the rest of p (-1: not even none).
@@ -277,10 +279,10 @@ std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
 }
 
 // Where a window keeps its layers' attention for the backward (EngineConfig::
-// kept_attention_layers): nowhere (the backward recomputes it), or every layer's on the device
-// or on the host. Fixed options, not "as many as fit", so that each candidate's prediction
-// can only improve with the budget (its homes and `next` buffers grow) and more memory never
-// predicts a slower step.
+// kept_attention_layers): nowhere (the backward recomputes it), or the first L, L/2 or L/4
+// layers' on the device or on the host. Fixed options, not "as many as fit", so that each
+// candidate's prediction can only improve with the budget (its homes and `next` buffers
+// grow) and more memory never predicts a slower step.
 struct KeptAttentionOption {
   int layers = 0;
   bool on_device = true;
@@ -288,29 +290,34 @@ struct KeptAttentionOption {
 
 // Below this share of the compute, the options are not searched: short sequences gain
 // little (8B at 1K tokens per sequence: 1.4%; from ~2K on: 2.3% and more) and the options
-// triple the candidates, i.e. the search's time. (beats() cannot tell apart steps or GPU
+// multiply the candidates, i.e. the search's time. (beats() cannot tell apart steps or GPU
 // work within 0.5% anyway.)
 constexpr double kKeptAttentionMinShare = 0.02;
 
+// In each tier, fewer layers first: a count that does not fit ends that tier's options.
 std::vector<KeptAttentionOption> kept_attention_options(const PlanInputs& in) {
+  if (!in.req.kept_attention || kept_attention_share(in.cfg, in.req, in.hw) < kKeptAttentionMinShare) return {};
+  std::vector<KeptAttentionOption> options;
   const int L = in.cfg.num_hidden_layers;
-  if (!in.req.kept_attention || kept_attention_share(in.cfg, in.req, in.hw) < kKeptAttentionMinShare)
-    return {{0, true}};
-  return {{0, true}, {L, true}, {L, false}};
+  for (bool on_device : {true, false})
+    for (int n : {L / 4, L / 2, L})
+      if (n > 0) options.push_back({n, on_device});  // L/4 < L/2 < L wherever L/4 > 0
+  return options;
 }
 
-// p with each kept-attention option: the device option only where the device holds its
-// store beside the window (before any homes; homes only add to the device).
+// p without kept attention, then (if that fits: keeping takes memory) with each option; in a
+// tier, once a count does not fit, neither does a larger one. The device options are
+// counted before the homes (which only add to the device) to skip what cannot fit.
 void consider_kept_attention(const PlanInputs& in, const Plan& p, SearchResult& r) {
+  if (!consider(in, p, r)) return;
+  bool tier_full[2] = {false, false};  // [on_device]
   for (const KeptAttentionOption& o : kept_attention_options(in)) {
+    if (tier_full[o.on_device]) continue;
     Plan q = p;
     q.engine.kept_attention_layers = o.layers;
     q.engine.kept_attention_on_device = o.on_device;
-    if (o.layers > 0) {
-      count_window_memory(in, q);
-      if (o.on_device && !device_fits(in.budget, q)) continue;
-    }
-    consider(in, q, r);
+    count_window_memory(in, q);
+    tier_full[o.on_device] = (o.on_device && !device_fits(in.budget, q)) || !consider(in, q, r);
   }
 }
 
