@@ -38,6 +38,7 @@ void add_bench_command(CLI::App& app) {
     double lr = 1e-4;
     float max_grad_norm = 1.0f;
     bool grads_stream = true;
+    bool kept_attention = true;
     std::string memory_log;  // empty: no CSV
   };
   auto o = std::make_shared<Opts>();
@@ -52,6 +53,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--grads-stream,!--no-grads-stream", o->grads_stream,
                 "sliding window: the gradients' casts and norms on their own stream (the "
                 "default; --no-grads-stream puts them on the compute stream, for an A/B)");
+  cmd->add_flag("--kept-attention,!--no-kept-attention", o->kept_attention,
+                "sliding window: the planner may keep the layers' attention output for the "
+                "backward where it fits and is faster (the default; --no-kept-attention plans "
+                "without it, recomputing the attention, for an A/B)");
   cmd->add_option("--memory-log", o->memory_log,
                   "write per-step memory samples (RSS, GPU bytes, the plan's) to this CSV file");
   cmd->callback([o, cmd] {
@@ -62,6 +67,7 @@ void add_bench_command(CLI::App& app) {
     ModelLayout layout = ModelLayout::build(cfg);
     o->resolve();
     o->req.step.clipping = o->max_grad_norm > 0;
+    o->req.step.kept_attention = o->kept_attention;  // planned without it: the plan says so
     PlannedRun pr = plan_run(cfg, o->req);
     pr.plan.engine.grads_stream = o->grads_stream;
     std::cout << backend_lines(pr) << describe_plan(cfg, pr.plan_request, pr.budget, pr.plan)
@@ -150,7 +156,8 @@ void add_bench_command(CLI::App& app) {
               << " peak_rss_GiB=" << peak_rss_gib() << " gpu_busy=" << std::setprecision(0)
               << (busy > 0 && seconds > 0 ? 100 * busy / seconds : 0) << "% predicted_tokens/s="
               << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
-              << (o->grads_stream ? "" : " (no grads stream)") << "\n";
+              << (o->grads_stream ? "" : " (no grads stream)")
+              << (o->kept_attention ? "" : " (no kept attention)") << "\n";
     // Growth after step 10: the first steps still fault in pages and fill allocator pools.
     std::cout << mem.summary_line(exec->device_peak_bytes(), 10) << "\n";
   });

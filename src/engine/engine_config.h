@@ -45,6 +45,17 @@ struct EngineConfig {
     return device_act_layers < 0 ? (activations_on_device ? n_layers : 0)
                                  : std::min(device_act_layers, n_layers);
   }
+  // The first `kept_attention_layers` layers keep, per chunk, their attention output att
+  // [T, Q] (compute dtype) and its log-sum-exp [Hq, T] (f32) from the forward to the backward
+  // ("attention store"), so that the backward recomputes the rest of the layer's forward but
+  // not the attention (model/recipes.h: Recompute::all_but_attention; the same bits). At long
+  // sequences the attention forward is the costly part of the recompute (8B at 32K tokens:
+  // ~12% of the step). On the device the forward writes them into the store and the backward
+  // reads them there (no copies); on the host (pinned) they go out on d2h after the layer's
+  // forward and come back on h2d with its saved input, through two device stages. 0: off.
+  int kept_attention_layers = 0;
+  bool kept_attention_on_device = true;
+  bool keeps_attention(int layer) const { return layer < kept_attention_layers; }
   // Homes kept on the device: the last `resident_layers` layers and (head_resident) the head.
   // The others live in pinned host memory and stream through the slots.
   int resident_layers = 0;

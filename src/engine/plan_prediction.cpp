@@ -1,5 +1,5 @@
 // The step-time prediction: the FLOPs of a step (projections, causal attention, the LM head,
-// the backward's recompute), HardwareModel::attention_rate, and predict, which turns a plan's
+// the backward's recompute, less the attention of kept-attention layers), HardwareModel::attention_rate, and predict, which turns a plan's
 // mode, engine settings and the hardware figures into its predicted step (compute, transfers
 // over PCIe, the host AdamW and how they overlap) and names what bounds it. Reads the plan's
 // settings; overwrites only its prediction fields.
@@ -79,18 +79,25 @@ double model_flops_per_step(const ModelConfig& cfg, const StepShape& s) {
 
 // GEMMs over few tokens run below the sustained rate (fixed costs per layer visit):
 // about 2/3 of it at 1K tokens per chunk, 97% at 16K.
+double gemm_efficiency_at(double chunk) { return chunk / (chunk + 512.0); }
+
 double gemm_efficiency(const StepRequest& req, const Plan& p) {
   const double chunk = p.mode == Plan::Mode::sliding && p.engine.max_chunk_tokens > 0
                            ? double(p.engine.max_chunk_tokens) : double(req.micro_tokens);
-  return chunk / (chunk + 512.0);
+  return gemm_efficiency_at(chunk);
 }
 
-// Whether the backward reruns each layer's forward (it does unless a resident plan keeps
-// every layer's activations).
-enum class Recompute { yes, no };
+// What the backward reruns of the layers' forward: every layer's (projections and attention)
+// unless a resident plan keeps every layer's activations; a window's kept-attention layers
+// rerun their projections but not their attention.
+struct Recomputed {
+  double layers = 0, attention_layers = 0;
+};
 
-Recompute recompute_of(const Plan& p) {
-  return p.mode == Plan::Mode::resident && p.keep_activations ? Recompute::no : Recompute::yes;
+Recomputed recomputed_of(const Plan& p, double L) {
+  if (p.mode == Plan::Mode::resident) return p.keep_activations ? Recomputed{0, 0} : Recomputed{L, L};
+  const double kept = std::min(double(p.engine.kept_attention_layers), L);
+  return {L, L - kept};
 }
 
 // Seconds of GPU compute per optimizer step.
@@ -100,18 +107,19 @@ struct ComputeTimes {
 };
 
 ComputeTimes compute_times(const ModelConfig& cfg, const StepShape& s, const HardwareModel& hw,
-                           double gemm_eff, Recompute recompute) {
+                           double gemm_eff, Recomputed rec) {
   // One layer's forward: projections at the GEMM rate, attention at its own (much lower).
   const double fwd_s1 = layer_proj_flops(cfg) * s.T / gemm_eff / hw.device_flops,
                att_s1 = layer_attn_flops(cfg, s.ctx) * s.T / hw.attention_rate(s.ctx);
   // Backward: twice the projections and 2.5x the attention (+ the recompute: the forward
-  // without the down projection). Against the H200 (bench_cuda_layer, 8B layer at 32K
-  // tokens): forward 24.4 ms measured / 25.8 predicted, backward 69.3 / 71.6 with recompute,
-  // 50.4 / 52.3 without (counting the whole forward again predicted 78.1).
+  // without the down projection, and without the attention where it is kept). Against the
+  // H200 (bench_cuda_layer, 8B layer at 32K tokens): forward 24.4 ms measured / 25.8
+  // predicted, backward 69.3 / 71.6 with recompute, 50.4 / 52.3 without (counting the whole
+  // forward again predicted 78.1).
   const double rec_s1 = fwd_s1 * layer_recompute_proj_flops(cfg) / layer_proj_flops(cfg);
   ComputeTimes c;
   c.fwd_s = (fwd_s1 + att_s1) * s.L;
-  c.bwd_s = (2 * fwd_s1 + 2.5 * att_s1 + (recompute == Recompute::yes ? rec_s1 + att_s1 : 0.0)) * s.L;
+  c.bwd_s = (2 * fwd_s1 + 2.5 * att_s1) * s.L + rec_s1 * rec.layers + att_s1 * rec.attention_layers;
   c.head_s = 3 * lm_head_fwd_flops(cfg, s.T) / hw.device_flops;
   return c;
 }
@@ -157,8 +165,8 @@ void predict_resident(const HardwareModel& hw, double adam_s, Plan& p) {
 }
 
 // Seconds per optimizer step over PCIe of a sliding window: the streamed layers' weights in
-// the forward and (beyond the slots) again in the backward, the host-stored activations
-// (out in the forward, back in the backward) and the streamed layers' gradients.
+// the forward and (beyond the slots) again in the backward, the host-stored activations and
+// kept attention (out in the forward, back in the backward) and the streamed layers' gradients.
 struct TransferTimes {
   double w_fwd = 0, w_bwd = 0, acts = 0, grads = 0;
   double total() const { return w_fwd + w_bwd + 2 * acts + grads; }
@@ -178,7 +186,10 @@ TransferTimes transfer_times(const ModelConfig& cfg, const ModelLayout& l, doubl
   TransferTimes x;
   x.w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
   x.w_bwd = std::max(0.0, streamed - e.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
-  x.acts = host_act_layers * T * C * es / hw.h2d_bytes_per_s;
+  // A host-kept layer's att [T, Q] and lse [Hq, T] f32.
+  const double host_kept_layers = e.kept_attention_on_device ? 0.0 : std::min(double(e.kept_attention_layers), L);
+  const double kept_bytes = T * (double(cfg.q_dim()) * es + double(cfg.num_attention_heads) * 4);
+  x.acts = (host_act_layers * T * C * es + host_kept_layers * kept_bytes) / hw.h2d_bytes_per_s;
   x.grads = streamed * grad_bytes / hw.d2h_bytes_per_s;
   return x;
 }
@@ -267,12 +278,20 @@ void predict_sliding(const ModelLayout& l, const ComputeTimes& c, const Transfer
 
 namespace plan_internal {
 
+double kept_attention_share(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw) {
+  const StepShape s = step_shape(ModelLayout::build(cfg), req);
+  const double eff = gemm_efficiency_at(double(req.micro_tokens));  // a chunk of the whole micro-batch
+  const ComputeTimes all = compute_times(cfg, s, hw, eff, {s.L, s.L});
+  const ComputeTimes kept = compute_times(cfg, s, hw, eff, {s.L, 0});
+  return all.total() > 0 ? 1.0 - kept.total() / all.total() : 0.0;
+}
+
 void predict(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw, Plan& p) {
   p.hw = hw;
   const ModelLayout l = ModelLayout::build(cfg);
   const StepShape s = step_shape(l, req);
   p.model_flops_per_step = model_flops_per_step(cfg, s);
-  ComputeTimes c = compute_times(cfg, s, hw, gemm_efficiency(req, p), recompute_of(p));
+  ComputeTimes c = compute_times(cfg, s, hw, gemm_efficiency(req, p), recomputed_of(p, s.L));
   // One layer gradient buffer: each layer's backward first waits for the previous layer's
   // cast (f32 read, bf16 written, at the HBM rate).
   if (p.mode == Plan::Mode::sliding && p.engine.layer_grad_buffers == 1)

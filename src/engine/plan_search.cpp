@@ -1,6 +1,6 @@
 // The plan search (make_plan): everything resident if it fits, else the fastest predicted
 // sliding window over activation stores (device, host, split), weight slots, chunk sizes,
-// resident homes, device-AdamW layers and speculation, with the AdamW moments in RAM first
+// resident homes, device-AdamW layers, kept attention (device, host, none) and speculation, with the AdamW moments in RAM first
 // and on --optimizer-dir's disk only when nothing fits so; when nothing fits at all, the
 // candidate that misses by least with advice on what to change. Counts memory through
 // plan_memory.cpp and predicts through plan_prediction.cpp; allocates nothing.
@@ -19,6 +19,7 @@
 
 namespace sf {
 
+using plan_internal::kept_attention_share;
 using plan_internal::predict;
 
 namespace {
@@ -206,8 +207,9 @@ void choose_disk_units(const PlanInputs& in, Plan& p) {
 }
 
 // A candidate window: its resident homes, then (if it fits) its speculation, where its
-// moments are read from, and its prediction; kept in r if it is the fastest or the closest miss.
-void consider(const PlanInputs& in, Plan p, SearchResult& r) {
+// moments are read from, and its prediction; kept in r if it is the fastest or the closest
+// miss. Whether it fits.
+bool consider(const PlanInputs& in, Plan p, SearchResult& r) {
   const bool from_master = p.engine.from_master();  // no layer homes at all, no speculation
   if (!device_fits(in.budget, p) && in.cd != DType::f32 && p.engine.device_adamw_layers == 0) {
     p.engine.layer_grad_buffers = 1;  // a layer's f32 gradient less on the device
@@ -219,13 +221,14 @@ void consider(const PlanInputs& in, Plan p, SearchResult& r) {
   if (!p.fits) {
     if (r.closest_miss.lines.empty() || overshoot(in.budget, p) < overshoot(in.budget, r.closest_miss))
       r.closest_miss = p;
-    return;
+    return false;
   }
   // A compact state has no exact undo: its updates wait for the norm (deferred).
   if (!from_master && p.engine.state_format.is_fp32()) choose_speculation(in, p);
   if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
   predict(in.cfg, in.req, in.hw, p);
   if (beats(p, r.fastest)) r.fastest = p;
+  return true;
 }
 
 // The most layers' activations the device holds beside the rest of p (-1: not even none).
@@ -275,6 +278,49 @@ std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   return counts;
 }
 
+// Where a window keeps its layers' attention for the backward (EngineConfig::
+// kept_attention_layers): nowhere (the backward recomputes it), or the first L, L/2 or L/4
+// layers' on the device or on the host. Fixed options, not "as many as fit", so that each
+// candidate's prediction can only improve with the budget (its homes and `next` buffers
+// grow) and more memory never predicts a slower step.
+struct KeptAttentionOption {
+  int layers = 0;
+  bool on_device = true;
+};
+
+// Below this share of the compute, the options are not searched: short sequences gain
+// little (8B at 1K tokens per sequence: 1.4%; from ~2K on: 2.3% and more) and the options
+// multiply the candidates, i.e. the search's time. (beats() cannot tell apart steps or GPU
+// work within 0.5% anyway.)
+constexpr double kKeptAttentionMinShare = 0.02;
+
+// In each tier, fewer layers first: a count that does not fit ends that tier's options.
+std::vector<KeptAttentionOption> kept_attention_options(const PlanInputs& in) {
+  if (!in.req.kept_attention || kept_attention_share(in.cfg, in.req, in.hw) < kKeptAttentionMinShare) return {};
+  std::vector<KeptAttentionOption> options;
+  const int L = in.cfg.num_hidden_layers;
+  for (bool on_device : {true, false})
+    for (int n : {L / 4, L / 2, L})
+      if (n > 0) options.push_back({n, on_device});  // L/4 < L/2 < L wherever L/4 > 0
+  return options;
+}
+
+// p without kept attention, then (if that fits: keeping takes memory) with each option; in a
+// tier, once a count does not fit, neither does a larger one. The device options are
+// counted before the homes (which only add to the device) to skip what cannot fit.
+void consider_kept_attention(const PlanInputs& in, const Plan& p, SearchResult& r) {
+  if (!consider(in, p, r)) return;
+  bool tier_full[2] = {false, false};  // [on_device]
+  for (const KeptAttentionOption& o : kept_attention_options(in)) {
+    if (tier_full[o.on_device]) continue;
+    Plan q = p;
+    q.engine.kept_attention_layers = o.layers;
+    q.engine.kept_attention_on_device = o.on_device;
+    count_window_memory(in, q);
+    tier_full[o.on_device] = (o.on_device && !device_fits(in.budget, q)) || !consider(in, q, r);
+  }
+}
+
 void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchResult& r) {
   for (int d : device_adamw_counts(in, p)) {
     if (d > 0 && p.engine.from_master()) break;  // forced: the copies' plans cover it
@@ -285,7 +331,7 @@ void consider_device_adamw_counts(const PlanInputs& in, const Plan& p, SearchRes
       if (in.device_adamw_layers >= 0) consider(in, q, r);  // forced: kept for the advice
       break;
     }
-    consider(in, q, r);
+    consider_kept_attention(in, q, r);
   }
 }
 

@@ -41,6 +41,12 @@ std::string activation_store_words(const ModelConfig& cfg, const EngineConfig& e
   return cat("device for ", on_device, " layers, host for the rest");
 }
 
+std::string kept_attention_words(const EngineConfig& e) {
+  if (e.kept_attention_layers == 0) return std::string();
+  return cat(", attention kept for ", e.kept_attention_layers, " layers (",
+             e.kept_attention_on_device ? "device" : "host", "; not recomputed in the backward)");
+}
+
 void say_state(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
   const StateFormat f = p.engine.state_format;
   os << "state      " << state_format_words(f) << " (" << std::fixed << std::setprecision(2)
@@ -63,7 +69,7 @@ void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
                                 : p.engine.speculative() ? "speculative update" : "deferred update")
      << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
      << " tokens (" << p.engine.max_chunks << " per step), activation store on the "
-     << activation_store_words(cfg, p.engine) << "\n";
+     << activation_store_words(cfg, p.engine) << kept_attention_words(p.engine) << "\n";
   say_state(cfg, p, os);
 }
 

@@ -56,6 +56,10 @@ struct StepRequest {
   // How the host training state is stored (--optimizer-state, --master-weights): the
   // ParamStore's format, whose bytes per unit are unit_state_bytes.
   StateFormat state_format;
+  // Whether a sliding window may keep its layers' attention output and lse for the backward
+  // (EngineConfig::kept_attention_layers) when that is predicted faster and fits; false
+  // plans without it (`bench --no-kept-attention`, for an A/B).
+  bool kept_attention = true;
 };
 
 struct Budget {

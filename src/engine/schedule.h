@@ -23,11 +23,14 @@ enum class OpKind : uint8_t {
                    // master): order after their trip home; `slot` is only the ready signal
   embed_forward,   // embedding rows (read from the host table) -> layer-0 input of `chunk`
   layer_forward,   // compute: input of `layer` for `chunk` -> output, weights in `slot`
+                   // (a kept-attention layer's att + lse into its store, or out via d2h)
   offload_input,   // copy the input of `layer` for `chunk` to the activation store
   head,            // compute: final norm + LM head + loss + d(head input) for `chunk`
   grads_out,       // the gradient of `unit` leaves its accumulator for its home
-  fetch_input,     // activation store -> input buffer `buf` (saved input of `layer`, `chunk`)
-  layer_backward,  // compute: recompute + backward of `layer` for `chunk`
+  fetch_input,     // activation store -> input buffer `buf` (saved input of `layer`, `chunk`;
+                   // a host-kept layer's att + lse with it, into stage `buf`)
+  layer_backward,  // compute: recompute (but a kept layer's attention) + backward of `layer`
+                   // for `chunk`
   embed_backward,  // d(layer-0 input) of `chunk` -> the embedding's sparse gradient
   update,          // AdamW of `unit` (on the update thread; `device`: on the device)
 };

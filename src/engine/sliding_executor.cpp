@@ -15,7 +15,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
       w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
-      homes_(w_), emb_(w_), dev_adamw_(w_, homes_),
+      homes_(w_), emb_(w_), dev_adamw_(w_, homes_), kept_(w_),
       timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
       updater_(w_, homes_, emb_, dev_adamw_) {
   // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
@@ -252,10 +252,15 @@ void SlidingWindowExecutor::layer_forward(const Op& op) {
   // x_out held layer k-1's input: its copy to the store must have left.
   else ev_.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(compute);
   LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
+  // A training step's kept layers write their attention where their backward reads it.
+  const bool keep = backward_ && kept_.keeps(k);
+  LayerActs acts = acts_for(c);
+  if (keep) acts = kept_.for_forward(acts, k, kept_chunk(c), n_chunks, compute);
   const int t = timer_.begin(false);
-  sf::layer_forward(be_, compute, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(), x_mat(k % 2, c),
+  sf::layer_forward(be_, compute, cfg_, w, acts, batches_[size_t(c)]->inputs(), x_mat(k % 2, c),
                     x_mat((k + 1) % 2, c));
   timer_.end(t);
+  if (keep) kept_.after_forward(k, kept_chunk(c), n_chunks, compute, *streams_.d2h);
   ev_.slot_free[size_t(op.slot)]->record(compute);
   ev_.out_ready[size_t(c)]->record(compute);  // the next layer's input, chunk c
 }
@@ -370,6 +375,7 @@ void SlidingWindowExecutor::fetch_input(const Op& op) {
   void* dst = bufs_.at(BufferRole::saved_input, op.buf).data();
   if (ec_.act_on_device(op.layer)) be_.copy_on_device(h2d, dst, src.data, src.bytes());
   else be_.copy_to_device(h2d, dst, src.data, src.bytes());
+  if (kept_.keeps(op.layer)) kept_.fetch(op.layer, kept_chunk(op.chunk), op.buf, h2d);
   ev_.buf_ready[op.buf]->record(h2d);
 }
 
@@ -391,9 +397,13 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
   LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
   LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
   Mat xin(bufs_.at(BufferRole::saved_input, op.buf).data(), cd_, chunk_tokens(c), cfg_.hidden_size);
+  // A kept layer's attention comes from the store (or its stage): no attention forward.
+  const bool kept = kept_.keeps(k);
+  LayerActs acts = acts_for(c);
+  if (kept) acts = kept_.for_backward(acts, k, kept_chunk(c), op.buf);
   const int t = timer_.begin(true);
-  sf::layer_backward(be_, compute, cfg_, w, gr, acts_for(c), batches_[size_t(c)]->inputs(), xin, dx_mat(c),
-                     dx_mat(c));
+  sf::layer_backward(be_, compute, cfg_, w, gr, acts, batches_[size_t(c)]->inputs(), xin, dx_mat(c), dx_mat(c),
+                     kept ? Recompute::all_but_attention : Recompute::all);
   timer_.end(t);
   ev_.buf_free[op.buf]->record(compute);
   ev_.slot_free[size_t(op.slot)]->record(compute);

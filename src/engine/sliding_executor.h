@@ -36,7 +36,8 @@
 //
 // The parts, each in its own file: the buffer list (window_buffers.h), the events
 // (window_events.h), the homes and their state (unit_homes.h), the embedding path
-// (embedding_path.h), the device-AdamW layers (device_adamw_layers.h), the CPU update and the
+// (embedding_path.h), the device-AdamW layers (device_adamw_layers.h), the attention store of
+// the layers that keep their attention for the backward (kept_attention.h), the CPU update and the
 // speculation on the update thread (host_updater.h) and the step timer (step_timer.h). This
 // class interprets the schedule: one short function per op kind, in this file alone; layer
 // k's weight transfer is load_weights().
@@ -51,6 +52,7 @@
 #include "engine/embedding_path.h"
 #include "engine/engine_config.h"
 #include "engine/host_updater.h"
+#include "engine/kept_attention.h"
 #include "engine/schedule.h"
 #include "engine/step_executor.h"
 #include "engine/step_timer.h"
@@ -119,6 +121,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   void* weights_on_device(const Op& op) const;  // home (resident), device master or slot
   LayerActs acts_for(int chunk) const;
   int64_t chunk_tokens(int c) const { return batches_[size_t(c)]->inputs().n_tokens; }
+  KeptChunk kept_chunk(int c) const { return {c, chunk_off_[size_t(c)], chunk_tokens(c)}; }
 
   Backend& be_;
   ModelConfig cfg_;
@@ -134,6 +137,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   UnitHomes homes_;
   EmbeddingPath emb_;
   DeviceAdamWLayers dev_adamw_;
+  KeptAttention kept_;
   StepTimer timer_;
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   std::vector<std::unique_ptr<Buffer>> pinned_masters_;  // from_master: the slots' DMA sources

@@ -188,9 +188,30 @@ class SpecList {
       add(BufferRole::act_store, k, dev ? Tier::device : Tier::host, xbytes_, cat("saved inputs of layer ", k),
           cat("activation store (", dev ? dev_acts : l_.n_layers - dev_acts, " layers)"));
     }
+    kept_attention();
     for (int c = 0; c < ec_.max_chunks; ++c)
       add(BufferRole::batch_inputs, c, Tier::device, DeviceBatch::storage_bytes(cfg_, Tc_), "batch inputs",
           "batch inputs, loss, norms");
+  }
+
+  // The attention store of the first kept_attention_layers layers; on the host, two device
+  // stages of one chunk each (the forward writes one while the other goes out; the backward
+  // fetches into the one its saved-input buffer pairs with).
+  void kept_attention() {
+    const int n = ec_.kept_attention_layers;
+    SF_REQUIRE(n >= 0 && n <= l_.n_layers, "sliding window: kept_attention_layers ", n,
+               " must be in [0, ", l_.n_layers, "] (the model's layers)");
+    if (n == 0) return;
+    const bool dev = ec_.kept_attention_on_device;
+    const size_t bytes = kept_attention_layout(cfg_, Tc_, ec_.max_chunks, cd_).bytes;
+    const std::string line = cat("attention store (", n, " layers", dev ? ")" : ", pinned)");
+    for (int k = 0; k < n; ++k)
+      add(BufferRole::kept_attention, k, dev ? Tier::device : Tier::host, bytes, cat("kept attention of layer ", k),
+          line);
+    if (dev) return;
+    for (int i = 0; i < 2; ++i)
+      add(BufferRole::kept_attention_stage, i, Tier::device, kept_attention_layout(cfg_, Tc_, 1, cd_).bytes,
+          cat("kept attention stage ", i), "attention store stages (2 chunks)");
   }
 
   const ModelConfig& cfg_;
@@ -209,6 +230,16 @@ class SpecList {
 std::vector<BufferSpec> window_buffer_specs(const ModelConfig& cfg, const EngineConfig& ec, DType cd) {
   SF_REQUIRE(ec.max_chunk_tokens > 0 && ec.max_chunks >= 1, "sliding window: empty chunks");
   return SpecList(cfg, ec, cd).build();
+}
+
+KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, int chunks, DType cd) {
+  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t att = size_t(chunks) * size_t(T) * size_t(cfg.q_dim()) * dtype_size(cd);
+  KeptAttentionLayout l;
+  l.lse_offset = round(att);
+  l.lse_stride = round(size_t(cfg.num_attention_heads) * size_t(T) * 4);
+  l.bytes = l.lse_offset + size_t(chunks) * l.lse_stride;
+  return l;
 }
 
 size_t tier_bytes(const BufferSpec& s) {

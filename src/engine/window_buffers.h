@@ -52,6 +52,8 @@ enum class BufferRole : uint8_t {
   scratch,              // one layer's (or the head's) working set
   loss,
   act_store,            // [layer]: its saved inputs [T_step, C], device or host
+  kept_attention,       // [layer]: its att [T_step, Q] | each chunk's lse [Hq, T] f32, device or host
+  kept_attention_stage, // [2]: one chunk's att | lse on the device, for a host attention store
   batch_inputs,         // [chunk]: DeviceBatch storage
   count_
 };
@@ -67,6 +69,15 @@ struct BufferSpec {
 
 std::vector<BufferSpec> window_buffer_specs(const ModelConfig& cfg, const EngineConfig& ec,
                                             DType compute_dtype);
+
+// The byte layout of a kept-attention buffer for `chunks` chunks of up to T tokens: att
+// [chunks * T, Q] of the compute dtype (chunk c's rows from its token offset t0 in the step),
+// then each chunk's lse [Hq, T_chunk] f32 at lse_offset + c * lse_stride. Both offsets are
+// multiples of 256 bytes, as the layer scratch's slots are (vector loads and stores).
+struct KeptAttentionLayout {
+  size_t lse_offset = 0, lse_stride = 0, bytes = 0;
+};
+KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, int chunks, DType compute_dtype);
 
 // What one spec costs on its tier: the CUDA backend rounds device allocations to 256 bytes,
 // pinned host ones to 64 (the host backend rounds both to 64: the plan is then an upper bound).

@@ -22,10 +22,16 @@ void check_inputs(const BatchInputs& in, const LayerActs& a) {
   SF_CHECK(in.positions && in.cu_seqlens && in.inv_freq, "layer recipe: batch inputs not bound");
 }
 
+// Whether attention_half_forward runs the attention itself or finds its output kept.
+enum class Attention { run, kept };
+
 // Forward of the attention half, up to the mlp-norm: everything the MLP tiles need.
-// Leaves resid, xn2, rstd2, q/k/v (+qr/kr), att, lse valid; xn1 is dead.
+// Leaves resid, xn2, rstd2, q/k/v (+qr/kr), att, lse valid; xn1 is dead. Attention::kept:
+// att and lse hold this layer's values already and are only read (nothing before the
+// attention writes slot A or lse: see the slot table in recipes.h).
 void attention_half_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
-                        const LayerActs& a, const BatchInputs& in, Mat x_in) {
+                            const LayerActs& a, const BatchInputs& in, Mat x_in,
+                            Attention attention = Attention::run) {
   const float eps = float(cfg.rms_norm_eps);
   const int64_t T = a.T, Q = cfg.q_dim(), KV = cfg.kv_dim();
   const int H = int(cfg.num_attention_heads), KVH = int(cfg.num_key_value_heads);
@@ -54,7 +60,8 @@ void attention_half_forward(Backend& be, Stream& s, const ModelConfig& cfg, cons
   }
   be.rope_forward(s, a.qr, H, D, in.positions, in.inv_freq);
   be.rope_forward(s, a.kr, KVH, D, in.positions, in.inv_freq);
-  be.attention_forward(s, a.att, a.lse, a.qr, a.kr, a.v, in.attn, in.cu_seqlens);
+  if (attention == Attention::run)
+    be.attention_forward(s, a.att, a.lse, a.qr, a.kr, a.v, in.attn, in.cu_seqlens);
   // slot G: attn_proj lives only until the residual add.
   be.gemm(s, a.attn_proj, a.att, Trans::no, w.wo, Trans::yes, 1.f, 0.f);
   // slot R: xn1 is dead (consumed by the qkv GEMM); resid takes it over.
@@ -199,7 +206,7 @@ void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWe
 
 void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerGrads& g, const LayerActs& a, const BatchInputs& in, Mat x_in,
-                    Mat dx_out, Mat dx_in, bool recompute) {
+                    Mat dx_out, Mat dx_in, Recompute recompute) {
   check_inputs(in, a);
   const int64_t C = cfg.hidden_size;
   check_x("layer_backward x_in", x_in, a.T, C);
@@ -208,9 +215,11 @@ void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerW
   SF_CHECK(x_in.data != dx_out.data && x_in.data != dx_in.data,
            "layer_backward: x_in must not alias the gradient buffers");
   SF_CHECK(g.wqkv.dtype == DType::f32, "layer gradients must be f32");
-  if (recompute) attention_half_forward(be, s, cfg, w, a, in, x_in);
+  if (recompute != Recompute::none)
+    attention_half_forward(be, s, cfg, w, a, in, x_in,
+                           recompute == Recompute::all ? Attention::run : Attention::kept);
   // One tile and no recompute: the forward left its gate_up and sw in place.
-  const bool up_kept = !recompute && a.mlp_tile == a.T;
+  const bool up_kept = recompute == Recompute::none && a.mlp_tile == a.T;
   mlp_backward(be, s, cfg, w, g, a, dx_out, up_kept);  // dx_out becomes dresid
   attention_half_backward(be, s, cfg, w, g, a, in, x_in, dx_out, dx_in);
 }

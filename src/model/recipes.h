@@ -11,8 +11,9 @@
 //  - weights, activations, x and dx: backend compute dtype (f32 host, bf16 CUDA);
 //  - weight gradients: f32, ACCUMULATED (+=) into the unit's flat gradient buffer;
 //  - activation gradients (dx_in, head dx): OVERWRITTEN.
-//  - Only layer inputs are kept between a layer's forward and its backward: layer_backward
-//    recomputes the forward from x_in (this is what the engine offloads).
+//  - By default only layer inputs are kept between a layer's forward and its backward:
+//    layer_backward recomputes the forward from x_in (this is what the engine offloads); it
+//    can also take the attention's output and lse as kept (Recompute below).
 //  - The MLP is token-wise, so a layer runs it over tiles of at most LayerActs::mlp_tile
 //    tokens (one tile = the whole chunk unless the scratch was bound with a smaller
 //    mlp_tile_tokens): its scratch then holds [tile, 2F] + [tile, F] instead of [T, 3F].
@@ -170,20 +171,42 @@ void embedding_backward(Backend& be, Stream& s, const EmbeddingGrads& g, const B
                         Mat dx);
 
 // x_out [T, C] (overwrite) = layer(x_in). x_out may be the same Mat as x_in. Uses all of acts.
+// On return acts.att and acts.lse still hold the attention's output and log-sum-exp (nothing
+// after attention_forward writes slot A or lse), so a caller may copy them out for a
+// Recompute::all_but_attention backward; att / lse may view buffers outside the scratch.
 void layer_forward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                    const LayerActs& acts, const BatchInputs& in, Mat x_in, Mat x_out);
 
-// Recomputes the forward from x_in, then backpropagates dx_out [T, C]: weight gradients
-// accumulate (+=) into g, dx_in [T, C] is overwritten. dx_out is DESTROYED (it holds the
-// gradient of the mid-layer residual on return unless it is dx_in); dx_in may be the same Mat
-// as dx_out, so one [T, C] gradient buffer can flow through every layer. x_in must not alias
-// dx_out / dx_in. recompute = false: acts still hold what layer_forward left in them for this
-// layer and x_in (kept activations), so the forward is not run again; the results are the
-// same bits. (With more than one MLP tile the forward keeps only the last tile's gate_up
-// and sw, so each tile's are recomputed from the kept xn2.) acts are consumed either way.
+// What layer_backward reruns of the layer's forward before backpropagating:
+//  all               everything, from x_in (the sliding window's default: only layer inputs
+//                    are kept between a layer's forward and its backward);
+//  all_but_attention everything but attention_forward: acts.att and acts.lse hold what
+//                    layer_forward left in them for this layer and x_in (the caller kept
+//                    them, or copied them back into any buffers acts.att / acts.lse view);
+//                    the norms, projections, RoPE, o-proj and MLP are recomputed around them;
+//  none              nothing: acts hold everything layer_forward left for this layer and x_in
+//                    (kept activations).
+// Each mode gives the same bits (with more than one MLP tile the forward keeps only the last
+// tile's gate_up and sw, so `none` recomputes each tile's from the kept xn2).
+enum class Recompute : uint8_t { all, all_but_attention, none };
+
+// Recomputes the forward from x_in as `recompute` says, then backpropagates dx_out [T, C]:
+// weight gradients accumulate (+=) into g, dx_in [T, C] is overwritten. dx_out is DESTROYED
+// (it holds the gradient of the mid-layer residual on return unless it is dx_in); dx_in may
+// be the same Mat as dx_out, so one [T, C] gradient buffer can flow through every layer. x_in
+// must not alias dx_out / dx_in. acts are consumed whatever the mode, but for att and lse,
+// which all_but_attention and none only read (so there they may view buffers outside the
+// scratch, e.g. an engine's store).
 void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerGrads& g, const LayerActs& acts, const BatchInputs& in,
-                    Mat x_in, Mat dx_out, Mat dx_in, bool recompute = true);
+                    Mat x_in, Mat dx_out, Mat dx_in, Recompute recompute = Recompute::all);
+// The older spelling: recompute = true is Recompute::all, false Recompute::none.
+inline void layer_backward(Backend& be, Stream& s, const ModelConfig& cfg, const LayerWeights& w,
+                           const LayerGrads& g, const LayerActs& acts, const BatchInputs& in,
+                           Mat x_in, Mat dx_out, Mat dx_in, bool recompute) {
+  layer_backward(be, s, cfg, w, g, acts, in, x_in, dx_out, dx_in,
+                 recompute ? Recompute::all : Recompute::none);
+}
 
 // Final RMSNorm + LM head + cross-entropy over tokens with a label.
 // loss_sum (f32 scalar in backend memory, ACCUMULATE) += sum of token losses (unscaled).

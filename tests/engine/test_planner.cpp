@@ -56,8 +56,11 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
           if (master && (resident > 0 || spec)) continue;
           ModelConfig cfg = tiny_config(Arch::qwen3, tied);
           cfg.num_hidden_layers = 4;
+          // Kept attention: none, the first 2 layers' on the device, all 4 on the host.
+          const int kept = (resident + variant + int(spec)) % 3;
           SCOPED_TRACE(cat("tied ", tied, ", resident ", resident, ", device AdamW layers ", dev_adamw,
-                           ", speculative ", spec, ", one gradient buffer ", single, ", from the master ", master));
+                           ", speculative ", spec, ", one gradient buffer ", single, ", from the master ", master,
+                           ", kept attention ", kept));
           EngineConfig ec;
           ec.max_chunk_tokens = 40;
           ec.max_chunks = 3;
@@ -68,6 +71,8 @@ TEST(Planner, SlidingExecutorAllocatesExactlyThePlannedBuffers) {
           if (spec) ec.speculation = EngineConfig::Speculation::always;
           if (single) ec.layer_grad_buffers = 1;
           if (master) ec.host_weights = EngineConfig::HostWeights::master;
+          ec.kept_attention_layers = kept == 0 ? 0 : kept == 1 ? 2 : 4;
+          ec.kept_attention_on_device = kept == 1;
           HostBackend host;
           RecordingBackend be(host);
           { SlidingWindowExecutor ex(be, cfg, ec); }
@@ -160,6 +165,50 @@ TEST(Planner, AnFp32RefusalNamesTheCompactStateThatFits) {
 // Over a sweep of budgets, with and without clipping: more memory never predicts a slower
 // step (nor refuses what a smaller budget took), and every plan's windows allocate exactly
 // what it counted. On the host backend (one pool) and for a GPU (device and host apart).
+// Then the long-sequence sweep where kept attention is searched: a window only (45M-parameter
+// shape, a 1K vocabulary so that the layers decide what fits, attention at a fifth of the
+// GEMM rate: its share of the compute is far above kKeptAttentionMinShare); its plans keep
+// the attention on the host, then on the device as the device budget grows.
+struct SweepCounts {
+  int plans = 0, kept_on_device = 0, kept_on_host = 0;
+};
+
+// make_plan over budgets of the axis (host or device; the other 64 GiB) from lo to hi MiB;
+// each step at most `slack` (relative) slower than the one before.
+SweepCounts expect_monotone_sweep(const ModelConfig& cfg, const StepRequest& req, const HardwareModel& hw, DType cd,
+                                  bool host_axis, size_t lo, size_t hi, bool allow_resident = true,
+                                  double slack = 1e-7) {
+  const bool unified = cd == DType::f32;
+  SweepCounts n;
+  double prev = 0;
+  bool prev_fit = false;
+  for (size_t mib = lo; mib <= hi; mib += 16) {
+    Budget b{size_t(64) << 30, size_t(64) << 30, unified};
+    // A GPU plan's host also holds the CUDA runtime: the sweep starts beside it.
+    const size_t runtime = host_axis && !unified ? kCudaRuntimeHostBytes : 0;
+    (host_axis ? b.host_bytes : b.device_bytes) = runtime + (mib << 20);
+    const Plan p = make_plan(cfg, req, b, cd, hw, allow_resident);
+    SCOPED_TRACE(cat("clipping ", req.clipping, ", ", dtype_name(cd), ", ", host_axis ? "host " : "device ", mib,
+                     " MiB"));
+    EXPECT_TRUE(p.fits || !prev_fit) << "refused what a smaller budget took: " << p.advice;
+    if (p.fits && prev_fit) {
+      EXPECT_LE(p.step_seconds, prev * (1 + slack));
+    }
+    if (p.fits) {
+      EXPECT_LE(host_axis ? p.host_bytes + (unified ? p.device_bytes : 0) : p.device_bytes,
+                (host_axis ? b.host_bytes : b.device_bytes));
+      EXPECT_TRUE(!p.engine.from_master() || !req.clipping) << "a clipping run planned without its norm";
+      ++n.plans;
+      if (p.mode == Plan::Mode::sliding && p.engine.kept_attention_layers > 0)
+        ++(p.engine.kept_attention_on_device ? n.kept_on_device : n.kept_on_host);
+      prev = p.step_seconds;
+    }
+    prev_fit = p.fits;
+  }
+  EXPECT_TRUE(prev_fit);
+  return n;
+}
+
 TEST(Planner, MoreMemoryNeverPredictsASlowerStep) {
   ModelConfig cfg = model_preset("tiny");
   const StepRequest base{4 * 256, 2, 256};
@@ -174,37 +223,45 @@ TEST(Planner, MoreMemoryNeverPredictsASlowerStep) {
       const Plan big = make_plan(cfg, req, Budget{size_t(64) << 30, size_t(64) << 30, unified}, cd, hw);
       ASSERT_TRUE(big.fits);
       // Host sweep (device fixed and ample), then device sweep (host fixed and ample).
-      for (int axis = 0; axis < (unified ? 1 : 2); ++axis) {
-        double prev = 0;
-        bool prev_fit = false;
-        for (size_t mib = 32; mib <= 2048; mib += 16) {
-          Budget b{size_t(64) << 30, size_t(64) << 30, unified};
-          // A GPU plan's host also holds the CUDA runtime: the sweep starts beside it.
-          const size_t runtime = axis == 0 && !unified ? kCudaRuntimeHostBytes : 0;
-          (axis == 0 ? b.host_bytes : b.device_bytes) = runtime + (mib << 20);
-          const Plan p = make_plan(cfg, req, b, cd, hw);
-          SCOPED_TRACE(cat("clipping ", clipping, ", ", dtype_name(cd), ", ", axis == 0 ? "host " : "device ",
-                           mib, " MiB"));
-          EXPECT_TRUE(p.fits || !prev_fit) << "refused what a smaller budget took: " << p.advice;
-          if (p.fits && prev_fit) {
-            EXPECT_LE(p.step_seconds, prev * 1.0000001);
-          }
-          if (p.fits) {
-            EXPECT_LE(axis == 0 ? p.host_bytes + (unified ? p.device_bytes : 0) : p.device_bytes,
-                      (axis == 0 ? b.host_bytes : b.device_bytes));
-            EXPECT_TRUE(!p.engine.from_master() || !clipping) << "a clipping run planned without its norm";
-            prev = p.step_seconds;
-          }
-          prev_fit = p.fits;
-        }
-        EXPECT_TRUE(prev_fit);
-      }
+      expect_monotone_sweep(cfg, req, hw, cd, true, 32, 2048);
+      if (!unified) expect_monotone_sweep(cfg, req, hw, cd, false, 32, 2048);
     }
   }
+  ModelConfig small = model_preset("small");
+  small.vocab_size = 1024;
+  HardwareModel slow_attention = hw;
+  slow_attention.attention_flops = 10e9;
+  // Slack: the planner's tie rule (beats(): steps within 0.5% go to less GPU work, then less
+  // host memory) lets a plan 1e-6 slower win here (one layer gradient buffer and a resident
+  // home for less host memory); the attention kept or not is a 17% difference.
+  const SweepCounts n = expect_monotone_sweep(small, StepRequest{2 * 2048, 1, 2048}, slow_attention, DType::bf16,
+                                              false, 128, 512, false, 0.005);
+  EXPECT_GT(n.kept_on_host, 0) << "no plan of the sweep kept the attention on the host";
+  EXPECT_GT(n.kept_on_device, 0) << "no plan of the sweep kept the attention on the device";
+  EXPECT_LT(n.kept_on_device + n.kept_on_host, n.plans) << "the smallest windows have no room for it";
 }
 
-// The plans the sweep picks, built: each allocates exactly what it counted (the host
+// Builds p's window on the host backend: it allocates exactly what p counted (the host
 // backend's tiers; the planner's lines add up to the list plus state and workspaces).
+void expect_allocates_what_it_counts(const ModelConfig& cfg, const Plan& p) {
+  HostBackend host;
+  RecordingBackend be(host);
+  { SlidingWindowExecutor ex(be, cfg, p.engine); }
+  size_t allocated = 0;
+  for (const auto& a : be.allocs) {
+    const size_t g = a.tier == Tier::device ? 256 : 64;  // window_buffers' tier_bytes
+    allocated += (std::max<size_t>(a.bytes, 1) + g - 1) / g * g;
+  }
+  size_t state = 0, workspaces = 0;
+  for (const MemoryLine& l : p.lines) {
+    if (l.what == "fp32 master + AdamW m, v") state = l.bytes;
+    if (l.what == "backend workspaces") workspaces = l.bytes;
+  }
+  EXPECT_EQ(p.device_bytes + p.host_bytes, allocated + state + workspaces);
+}
+
+// The plans the sweep picks, built, each distinct window once; then windows that keep the
+// attention (the long-sequence shape of the sweep above, in one pool).
 TEST(Planner, PlannedWindowsAllocateWhatTheyCount) {
   ModelConfig cfg = model_preset("tiny");
   StepRequest req{4 * 256, 1, 256};
@@ -223,23 +280,25 @@ TEST(Planner, PlannedWindowsAllocateWhatTheyCount) {
     SCOPED_TRACE(cat(mib, " MiB: ", last));
     ++built;
     master_plans += p.engine.from_master();
-    HostBackend host;
-    RecordingBackend be(host);
-    { SlidingWindowExecutor ex(be, cfg, p.engine); }
-    size_t allocated = 0;
-    for (const auto& a : be.allocs) {
-      const size_t g = a.tier == Tier::device ? 256 : 64;  // window_buffers' tier_bytes
-      allocated += (std::max<size_t>(a.bytes, 1) + g - 1) / g * g;
-    }
-    size_t state = 0, workspaces = 0;
-    for (const MemoryLine& l : p.lines) {
-      if (l.what == "fp32 master + AdamW m, v") state = l.bytes;
-      if (l.what == "backend workspaces") workspaces = l.bytes;
-    }
-    EXPECT_EQ(p.device_bytes + p.host_bytes, allocated + state + workspaces);
+    expect_allocates_what_it_counts(cfg, p);
   }
   EXPECT_GE(built, 3);
   EXPECT_GT(master_plans, 0) << "the smallest budgets stream from the master";
+
+  ModelConfig small = model_preset("small");
+  small.vocab_size = 1024;
+  hw.attention_flops = 10e9;
+  const StepRequest long_req{2 * 2048, 1, 2048};
+  int kept_built = 0;
+  for (size_t mib = 400; mib <= 1024 && kept_built < 2; mib += 32) {
+    const Budget b{mib << 20, mib << 20, true};
+    const Plan p = make_plan(small, long_req, b, DType::f32, hw, false);
+    if (!p.fits || p.engine.kept_attention_layers == 0) continue;
+    SCOPED_TRACE(cat(mib, " MiB: ", describe_plan(small, long_req, b, p, true)));
+    ++kept_built;
+    expect_allocates_what_it_counts(small, p);
+  }
+  EXPECT_GT(kept_built, 0) << "no window of these budgets kept the attention";
 }
 
 // The resident executors keep every layer's activations when the plan says so, and allocate
@@ -472,6 +531,79 @@ TEST(Planner, SaysWhatBoundsTheStep) {
   EXPECT_NE(d.find("bound      PCIe transfers"), std::string::npos) << d;
 }
 
+// Long sequences keep every layer's attention output and lse for the backward when there is
+// room: 8B at 1 x 32768 on an 80 GiB GPU on the device (8.1 GiB), the backward then skips
+// 32 attention forwards (4 Q ctx T FLOPs each at the attention rate: 32 ms) and the plan
+// says so; on a 16 GiB GPU on the host as far as the host has room for it (8.1 GiB for all,
+// over PCIe both ways, hidden under the compute), not when it has none; short sequences (1K: the
+// attention is ~1.4% of the compute) and --no-kept-attention never.
+TEST(Planner, KeepsTheAttentionAtLongSequencesWhereItFits) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  const int L = int(cfg.num_hidden_layers);
+  StepRequest req{32768, 1, 32768};
+  const Budget roomy{size_t(80) << 30, size_t(114) << 30, false};
+  const Plan p = make_plan(cfg, req, roomy, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(p.fits) << p.advice;
+  ASSERT_EQ(p.mode, Plan::Mode::sliding);
+  EXPECT_EQ(p.engine.kept_attention_layers, L);
+  EXPECT_TRUE(p.engine.kept_attention_on_device);
+  StepRequest off = req;
+  off.kept_attention = false;
+  const Plan q = make_plan(cfg, off, roomy, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(q.fits);
+  EXPECT_EQ(q.engine.kept_attention_layers, 0);
+  EXPECT_LT(p.step_seconds, q.step_seconds);
+  // The compute saved: L attention forwards (the same chunks and gradient buffers in both).
+  ASSERT_EQ(p.engine.max_chunk_tokens, q.engine.max_chunk_tokens);
+  ASSERT_EQ(p.engine.layer_grad_buffers, q.engine.layer_grad_buffers);
+  const double ctx = (32768.0 + 1) / 2, att_s1 = 4.0 * double(cfg.q_dim()) * ctx * 32768 / HardwareModel{}.attention_rate(ctx);
+  EXPECT_NEAR(q.compute_seconds - p.compute_seconds, L * att_s1, 1e-9 * q.compute_seconds);
+  // Counted: 32 layers of att [T, Q] bf16 + lse [Hq, T] f32, each rounded to 256 bytes.
+  const size_t per_layer = kept_attention_layout(cfg, 32768, 1, DType::bf16).bytes;
+  EXPECT_EQ(per_layer, size_t(32768) * 4096 * 2 + size_t(32) * 32768 * 4);
+  // Split chunks of an odd length: each chunk's lse starts 256-byte aligned, as the scratch's.
+  const KeptAttentionLayout split = kept_attention_layout(cfg, 1001, 3, DType::bf16);
+  EXPECT_EQ(split.lse_offset % 256, 0u);
+  EXPECT_EQ(split.lse_stride % 256, 0u);
+  EXPECT_GE(split.lse_stride, size_t(32) * 1001 * 4);
+  EXPECT_EQ(split.bytes, split.lse_offset + 3 * split.lse_stride);
+  bool counted = false;
+  for (const MemoryLine& l : p.lines)
+    if (l.what == "attention store (32 layers)") {
+      counted = true;
+      EXPECT_TRUE(l.device);
+      EXPECT_EQ(l.bytes, size_t(L) * ((per_layer + 255) / 256 * 256));
+    }
+  EXPECT_TRUE(counted);
+  const std::string text = describe_plan(cfg, req, roomy, p);
+  EXPECT_NE(text.find("attention kept for 32 layers (device; not recomputed in the backward)"), std::string::npos)
+      << text;
+  EXPECT_EQ(describe_plan(cfg, off, roomy, q).find("attention kept"), std::string::npos);
+
+  // 16 GiB: no room on the device; on the host none with 108 GiB (no room left for it), half
+  // the layers' with 112 GiB (4.1 GiB), every layer's with 140, each step faster.
+  auto on_host = [&](int host_gib) {
+    const Budget b{size_t(16) << 30, size_t(host_gib) << 30, false};
+    Plan h = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
+    EXPECT_TRUE(h.fits) << h.advice;
+    EXPECT_TRUE(h.engine.kept_attention_layers == 0 || !h.engine.kept_attention_on_device) << host_gib;
+    return h;
+  };
+  const Plan none = on_host(108), half = on_host(112), all = on_host(140);
+  EXPECT_EQ(none.engine.kept_attention_layers, 0);
+  EXPECT_EQ(half.engine.kept_attention_layers, L / 2);
+  EXPECT_EQ(all.engine.kept_attention_layers, L);
+  EXPECT_LT(half.step_seconds, none.step_seconds);
+  EXPECT_LT(all.step_seconds, half.step_seconds);
+  const std::string half_text = describe_plan(cfg, req, Budget{size_t(16) << 30, size_t(112) << 30, false}, half);
+  EXPECT_NE(half_text.find("attention kept for 16 layers (host"), std::string::npos) << half_text;
+  EXPECT_NE(half_text.find("attention store (16 layers, pinned)"), std::string::npos) << half_text;
+
+  const Plan short_seq = make_plan(cfg, StepRequest{32 * 1024, 1, 1024}, roomy, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(short_seq.fits);
+  EXPECT_EQ(short_seq.engine.kept_attention_layers, 0);
+}
+
 // The prediction against what the H200 measured (docs/bench-log/engine.md, eighth session, c0fbdb1:
 // steady tokens/s, i.e. unclipped steps, 24 GiB window, 112 GiB host; the 8-layer cut resident
 // at 55 / 80 GiB). Batch 8 is bound by the CPU's AdamW, whose speed differs by lease (4.4-5.8 G
@@ -493,8 +625,9 @@ TEST(Planner, PredictsTheMeasuredH200Steps) {
     // 112 GiB for the buffers and state, as those runs had (their RSS peaked at 113.5 GiB),
     // beside the CUDA runtime the plan now counts.
     const Budget b{size_t(c.gpu_gib * double(size_t(1) << 30)), (size_t(112) << 30) + kCudaRuntimeHostBytes, false};
-    Plan p = make_plan(cfg, {int64_t(c.batch) * c.seq, 1, c.seq}, b, DType::bf16,
-                       HardwareModel{}, c.gpu_gib > 24);
+    StepRequest req{int64_t(c.batch) * c.seq, 1, c.seq};
+    req.kept_attention = false;  // those runs recomputed the attention in the backward
+    Plan p = make_plan(cfg, req, b, DType::bf16, HardwareModel{}, c.gpu_gib > 24);
     ASSERT_TRUE(p.fits) << p.advice;
     SCOPED_TRACE(cat(c.layers, " layers, ", c.batch, " x ", c.seq, ", ", c.gpu_gib, " GiB: predicted ",
                      p.tokens_per_second, " measured ", c.measured));

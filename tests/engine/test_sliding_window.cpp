@@ -119,6 +119,8 @@ struct Case {
   StateFormat state;  // the host state's format (both executors)
   int64_t mlp_tile = 0;  // EngineConfig::mlp_tile_tokens when > 0 (smaller than a chunk: tiled MLP)
   int disk_units = -1;  // moments on disk: of this many units only (EngineConfig::disk_moment_units)
+  int kept_attention = 0;  // EngineConfig::kept_attention_layers
+  bool kept_on_host = false;  // their attention store in pinned host memory
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -130,7 +132,8 @@ struct Case {
                state.is_fp32() ? std::string()
                                : cat("_", master_format_name(state.master), "master_",
                                      moment_format_name(state.moments), "moments"),
-               mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "");
+               mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "",
+               kept_attention ? cat("_keptattn", kept_attention, kept_on_host ? "host" : "dev") : "");
   }
 };
 
@@ -190,6 +193,8 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.disk_moment_units = tc.disk_units;
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
+  ec.kept_attention_layers = tc.kept_attention;
+  ec.kept_attention_on_device = !tc.kept_on_host;
   if (tc.mlp_tile > 0) {
     ec.mlp_tile_tokens = tc.mlp_tile;
     // The tile is in effect: the window's layer scratch is smaller than the untiled chunk's.
@@ -292,6 +297,13 @@ Case mlp_tiled(Case c, int64_t tile) {
   return c;
 }
 
+// The first `layers` layers keep their attention for the backward, on the device or the host.
+Case kept_attention(Case c, int layers, bool on_host) {
+  c.kept_attention = layers;
+  c.kept_on_host = on_host;
+  return c;
+}
+
 // Moments on disk for `units` of the units only, the others' in RAM.
 Case disk_units(Case c, int units) {
   c.moments_on_disk = true;
@@ -376,7 +388,19 @@ std::vector<Case> engine_cases() {
           disk_units(Case{Arch::llama, false, 0.f, 1, 64, false}, 1),
           disk_units(Case{Arch::mistral, false, 0.05f, 1, 64, false, 0, true, -1, true}, 3),
           disk_units(in_format(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, MomentFormat::int8, MasterFormat::bf16), 1),
-          disk_units(from_master(Case{Arch::qwen2, false, 0.f, 1, 64, false}), 2)};
+          disk_units(from_master(Case{Arch::qwen2, false, 0.f, 1, 64, false}), 2),
+          // Kept attention (no attention forward in the backward): every layer's on the
+          // device and on the host in one chunk (bitwise: the reference's order); split
+          // chunks with accumulation; qk_norm with clipping; one layer of two with resident
+          // homes and speculation; from the master; a tiled MLP.
+          kept_attention(Case{Arch::llama, false, 0.f, 1, 64, false}, 2, false),
+          kept_attention(Case{Arch::qwen3, false, 0.05f, 1, 64, false}, 2, true),
+          kept_attention(Case{Arch::mistral, false, 0.f, 3, 16, false}, 2, false),
+          kept_attention(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, 2, true),
+          kept_attention(Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true}, 1, true),
+          kept_attention(from_master(Case{Arch::llama, false, 0.f, 3, 16, false}), 2, true),
+          kept_attention(from_master(Case{Arch::qwen3, true, 0.f, 2, 16, true}), 1, false),
+          kept_attention(mlp_tiled(Case{Arch::mistral, true, 0.5f, 2, 16, true}, 5), 2, true)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
@@ -433,6 +457,83 @@ TEST(SlidingWindow, ClippedSpeculativeStepsDoNotDependOnTiming) {
       }
       expect_same_state(*a, *b, false);
     }
+  }
+}
+
+// Counts the attention forwards the engine enqueues (the kept layers' backward runs none).
+class AttentionForwards final : public PassThroughBackend {
+ public:
+  explicit AttentionForwards(Backend& in) : PassThroughBackend(in) {}
+  std::string name() const override { return in_.name() + " (attention forwards counted)"; }
+  void attention_forward(Stream& s, Mat out, float* lse, Mat q, Mat k, Mat v, const AttentionShape& sh,
+                         const int32_t* cu) override {
+    ++count;
+    ForwardingBackend::attention_forward(s, out, lse, q, k, v, sh, cu);
+  }
+  int count = 0;  // ops are enqueued by the engine's thread only
+};
+
+// Kept attention against the same window recomputing it: the same losses, norms and every
+// bit of the state after three steps (the host backend's attention is deterministic), in
+// every configuration the store meets: device and host store, one chunk and split chunks
+// with accumulation, a qk_norm arch, tied embeddings, speculation, from the master, lazy
+// threaded streams; the kept layers' backward enqueues no attention forward.
+TEST(SlidingWindow, KeptAttentionGivesTheRecomputedBits) {
+  struct KeptCase {
+    Arch arch;
+    bool tied;
+    int grad_accum;
+    int64_t chunk;
+    bool on_host, threaded, speculative, master;
+    int layers;  // of the model's 3
+  };
+  for (const KeptCase& kc : {KeptCase{Arch::llama, false, 1, 64, false, false, false, false, 3},
+                             KeptCase{Arch::llama, false, 1, 64, true, true, false, false, 3},
+                             KeptCase{Arch::qwen3, true, 2, 16, true, false, true, false, 3},
+                             KeptCase{Arch::qwen3, true, 2, 16, false, true, true, false, 2},
+                             KeptCase{Arch::mistral, false, 3, 16, true, true, false, true, 3},
+                             KeptCase{Arch::qwen2, false, 2, 16, true, true, true, false, 1}}) {
+    ModelConfig cfg = tiny_config(kc.arch, kc.tied);
+    cfg.num_hidden_layers = 3;
+    SCOPED_TRACE(cat(arch_name(kc.arch), kc.tied ? " tied" : "", ", accum ", kc.grad_accum, ", chunk ", kc.chunk,
+                     kc.on_host ? ", host store" : ", device store", kc.threaded ? ", threaded" : "",
+                     kc.speculative ? ", speculative" : "", kc.master ? ", from the master" : "", ", ", kc.layers,
+                     " layers kept"));
+    EngineConfig ec;
+    ec.max_chunk_tokens = kc.chunk;
+    ec.max_chunks = 8;
+    ec.ring_piece = 777;
+    if (kc.speculative) ec.speculation = EngineConfig::Speculation::always;
+    if (kc.master) ec.host_weights = EngineConfig::HostWeights::master;
+    EngineConfig kept = ec;
+    kept.kept_attention_layers = kc.layers;
+    kept.kept_attention_on_device = !kc.on_host;
+    HostBackend host_a, host_b;
+    LazyStreams lazy_a, lazy_b;
+    AttentionForwards count_a(kc.threaded ? static_cast<Backend&>(lazy_a.be) : host_a);
+    AttentionForwards count_b(kc.threaded ? static_cast<Backend&>(lazy_b.be) : host_b);
+    SlidingWindowExecutor recompute(count_a, cfg, ec), keeping(count_b, cfg, kept);
+    same_start(cfg, recompute, keeping, 7);
+    OptimHyper h;
+    h.lr = 3e-3;
+    h.max_grad_norm = kc.master ? 0.f : 0.05f;  // clipping where the mode allows it
+    int chunks = 0;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Batch> micro;
+      // Step 1 has one micro-batch: another chunk count, schedule and store layout in between.
+      for (int m = 0; m < (step == 1 ? 1 : kc.grad_accum); ++m)
+        micro.push_back(random_batch(cfg, 2, 12, uint64_t(10 * step + m)));
+      chunks += int(recompute.make_chunks(micro).size());
+      const StepStats a = recompute.train_step(micro, h), b = keeping.train_step(micro, h);
+      EXPECT_EQ(a.loss_sum, b.loss_sum) << "step " << step;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << step;
+    }
+    expect_same_state(recompute, keeping, true);
+    // Forward and backward recompute per layer and chunk; the kept layers skip the latter.
+    const int L = int(cfg.num_hidden_layers);
+    EXPECT_EQ(count_a.count, 2 * L * chunks);
+    EXPECT_EQ(count_b.count, (2 * L - kc.layers) * chunks);
+    EXPECT_EQ(lazy_a.be.ops_run_unforced() + lazy_b.be.ops_run_unforced(), 0u);
   }
 }
 
