@@ -89,6 +89,10 @@ struct EngineConfig {
   // ParamStore): the planner's choice when host memory is short and --optimizer-dir names
   // one. Empty: in RAM.
   std::string moments_dir;
+  // Device bytes the attention backward's workspace takes for the largest chunk (planner.h:
+  // attention_workspace_bytes; 0 where the implementation needs none): counted, not allocated
+  // by the executor (the backend allocates it on first use).
+  size_t attention_workspace_bytes = 0;
   // With moments_dir: how many units' moments go to the file (disk_unit_choice picks them,
   // spread over the sweep); the others stay in RAM. -1: every unit's. The planner's choice:
   // the fewest that let the rest fit in the host budget (each costs its bytes of disk traffic

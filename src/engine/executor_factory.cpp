@@ -153,6 +153,7 @@ std::string set_attention_rate(HardwareModel& hw) {
   if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return "attention: slideformer's kernels";
   const bool det = cuda::attention_deterministic();
   hw.attention_flops = det ? 350e12 : 530e12;
+  hw.attention_workspace = !det;
   return det ? "attention: cuDNN forward, slideformer's deterministic backward" : "attention: cuDNN";
 }
 #endif

@@ -102,8 +102,15 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   // Streams that run compute ops: compute, grads (casts and norms, EngineConfig::grads_stream;
   // counted either way), update (device AdamW).
   m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
+  if (ec.attention_workspace_bytes > 0)
+    m.push_back({"attention backward workspace (cuDNN)", ec.attention_workspace_bytes, true});
   add_process_lines(l, cd, ec.state_format, m);
   return m;
+}
+
+size_t attention_workspace_bytes(const ModelConfig& cfg, int64_t tokens) {
+  const size_t T = size_t(std::max<int64_t>(tokens, 0));
+  return 8 * T * (size_t(cfg.q_dim()) + size_t(cfg.num_attention_heads)) + (size_t(2) << 20);
 }
 
 int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
@@ -116,7 +123,7 @@ int64_t head_chunk_rows_for(const ModelConfig& cfg, int64_t T, DType cd) {
 }
 
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType cd, bool keep,
-                                        int64_t head_rows, StateFormat f) {
+                                        int64_t head_rows, StateFormat f, size_t attention_workspace) {
   // The fp32 master and AdamW moments live on the device when the compute dtype is reduced
   // (CUDA: DeviceResidentExecutor), on the host for the fp32 reference (ResidentExecutor).
   const bool state_on_device = cd != DType::f32;
@@ -158,6 +165,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
            {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})
     m.push_back(line);
+  if (attention_workspace > 0) m.push_back({"attention backward workspace (cuDNN)", attention_workspace, true});
   add_process_lines(l, cd, f, m);
   return m;
 }

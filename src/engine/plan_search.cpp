@@ -119,7 +119,8 @@ std::optional<Plan> resident_plan(const PlanInputs& in) {
     res.keep_activations = keep;
     res.engine.head_chunk_rows = rows;
     res.engine.state_format = in.req.state_format;
-    res.lines = resident_memory(in.cfg, in.req.micro_tokens, in.cd, keep, rows, in.req.state_format);
+    res.lines = resident_memory(in.cfg, in.req.micro_tokens, in.cd, keep, rows, in.req.state_format,
+                                in.hw.attention_workspace ? attention_workspace_bytes(in.cfg, in.req.micro_tokens) : 0);
     total(res);
     res.fits = fits(in.budget, res);
     if (res.fits) {
@@ -252,6 +253,7 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
   p.engine.moments_dir = moments_dir;
   p.engine.n_slots = slots;
   p.engine.max_chunk_tokens = chunk;
+  p.engine.attention_workspace_bytes = in.hw.attention_workspace ? attention_workspace_bytes(in.cfg, chunk) : 0;
   p.engine.head_chunk_rows = head_chunk_rows_for(in.cfg, chunk, in.cd);
   p.engine.max_chunks = int((in.req.micro_tokens + chunk - 1) / chunk) * in.req.grad_accum;
   p.engine.activations_on_device = store == ActivationStore::device;

@@ -29,6 +29,10 @@ struct HardwareModel {
   // attention_flops at seq 1K, 0.95 at 4K, 1 from 8K, log-linear in between (the H200's
   // measured ratios; short sequences spend more of their time on tile edges and setup).
   double attention_rate(double ctx) const;
+  // The attention backward allocates a workspace that grows with the chunk (cuDNN's
+  // atomic-accumulating form: f32 dQ and softmax sums, attention_workspace_bytes): set where
+  // that implementation will run, so that the plan leaves the room for it.
+  bool attention_workspace = false;
   double h2d_bytes_per_s = 50e9;    // pinned host -> device
   double d2h_bytes_per_s = 50e9;
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
@@ -117,7 +121,15 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
 // keep_activations: one layer scratch per layer (no recompute in the backward).
 std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_tokens, DType cd,
                                         bool keep_activations = false, int64_t head_chunk_rows = 256,
-                                        StateFormat state_format = {});
+                                        StateFormat state_format = {}, size_t attention_workspace = 0);
+// The attention backward's workspace for a chunk of T tokens where HardwareModel::
+// attention_workspace is set: cuDNN's f32 dQ accumulator and its sums, 8 bytes per token and
+// query channel plus 8 per token and head (measured: 1,082,131,712 B for 8B's 32K tokens, this
+// formula + 1,280), and 2 MiB for its execution plan. Exact for chunks of equal sequences;
+// packed unequal ones pad to the longest (cudnn_attention.h) and may need more, which the
+// backend then refuses to allocate past its budget, running our kernels instead.
+size_t attention_workspace_bytes(const ModelConfig& cfg, int64_t tokens);
+
 // "fp32 master, int8 AdamW moments": the state format in the plan's words.
 std::string state_format_words(StateFormat f);
 // Bytes of host training state per model parameter in format f (12 for fp32; padding included).

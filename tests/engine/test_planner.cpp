@@ -795,3 +795,41 @@ TEST(Planner, RefusalNamesTheLargestBatchThatFits) {
 }
 
 }  // namespace
+
+namespace {
+
+// Where cuDNN's atomic-accumulating attention backward runs, its workspace (f32 dQ and sums,
+// growing with the chunk) is a device line of the plan: at least what the H200 allocated for
+// 8B's 32K-token chunk (1,082,131,712 B), within the plan's 2 MiB; the window still fits.
+TEST(Planner, CountsTheAttentionBackwardsWorkspaceWhereItRuns) {
+  const ModelConfig cfg = model_preset("llama3-8b");
+  const size_t measured = 1082131712;
+  EXPECT_GE(attention_workspace_bytes(cfg, 32768), measured);
+  EXPECT_LE(attention_workspace_bytes(cfg, 32768), measured + (size_t(2) << 20));
+  const StepRequest req{32768, 1, 32768};
+  const Budget budget{size_t(24) << 30, size_t(112) << 30, false};
+  HardwareModel hw;
+  const Plan without = make_plan(cfg, req, budget, DType::bf16, hw);
+  hw.attention_workspace = true;
+  const Plan with = make_plan(cfg, req, budget, DType::bf16, hw);
+  ASSERT_TRUE(without.fits && with.fits) << with.advice;
+  auto line = [](const Plan& p) -> const MemoryLine* {
+    for (const MemoryLine& l : p.lines)
+      if (l.what == "attention backward workspace (cuDNN)") return &l;
+    return nullptr;
+  };
+  EXPECT_EQ(line(without), nullptr);
+  ASSERT_NE(line(with), nullptr);
+  EXPECT_TRUE(line(with)->device);
+  EXPECT_EQ(line(with)->bytes, attention_workspace_bytes(cfg, with.engine.max_chunk_tokens));
+  EXPECT_LE(with.device_bytes, budget.device_bytes);
+  // Resident plans count it too (a small model that fits whole).
+  const ModelConfig small = model_preset("qwen3-0.6b");
+  const Plan res = make_plan(small, StepRequest{4096, 1, 4096}, Budget{size_t(80) << 30, size_t(64) << 30, false},
+                             DType::bf16, hw);
+  ASSERT_EQ(res.mode, Plan::Mode::resident);
+  ASSERT_NE(line(res), nullptr);
+  EXPECT_EQ(line(res)->bytes, attention_workspace_bytes(small, 4096));
+}
+
+}  // namespace
