@@ -11,29 +11,15 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cudnn_attention.h"
+#include "attention_test_util.h"
 #include "cuda_test_util.h"
 
 namespace sf::test {
 namespace {
 
-struct AttnCase {
-  int Hq, Hkv, D;
-  std::vector<int32_t> lens;  // packed sequences
-};
-
-std::string aname(const AttnCase& c) {
-  std::string s = cat("attention Hq", c.Hq, " Hkv", c.Hkv, " D", c.D, " seqs");
-  for (int l : c.lens) s += cat(" ", l);
-  return s;
-}
-
-// Columns [c0, c0 + n) of a dense [T, W] matrix.
-std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64_t c0, int64_t n) {
-  std::vector<float> r(size_t(T * n));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < n; ++j) r[size_t(t * n + j)] = m[size_t(t * W + c0 + j)];
-  return r;
-}
+using sf::test::AttnCase;
+using sf::test::cols;
+std::string aname(const AttnCase& c) { return sf::test::attn_case_name("attention", c); }
 
 void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels) {
   const std::string what = aname(c) + " (" + kernels + ")";

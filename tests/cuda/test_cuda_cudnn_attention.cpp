@@ -23,6 +23,7 @@
 
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/cudnn_library.h"
+#include "attention_test_util.h"
 #include "cuda_test_util.h"
 
 namespace sf::test {
@@ -30,24 +31,9 @@ namespace {
 
 using cuda::AttentionImpl;
 
-struct CudnnCase {
-  int Hq, Hkv, D;
-  std::vector<int32_t> lens;  // packed sequences
-};
-
-std::string cname(const CudnnCase& c) {
-  std::string s = cat("cudnn attention Hq", c.Hq, " Hkv", c.Hkv, " D", c.D, " seqs");
-  for (int l : c.lens) s += cat(" ", l);
-  return s;
-}
-
-// Columns [c0, c0 + n) of a dense [T, W] matrix.
-std::vector<float> cols(const std::vector<float>& m, int64_t T, int64_t W, int64_t c0, int64_t n) {
-  std::vector<float> r(size_t(T * n));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < n; ++j) r[size_t(t * n + j)] = m[size_t(t * W + c0 + j)];
-  return r;
-}
+using CudnnCase = sf::test::AttnCase;
+using sf::test::cols;
+std::string cname(const CudnnCase& c) { return sf::test::attn_case_name("cudnn attention", c); }
 
 // Every tensor has kTailRows rows past its T: the inputs' are NaN (a kernel that multiplies rows
 // past the last sequence, even by 0, turns outputs NaN), the outputs' hold the guard pattern

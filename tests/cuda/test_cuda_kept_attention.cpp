@@ -14,6 +14,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_engine_test_util.h"
 #include "cuda_test_util.h"
 #include "engine/sliding_executor.h"
 #include "model/model_init.h"
@@ -22,25 +23,8 @@ using namespace sf;
 
 namespace {
 
-ModelConfig small_config(Arch arch) {
-  ModelConfig c = tiny_config(arch, false);
-  c.hidden_size = 256;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.intermediate_size = 512;
-  c.vocab_size = 1000;
-  c.num_hidden_layers = 4;
-  return c;
-}
-
-Batch random_batch(const ModelConfig& cfg, int rows, int seq, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<std::vector<int32_t>> r(static_cast<size_t>(rows));
-  for (auto& row : r)
-    for (int i = 0; i < seq; ++i) row.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
-  return Batch::from_rows(r);
-}
+using sf::test::random_batch;
+using sf::test::small_config;
 
 TEST(CudaKeptAttention, MatchesTheRecomputingWindowBitwise) {
   SF_REQUIRE_GPU();
