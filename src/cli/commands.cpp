@@ -155,6 +155,12 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
                   "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
 }
 
+void RunFlags::add_deterministic_to(CLI::App* cmd) {
+  cmd->add_flag("--deterministic", req.deterministic,
+                "attention backwards that give the same bits every call (slower on Hopper from 2K "
+                "tokens per sequence); default: the fastest");
+}
+
 const char* const kOptimizerStateHelp =
     "how the AdamW moments m, v are kept in host memory: fp32 (8 B/param), bf16 (4) or int8 "
     "(block-wise codes with scales, about 2; norms and biases stay fp32)";
@@ -216,6 +222,7 @@ void add_plan_command(CLI::App& app) {
           "POSITIVE"));
   o->add_to(cmd);
   o->add_state_format_to(cmd);
+  o->add_deterministic_to(cmd);
   cmd->add_option("--disk-speed", o->req.disk_speed,
                   "plan for --optimizer-dir on a disk of this read + write rate instead of measuring "
                   "it, e.g. 7GB/s (another machine's NVMe)");

@@ -35,6 +35,8 @@ struct RunFlags {
   void add_to(CLI::App* cmd, bool with_accum = true);
   // --optimizer-state and --master-weights (bench and plan; eval trains nothing).
   void add_state_format_to(CLI::App* cmd);
+  // --deterministic (bench and plan; eval and generate run no backward).
+  void add_deterministic_to(CLI::App* cmd);
   void check() const;
   // Checks the values (sizes, --gpu-memory with --backend host, the state format), then sets
   // req.step.

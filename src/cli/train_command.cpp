@@ -263,6 +263,11 @@ void add_train_command(CLI::App& app) {
   f.add("seed", o.seed, "seed for initialisation, data order and the bf16 master's rounding");
   f.add("optimizer-state", st->optimizer_state, kOptimizerStateHelp);
   f.add("master-weights", st->master_weights, kMasterWeightsHelp);
+  f.shown.push_back({"deterministic", [&o] { return toml_value(o.deterministic); }});
+  cmd->add_flag("--deterministic", o.deterministic,
+                "the same bits on every run of these settings, on the GPU too (attention backwards "
+                "without atomics: slower from 2K tokens per sequence on Hopper); a resumed run then "
+                "equals the uninterrupted one");
   f.shown.push_back({"shuffle", [&o] { return toml_value(o.shuffle); }});
   cmd->add_flag("--shuffle,!--no-shuffle", o.shuffle,
                 "train on the rows of the data in a seeded random order, new every epoch "

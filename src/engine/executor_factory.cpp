@@ -207,6 +207,9 @@ int parse_device_adamw_layers(const std::string& s) {
 }  // namespace
 
 PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
+#if SF_WITH_CUDA
+  if (req.deterministic) cuda::set_attention_deterministic(true);  // before the rate is chosen
+#endif
   PlannedRun r;
   r.plan_request = req.step;
   choose_backend(req, r);

@@ -28,6 +28,11 @@ struct ExecutorRequest {
   // optimizer_dir need not exist here). Empty: measured.
   std::string disk_speed, disk_free;
   bool plan_only = false;   // planning for a CUDA machine without its GPU (needs gpu_memory)
+  // Attention backwards that give the same bits every call (cudnn_attention.h; the host
+  // backend always does): runs repeat, and a resumed run is the uninterrupted one bit for bit.
+  // false: the fastest backward (cuDNN's, accumulating with atomics, on Hopper) unless
+  // SF_ATTN_DETERMINISTIC=1.
+  bool deterministic = false;
 };
 
 // Resolves the backend kind and budgets and makes the plan (no allocation).

@@ -56,6 +56,9 @@ struct TrainOptions {
   OptimHyper hyper;     // lr is the schedule's
   uint64_t seed = 1234;
   bool shuffle = true;          // training rows in a seeded order, reshuffled every epoch
+  // Every run of the same settings gives the same bits on the GPU too (ExecutorRequest::
+  // deterministic): slower attention backwards from 2K tokens per sequence on Hopper.
+  bool deterministic = false;
   // How the host training state is stored (--optimizer-state, --master-weights; fp32 both by
   // default). On resume the checkpoint's unless given; another one converts the checkpoint's
   // state with a note (train/run_settings.h).

@@ -50,6 +50,7 @@ ExecutorRequest executor_request(const TrainOptions& opt) {
   er.gpu_memory = opt.gpu_memory;
   er.host_memory = opt.host_memory;
   er.optimizer_dir = opt.optimizer_dir;
+  er.deterministic = opt.deterministic;
   er.step.micro_tokens = int64_t(opt.batch_size) * opt.seq_len;
   er.step.grad_accum = opt.grad_accum;
   er.step.max_seq_len = opt.seq_len;

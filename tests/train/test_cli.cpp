@@ -104,6 +104,7 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
                     "save_every = 2          # underscores work too\n"
                     "lr-schedule = \"linear\"\n"
                     "weight-decay = 0.05\n"
+                    "deterministic = true\n"
                     "\n[train]\n"
                     "keep-checkpoints = 3\n"
                     "out = \"" + (tmp.path / "o").string() + "\"\n");
@@ -112,7 +113,7 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
   for (const char* line : {"steps = 5\n", "lr = 0.002\n", "save-every = 2\n",
                            "lr-schedule = \"linear\"\n", "weight-decay = 0.05\n", "beta1 = 0.9\n", "adam-eps = 1e-08\n",
                            "keep-checkpoints = 3\n", "batch-size = 8\n", "seq-len = 64\n",
-                           "shuffle = true\n"})
+                           "shuffle = true\n", "deterministic = true\n"})
     EXPECT_TRUE(contains(r.output, line)) << line << " in:\n" << r.output;
   EXPECT_FALSE(fs::exists(tmp.path / "o"));  // --print-config trains nothing
 
