@@ -53,8 +53,9 @@ TEST(EnvLaunch, ReadsAllFive) {
   EXPECT_EQ(e.master_addr, "10.0.0.7");
   EXPECT_EQ(e.master_port, 29500);
   Vars one = torchrun();
-  one["WORLD_SIZE"] = "1";
-  one["RANK"] = one["LOCAL_RANK"] = "0";
+  one["WORLD_SIZE"] = std::string(1, '1');
+  one["RANK"] = std::string(1, '0');
+  one["LOCAL_RANK"] = std::string(1, '0');
   EXPECT_EQ(parse(one).world_size, 1);
 }
 
@@ -91,7 +92,7 @@ TEST(EnvLaunch, RefusesBadValuesNamingTheVariable) {
     v[name] = value;
     const std::string m = refusal(v);
     EXPECT_NE(m.find(want), std::string::npos) << name << "=" << value << ": " << m;
-    const std::string fix = name == "MASTER_ADDR" ? "set it to rank 0's host name" : "set " + name + " to";
+    const std::string fix = name == "MASTER_ADDR" ? std::string("set it to rank 0's host name") : cat("set ", name, " to");
     EXPECT_NE(m.find(fix), std::string::npos) << "the fix: " << m;
   }
 }
