@@ -1,6 +1,6 @@
 // The collectives a data-parallel run needs between its ranks (docs/MULTI_GPU.md), as an
 // abstract interface: ThreadCommunicator (ranks as threads of one process, for the CPU tests
-// and the host backend) implements it now; an NCCL one will.
+// and the host backend) and NcclCommunicator (dist/cuda: one process per GPU) implement it.
 //
 // Contract of every call:
 // - it is collective: every rank of the group makes the same calls in the same order, with the
@@ -8,8 +8,9 @@
 // - it blocks until the call is complete on this rank; outputs are OVERWRITTEN (never
 //   accumulated into); inputs are not changed unless the call is in place;
 // - it waits at most timeout() for the other ranks; past it, it throws sf::Error
-//   (ErrorKind::io) naming the rank(s) that did not arrive and the call; the group is then
-//   broken and every later call on any of its ranks throws at once (a fault stops all ranks).
+//   (ErrorKind::io) naming the call and the rank(s) that did not arrive where the transport
+//   can tell (ThreadCommunicator does; NCCL cannot, and its message says so); the group is
+//   then broken and every later call throws at once (a fault stops all ranks).
 //
 // Shards: reduce_scatter_sum and all_gather cut n elements into world_size() contiguous
 // shards with shard_range(n, world_size(), rank), so uneven counts are allowed: the last
