@@ -115,7 +115,9 @@ MultiGpuPlan predict_multi_gpu(const ModelConfig& cfg, const Plan& p, double ran
   m.tokens_per_second = m.step_seconds > 0 ? double(req.gpus) * rank_tokens_per_step / m.step_seconds : 0.0;
   m.speedup = p.tokens_per_second > 0 ? m.tokens_per_second / p.tokens_per_second : 0.0;
   m.fits = p.fits && m.device_bytes_per_gpu <= device_budget && m.host_bytes <= host_budget;
-  if (!p.fits) m.advice = p.advice;
+  if (!p.fits)
+    m.advice = cat("each rank's plan (", rank_tokens_per_step, " tokens per step) does not fit: ", p.advice,
+                   " (sizes there are per GPU: --batch-size is ", req.gpus, " times that)");
   else if (m.device_bytes_per_gpu > device_budget)
     m.advice = cat("each GPU needs ", format_bytes(m.device_bytes_per_gpu), " (NCCL's ",
                    format_bytes(req.nccl_device_bytes), " included) of ", format_bytes(device_budget),
