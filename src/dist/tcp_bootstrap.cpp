@@ -193,18 +193,68 @@ struct Gathering {
     Fd fd;
     std::vector<std::byte> hello;
   };
+  int world = 1;
+  std::string ep;  // rank 0's address, for messages
+  Clock::time_point deadline;
   std::vector<Pending> pending;
   std::vector<Fd> ranks;  // by rank; ranks[0] unused
   int connected = 0, strays = 0;
 
   // Tells every connected rank (and `also`, if any) why, then throws.
-  [[noreturn]] void refuse_all(ErrorKind kind, const std::string& why, Clock::time_point deadline, int also = -1) {
+  [[noreturn]] void refuse_all(ErrorKind kind, const std::string& why, int also = -1) {
     const auto msg = refusal(why);
     const auto tell_by = std::max(deadline, Clock::now() + std::chrono::seconds(1));
     if (also >= 0) send_all(also, msg, tell_by);
     for (auto& r : ranks)
       if (r.get() >= 0) send_all(r.get(), msg, tell_by);
     throw Error(kind, why);
+  }
+
+  [[noreturn]] void refuse_missing(Timeout timeout) {
+    std::string missing;
+    for (int r = 1; r < world; ++r)
+      if (ranks[static_cast<size_t>(r)].get() < 0) missing += cat(missing.empty() ? "" : ", ", r);
+    refuse_all(ErrorKind::io,
+               cat("rank ", missing, " did not connect to rank 0 at ", ep, " within ", timeout.count(), " ms (",
+                   connected, " of ", world - 1, " ranks did",
+                   strays ? cat("; ", strays, " other connections were not slideformer ranks") : "",
+                   "): start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, check that the "
+                   "hosts reach each other (firewall), or raise the timeout"));
+  }
+
+  void drop(size_t i) {
+    ++strays;
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // Reads what pending connection i has sent; once its hello is whole, admits it as its rank
+  // (or refuses everyone), and a connection that closes or is not a rank is dropped.
+  void on_readable(size_t i) {
+    Pending& p = pending[i];
+    std::byte buf[kHelloBytes];
+    const ssize_t k = ::recv(p.fd.get(), buf, kHelloBytes - p.hello.size(), MSG_DONTWAIT);
+    if (k <= 0 && !(k < 0 && (errno == EAGAIN || errno == EINTR))) return drop(i);  // closed before its hello
+    if (k > 0) p.hello.insert(p.hello.end(), buf, buf + k);
+    if (p.hello.size() < kHelloBytes) return;
+    const std::byte* h = p.hello.data();
+    if (get_u32(h) != kMagic) return drop(i);
+    const uint32_t version = get_u32(h + 4), their_world = get_u32(h + 8), rank = get_u32(h + 12);
+    const int fd = p.fd.get();
+    if (version != kVersion)
+      refuse_all(ErrorKind::input, cat("rank ", rank, " speaks bootstrap version ", version, ", rank 0 ", kVersion,
+                                       ": run the same slideformer build on every rank"), fd);
+    if (their_world != static_cast<uint32_t>(world))
+      refuse_all(ErrorKind::input, cat("rank ", rank, " was started with WORLD_SIZE=", their_world,
+                                       ", rank 0 with WORLD_SIZE=", world, ": give every rank the same WORLD_SIZE"), fd);
+    if (rank < 1 || rank >= static_cast<uint32_t>(world))
+      refuse_all(ErrorKind::input, cat("a process connected to ", ep, " as rank ", rank, ", outside 1..", world - 1,
+                                       ": give each process its own RANK below WORLD_SIZE=", world), fd);
+    if (ranks[rank].get() >= 0)
+      refuse_all(ErrorKind::input, cat("rank ", rank, " connected twice (two processes have RANK=", rank,
+                                       "): give each process its own RANK"), fd);
+    ranks[rank] = std::move(p.fd);
+    ++connected;
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
   }
 };
 
@@ -213,73 +263,33 @@ struct Gathering {
 void BootstrapServer::serve(std::span<const std::byte> blob, Timeout timeout) {
   SF_CHECK(blob.size() <= kMaxBootstrapBlob, "bootstrap blob of ", blob.size(), " bytes");
   if (world_ == 1) return;
-  const auto deadline = Clock::now() + timeout;
-  const std::string ep = endpoint(addr_, port_);
   Gathering g;
+  g.world = world_;
+  g.ep = endpoint(addr_, port_);
+  g.deadline = Clock::now() + timeout;
   g.ranks.resize(static_cast<size_t>(world_));
   while (g.connected < world_ - 1) {
     std::vector<pollfd> fds{{fd_, POLLIN, 0}};
     for (auto& p : g.pending) fds.push_back({p.fd.get(), POLLIN, 0});
-    const int rc = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+    const int rc = ::poll(fds.data(), fds.size(), remaining_ms(g.deadline));
     if (rc < 0 && errno == EINTR) continue;
     SF_CHECK(rc >= 0, "bootstrap poll: ", std::strerror(errno));
-    if (rc == 0) {
-      std::string missing;
-      for (int r = 1; r < world_; ++r)
-        if (g.ranks[static_cast<size_t>(r)].get() < 0) missing += cat(missing.empty() ? "" : ", ", r);
-      g.refuse_all(ErrorKind::io, cat("rank ", missing, " did not connect to rank 0 at ", ep, " within ",
-                                      timeout.count(), " ms (", g.connected, " of ", world_ - 1,
-                                      " ranks did", g.strays ? cat("; ", g.strays, " other connections were not slideformer ranks") : "",
-                                      "): start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, "
-                                      "check that the hosts reach each other (firewall), or raise the timeout"),
-                   deadline);
-    }
-    // Hellos first (fds[1..] match pending as built), then new connections.
-    for (size_t i = g.pending.size(); i-- > 0;) {
-      if (!(fds[i + 1].revents & (POLLIN | POLLERR | POLLHUP))) continue;
-      auto& p = g.pending[i];
-      std::byte buf[kHelloBytes];
-      const ssize_t k = ::recv(p.fd.get(), buf, kHelloBytes - p.hello.size(), MSG_DONTWAIT);
-      if (k <= 0 && !(k < 0 && (errno == EAGAIN || errno == EINTR))) {
-        ++g.strays;  // closed before its hello
-        g.pending.erase(g.pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (k > 0) p.hello.insert(p.hello.end(), buf, buf + k);
-      if (p.hello.size() < kHelloBytes) continue;
-      const std::byte* h = p.hello.data();
-      if (get_u32(h) != kMagic) {
-        ++g.strays;
-        g.pending.erase(g.pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      const uint32_t version = get_u32(h + 4), world = get_u32(h + 8), rank = get_u32(h + 12);
-      const int fd = p.fd.get();
-      if (version != kVersion)
-        g.refuse_all(ErrorKind::input, cat("rank ", rank, " speaks bootstrap version ", version, ", rank 0 ",
-                                           kVersion, ": run the same slideformer build on every rank"), deadline, fd);
-      if (world != static_cast<uint32_t>(world_))
-        g.refuse_all(ErrorKind::input, cat("rank ", rank, " was started with WORLD_SIZE=", world, ", rank 0 with WORLD_SIZE=",
-                                           world_, ": give every rank the same WORLD_SIZE"), deadline, fd);
-      if (rank < 1 || rank >= static_cast<uint32_t>(world_))
-        g.refuse_all(ErrorKind::input, cat("a process connected to ", ep, " as rank ", rank, ", outside 1..", world_ - 1,
-                                           ": give each process its own RANK below WORLD_SIZE=", world_), deadline, fd);
-      if (g.ranks[rank].get() >= 0)
-        g.refuse_all(ErrorKind::input, cat("rank ", rank, " connected twice (two processes have RANK=", rank,
-                                           "): give each process its own RANK"), deadline, fd);
-      g.ranks[rank] = std::move(p.fd);
-      ++g.connected;
-      g.pending.erase(g.pending.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+    if (rc == 0) g.refuse_missing(timeout);
+    // Hellos first, last to first (fds[1..] match pending as built; admitting erases), then
+    // new connections.
+    for (size_t i = g.pending.size(); i-- > 0;)
+      if (fds[i + 1].revents & (POLLIN | POLLERR | POLLHUP)) g.on_readable(i);
     if (fds[0].revents & POLLIN) {
       const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (c >= 0) g.pending.push_back({Fd(c), {}});
     }
   }
   const auto msg = reply(kStatusOk, blob);
+  const auto send_by = std::max(g.deadline, Clock::now() + std::chrono::seconds(1));
   for (int r = 1; r < world_; ++r)
-    if (send_all(g.ranks[static_cast<size_t>(r)].get(), msg, std::max(deadline, Clock::now() + std::chrono::seconds(1))) != Io::ok)
-      SF_FAIL(io, "rank ", r, " closed its bootstrap connection to ", ep, " before rank 0 sent the id: it failed; see its error");
+    if (send_all(g.ranks[static_cast<size_t>(r)].get(), msg, send_by) != Io::ok)
+      SF_FAIL(io, "rank ", r, " closed its bootstrap connection to ", g.ep,
+              " before rank 0 sent the id: it failed; see its error");
 }
 
 namespace {
