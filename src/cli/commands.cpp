@@ -11,6 +11,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "engine/executor_factory.h"
+#include "engine/multi_gpu_plan.h"
 #include "optim/param_store.h"
 #include "optim/state_format.h"
 #include "io/model_config.h"
@@ -199,11 +200,50 @@ std::string backend_lines(const PlannedRun& r) {
   return s;
 }
 
+// `plan --gpus N` (docs/MULTI_GPU.md): each rank's plan for its share of the global batch,
+// within one GPU's budget less NCCL's buffers and the host's share left after one shared copy
+// of the state (planned again while the ranks' buffers, N times over, do not fit), then the
+// N-GPU prediction.
+static void print_multi_gpu_plan(const ModelConfig& cfg, const RunFlags& flags, int gpus,
+                                 const std::string& link) {
+  SF_REQUIRE(flags.batch_size % gpus == 0, "--batch-size ", flags.batch_size, " does not split over --gpus ",
+             gpus, ": --batch-size is the global batch (each GPU takes batch / gpus sequences); use a "
+             "multiple of ", gpus, ", e.g. --batch-size ", (flags.batch_size / gpus + 1) * gpus);
+  MultiGpuRequest mreq;
+  mreq.gpus = gpus;
+  mreq.link = parse_gpu_link(link.empty() ? std::string("nvlink") : link);
+  ExecutorRequest req = flags.req;
+  req.step.micro_tokens = int64_t(flags.batch_size / gpus) * flags.seq_len;
+  PlannedRun r = plan_run(cfg, req);
+  SF_REQUIRE(r.backend == BackendKind::cuda, "--gpus ", gpus, " plans several GPUs but the backend is the host's (",
+             r.backend_reason, "): add --backend cuda (with --gpu-memory on a machine without those GPUs)");
+  const size_t host = r.budget.host_bytes, device = r.budget.device_bytes;
+  SF_REQUIRE(device > mreq.nccl_device_bytes, "--gpu-memory ", format_bytes(device), " leaves nothing beside NCCL's ",
+             format_bytes(mreq.nccl_device_bytes), " per GPU: raise --gpu-memory");
+  const double rank_tokens = double(req.step.micro_tokens) * req.step.grad_accum;
+  MultiGpuPlan m;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const size_t share = rank_host_budget(r.plan, host, gpus);
+    if (share == 0) break;  // the shared state alone exceeds the host: m says so
+    req.gpu_memory = std::to_string(device - mreq.nccl_device_bytes);
+    req.host_memory = std::to_string(share);
+    r = plan_run(cfg, req);
+    m = predict_multi_gpu(cfg, r.plan, rank_tokens, host, device, mreq);
+    if (m.host_bytes <= host) break;
+  }
+  if (m.gpus != gpus) m = predict_multi_gpu(cfg, r.plan, rank_tokens, host, device, mreq);
+  std::cout << backend_lines(r) << describe_plan(cfg, r.plan_request, r.budget, r.plan)
+            << describe_multi_gpu(m, r.plan);
+  if (!m.fits) throw Error(ErrorKind::input, cat("the run does not fit on ", gpus, " GPUs (see above)"));
+}
+
 void add_plan_command(CLI::App& app) {
   struct Opts : RunFlags {
     std::string model, size = "llama3-8b";
     int layers = 0;  // 0: the model's
     float max_grad_norm = 1.0f;
+    int gpus = 1;
+    std::string gpu_link;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plan", "show what a training run needs and whether it fits");
@@ -226,6 +266,12 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--disk-speed", o->req.disk_speed,
                   "plan for --optimizer-dir on a disk of this read + write rate instead of measuring "
                   "it, e.g. 7GB/s (another machine's NVMe)");
+  cmd->add_option("--gpus", o->gpus,
+                  "plan N data-parallel GPUs of one host (docs/MULTI_GPU.md): --batch-size is then the "
+                  "global batch, split over the GPUs; the prediction, not yet a training mode")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--gpu-link", o->gpu_link,
+                  "with --gpus: how the GPUs exchange gradients, nvlink (default) or pcie");
   cmd->add_option("--disk-free", o->req.disk_free,
                   "plan with this much free space in --optimizer-dir instead of asking its filesystem, "
                   "e.g. 2TB (then the directory need not exist here)");
@@ -236,6 +282,9 @@ void add_plan_command(CLI::App& app) {
     o->resolve();
     o->req.step.clipping = o->max_grad_norm > 0;
     o->req.plan_only = true;
+    if (o->gpus > 1) return print_multi_gpu_plan(cfg, *o, o->gpus, o->gpu_link);
+    SF_REQUIRE(o->gpu_link.empty(), "--gpu-link ", o->gpu_link, " describes how several GPUs exchange "
+               "gradients: it needs --gpus 2 or more");
     PlannedRun r = plan_run(cfg, o->req);
     std::cout << backend_lines(r) << describe_plan(cfg, r.plan_request, r.budget, r.plan);
     if (!r.plan.fits) throw Error(ErrorKind::input, "the run does not fit (see above)");
