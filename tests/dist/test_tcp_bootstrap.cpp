@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <latch>
 #include <memory>
 #include <thread>
 
@@ -113,10 +114,15 @@ TEST(TcpBootstrap, AnAddressOfAnotherHostIsRefused) {
 
 TEST(TcpBootstrap, AMissingRankIsNamedByRankZeroAndToldToTheOthers) {
   const int world = 4;
-  BootstrapServer server(kLocal, 0, world);
+  BootstrapServer server(kLocal, 0, world);  // listening: a connect lands in its backlog at once
+  // The serving rank's (waited-out) timeout starts once the present ranks are about to connect,
+  // so that only rank 2 can be missing however late the box schedules their threads.
+  std::latch present(world - 1);
   const auto errors = run_ranks(world, [&](int r) {
-    if (r == 0) server.serve(id_blob(8), kShort);
-    else if (r != 2) bootstrap_receive(kLocal, server.port(), world, r, kLong);  // rank 2 never starts
+    if (r == 2) return;  // never starts
+    present.arrive_and_wait();
+    if (r == 0) server.serve(id_blob(8), Timeout(2000));
+    else bootstrap_receive(kLocal, server.port(), world, r, kLong);
   });
   for (int r : {0, 1, 3}) {
     const auto& e = errors[static_cast<size_t>(r)];

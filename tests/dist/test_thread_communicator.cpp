@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -200,12 +201,15 @@ TEST(ThreadCommunicator, ManyCallsInSequenceKeepTheirOrder) {
 
 TEST(ThreadCommunicator, ARankThatNeverArrivesIsNamedByEveryWaiterAfterTheTimeout) {
   const int world = 3;
-  // Short, since it is waited out; a rank that does arrive is ~1 s early on any box.
-  auto group = std::make_shared<ThreadGroup>(world, Timeout(1000));
+  // Waited out, so short; the ranks that do come meet at a latch first, so that only rank 1 can
+  // be missing however late the box schedules the others' threads.
+  auto group = std::make_shared<ThreadGroup>(world, Timeout(2000));
   std::vector<std::string> later(world);
+  std::latch present(world - 1);
   const auto errors = run_ranks(world, [&](int r) {
     if (r == 1) return;  // hangs or died: never calls
     ThreadCommunicator comm(group, r);
+    present.arrive_and_wait();
     try {
       std::vector<float> x(10, 1.0f);
       comm.all_reduce_sum(x);
