@@ -31,7 +31,10 @@ std::unique_ptr<NcclLibrary> NcclLibrary::open(const std::string& path) {
   std::unique_ptr<NcclLibrary> lib(new NcclLibrary());
   lib->path_ = path;
   dlerror();
-  lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: ncclGetUniqueId starts NCCL's bootstrap thread, which outlives any handle;
+  // unmapping the library under it crashed test_dist at random (a thread in accept() waking up
+  // in unmapped code) once this object was destroyed.
+  lib->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (lib->handle_ == nullptr) {
     const char* e = dlerror();
     SF_FAIL(io, "cannot load NCCL from ", path, " (", e != nullptr ? e : "dlopen failed", "): ", kFix);
