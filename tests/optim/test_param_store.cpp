@@ -22,6 +22,7 @@
 #include "optim/state_adamw.h"
 #include "model/model_presets.h"
 #include "model/param_layout.h"
+#include "state_format_test_util.h"
 #include "test_util.h"
 
 using namespace sf;
@@ -208,25 +209,9 @@ TEST(ParamStore, StreamedMomentsAreWrittenAndDroppedBehindTheSweep) {
 
 namespace {
 
-const StateFormat kModes[] = {
-    {MomentFormat::f32, MasterFormat::f32},  {MomentFormat::bf16, MasterFormat::f32},
-    {MomentFormat::int8, MasterFormat::f32}, {MomentFormat::f32, MasterFormat::bf16},
-    {MomentFormat::bf16, MasterFormat::bf16}, {MomentFormat::int8, MasterFormat::bf16}};
-
-std::string mode_name(StateFormat f) {
-  return std::string(moment_format_name(f.moments)) + "/" + master_format_name(f.master);
-}
-
-// tiny_config widened so that int8 moments have ranges of both kinds: matrices of >=
-// kInt8MinNumel elements (int8 codes) and norms below it (fp32).
-ModelLayout compact_layout() {
-  ModelConfig c = tiny_config(Arch::qwen3);
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.vocab_size = 80;
-  c.head_dim = 16;
-  return ModelLayout::build(c);
-}
+const auto& kModes = sf::test::kAllStateFormats;
+std::string mode_name(StateFormat f) { return sf::test::state_format_label(f); }
+ModelLayout compact_layout() { return ModelLayout::build(sf::test::compact_config()); }
 
 size_t state_bytes(const std::vector<StateUnit>& units, StateFormat f) {
   size_t n = 0;

@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/run_settings.h"
 #include "train/trainer_state.h"
+#include "state_format_test_util.h"
 #include "train_test_util.h"
 
 namespace sf::test {
@@ -27,27 +28,8 @@ const StateFormat kModes[] = {kFp32,
                               {MomentFormat::bf16, MasterFormat::f32},
                               {MomentFormat::int8, MasterFormat::f32},
                               {MomentFormat::int8, MasterFormat::bf16}};
-const StateFormat kAllModes[] = {kFp32,
-                                 {MomentFormat::bf16, MasterFormat::f32},
-                                 {MomentFormat::int8, MasterFormat::f32},
-                                 {MomentFormat::f32, MasterFormat::bf16},
-                                 {MomentFormat::bf16, MasterFormat::bf16},
-                                 {MomentFormat::int8, MasterFormat::bf16}};
-
-std::string mode_name(StateFormat f) {
-  return std::string(moment_format_name(f.moments)) + "_" + master_format_name(f.master);
-}
-
-// tiny_config widened so that int8 moments have both kinds of range: matrices of at least
-// kInt8MinNumel elements (int8 codes, several blocks) and norms below it (fp32).
-ModelConfig compact_config() {
-  ModelConfig c = tiny_config(Arch::qwen3);
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.vocab_size = 80;
-  c.head_dim = 16;
-  return c;
-}
+const auto& kAllModes = kAllStateFormats;
+std::string mode_name(StateFormat f) { return state_format_label(f); }
 
 fs::path make_compact_model(const fs::path& dir) {
   const ModelConfig cfg = compact_config();
