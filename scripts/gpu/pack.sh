@@ -21,11 +21,11 @@ else
 fi
 cmake -S "$WT" -B "$WT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSF_CUDA_ARCHS="${SF_CUDA_ARCHS:-90a}" > /dev/null
-cmake --build "$WT/build-gpu" --target slideformer test_cuda bench_cuda_layer bench_cuda_kernels bench_disk_tier \
+cmake --build "$WT/build-gpu" --target slideformer test_cuda test_dist bench_cuda_layer bench_cuda_kernels bench_disk_tier \
   -j"$(nproc)"
 NAME=${SF_PACK_NAME:-gpu}
 rm -rf ".carry/$NAME" && mkdir -p ".carry/$NAME"
-cp "$WT"/build-gpu/bin/{slideformer,bench_cuda_layer,bench_cuda_kernels,bench_disk_tier} "$WT"/build-gpu/tests/test_cuda ".carry/$NAME/"
+cp "$WT"/build-gpu/bin/{slideformer,bench_cuda_layer,bench_cuda_kernels,bench_disk_tier} "$WT"/build-gpu/tests/{test_cuda,test_dist} ".carry/$NAME/"
 strip ".carry/$NAME"/*
 echo "$COMMIT" > ".carry/$NAME/COMMIT"
 tar cJf ".carry/$NAME.tar.xz" -C .carry "$NAME"

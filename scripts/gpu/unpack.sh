@@ -11,6 +11,6 @@ rm -rf "$B" /tmp/sf-gpu-unpack && mkdir -p "$B/bin" "$B/tests" /tmp/sf-gpu-unpac
 tar xJf ".carry/$NAME.tar.xz" -C /tmp/sf-gpu-unpack
 P=/tmp/sf-gpu-unpack/$NAME
 cp "$P"/slideformer "$P"/bench_cuda_layer "$P"/bench_cuda_kernels "$P"/bench_disk_tier "$B/bin/"
-cp "$P"/test_cuda "$B/tests/"
+cp "$P"/test_cuda "$P"/test_dist "$B/tests/"
 cp "$P"/COMMIT "$B/COMMIT"
 echo "$B"
