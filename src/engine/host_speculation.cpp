@@ -75,7 +75,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
           break;
         }
       taken[size_t(u)] = 1;
-      if (u <= 3) trace_mark("phase A: takes unit", u);
+      trace_mark("phase A: takes unit", u);
       // The embedding rows this step did not touch have gradient 0 whatever the clip
       // coefficient: update them now (their bf16 copy too), off the critical path.
       if (!emb_untouched_done_) {
@@ -162,7 +162,7 @@ void HostUpdater::finish_speculative(const OptimHyper& h, StepStats& st) {
 // its home.
 void HostUpdater::finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated,
                               bool untouched_done) {
-  if (u <= 2) trace_mark(speculated ? "phase B: speculated unit" : "phase B: unit", u);
+  trace_mark(speculated ? "phase B: speculated unit" : "phase B: unit", u);
   if (w_.ec.device_adamw(u)) {
     dev_.adamw(u, s);
     return;

@@ -199,7 +199,9 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
     if (next_of[size_t(u)] >= 0) w_.store.prefetch_moments(next_of[size_t(u)]);
     if (acquire[size_t(u)]) w_.store.acquire_moments(u);
     if (u > 0) homes_.set(u, HomeState::gradient, HomeState::updating, "update");
+    trace_mark("update: starts unit", u);
     update(u);
+    trace_mark("update: done unit", u);
     if (u > 0) homes_.set(u, HomeState::updating, HomeState::weights, "update");
     w_.store.moments_done(u);
     if (u == n_units - 1) w_.streams.upd_h2d->synchronize();  // the round ends with nothing in flight

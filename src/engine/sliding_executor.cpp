@@ -176,8 +176,9 @@ void SlidingWindowExecutor::exec_op(const Op& op) {
 }
 
 void SlidingWindowExecutor::wait_update(const Op& op) {
+  trace_mark("wait_update: waits for unit", op.unit);
   updater_.wait(op.unit);  // this unit's AdamW of the previous step
-  if (op.unit <= 2) trace_mark("wait_update: update ready, unit", op.unit);
+  trace_mark("wait_update: update ready, unit", op.unit);
   if (op.unit > 0) homes_.expect(op.unit, HomeState::weights, "wait_update");
 }
 
