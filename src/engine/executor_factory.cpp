@@ -154,6 +154,7 @@ std::string set_attention_rate(HardwareModel& hw) {
   const bool det = cuda::attention_deterministic();
   hw.attention_flops = det ? 350e12 : 530e12;
   hw.attention_workspace = !det;
+  hw.attention_flops_no_workspace = det ? 0 : 350e12;
   return det ? "attention: cuDNN forward, slideformer's deterministic backward" : "attention: cuDNN";
 }
 #endif
@@ -230,6 +231,9 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
     r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }
+#if SF_WITH_CUDA
+  if (r.plan.attention_without_workspace) cuda::set_attention_deterministic(true);
+#endif
   if (engine == EngineChoice::resident && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;

@@ -114,6 +114,7 @@ HardwareModel scale_to_device(HardwareModel hw, const DeviceProbe& probe) {
   const double f = probe.gemm_flops / kH200ProbeGemmFlops;
   hw.device_flops *= f;
   hw.attention_flops *= f;
+  hw.attention_flops_no_workspace *= f;
   // The defaults are what the engine gets with both directions busy (50 of 55 GB/s alone).
   hw.h2d_bytes_per_s *= probe.h2d_bytes_per_s / kH200ProbeCopyBytesPerS;
   hw.d2h_bytes_per_s *= probe.d2h_bytes_per_s / kH200ProbeCopyBytesPerS;

@@ -502,10 +502,25 @@ Plan plan_step(const PlanInputs& in, BatchSuggestion suggest) {
 
 }  // namespace
 
+// A step that fits only without the attention backward's workspace (8B at 1 x 65536 with
+// clipping on the H200 machine: 2 GiB of device for cuDNN's f32 dQ push the layer inputs to a
+// host that has no room) runs the backward that needs none, slower but running; the refusal
+// stays the one with the workspace, whose advice names the larger budgets.
 Plan make_plan(const ModelConfig& cfg, const StepRequest& req, const Budget& budget, DType cd,
                const HardwareModel& hw, bool allow_resident, int device_adamw_layers) {
-  return plan_step(PlanInputs{cfg, req, budget, cd, hw, allow_resident, device_adamw_layers},
-                   BatchSuggestion::search);
+  Plan p = plan_step(PlanInputs{cfg, req, budget, cd, hw, allow_resident, device_adamw_layers},
+                     BatchSuggestion::search);
+  if (p.fits || !hw.attention_workspace || !(hw.attention_flops_no_workspace > 0)) return p;
+  HardwareModel h = hw;
+  h.attention_workspace = false;
+  h.attention_flops = hw.attention_flops_no_workspace;
+  h.attention_flops_no_workspace = 0;
+  h.source += "; its backward slideformer's, which needs no workspace (cuDNN's does not fit beside this step)";
+  Plan q = plan_step(PlanInputs{cfg, req, budget, cd, h, allow_resident, device_adamw_layers},
+                     BatchSuggestion::none);
+  if (!q.fits) return p;
+  q.attention_without_workspace = true;
+  return q;
 }
 
 }  // namespace sf

@@ -33,6 +33,10 @@ struct HardwareModel {
   // atomic-accumulating form: f32 dQ and softmax sums, attention_workspace_bytes): set where
   // that implementation will run, so that the plan leaves the room for it.
   bool attention_workspace = false;
+  // The rate of the backward that needs no workspace (cuDNN's forward with slideformer's
+  // deterministic backward), or 0 where there is no such choice: make_plan falls back to it
+  // when that workspace is what keeps the step from fitting (Plan::attention_without_workspace).
+  double attention_flops_no_workspace = 0;
   double h2d_bytes_per_s = 50e9;    // pinned host -> device
   double d2h_bytes_per_s = 50e9;
   // Host AdamW (fp32 master, m, v; bf16 gradient in, bf16 weights out): ours on the H200
@@ -100,6 +104,9 @@ struct Plan {
   std::vector<MemoryLine> lines;
   size_t device_bytes = 0, host_bytes = 0, disk_bytes = 0;
   bool fits = false;
+  // The step fits only without the attention backward's workspace (HardwareModel::
+  // attention_flops_no_workspace): the run must use the backward that needs none.
+  bool attention_without_workspace = false;
   std::string advice;   // when it does not fit: what to change
   double step_seconds = 0, tokens_per_second = 0;
   double compute_seconds = 0, transfer_seconds = 0, optimizer_seconds = 0;

@@ -832,4 +832,51 @@ TEST(Planner, CountsTheAttentionBackwardsWorkspaceWhereItRuns) {
   EXPECT_EQ(line(res)->bytes, attention_workspace_bytes(small, 4096));
 }
 
+// The smallest device budget (in MiB, within [lo, hi]) at which the step fits.
+int64_t smallest_fitting_mib(const ModelConfig& cfg, const StepRequest& req, size_t host, const HardwareModel& hw,
+                             int64_t lo, int64_t hi) {
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    const Budget b{size_t(mid) << 20, host, false};
+    if (make_plan(cfg, req, b, DType::bf16, hw).fits) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// A step that fits only without cuDNN's backward workspace runs the backward that needs none
+// (slower, named in the hardware line) instead of being refused; with room for the workspace
+// the plan keeps it, and without a workspace-free rate the refusal stays.
+TEST(Planner, FallsBackToTheAttentionBackwardWithoutAWorkspaceWhereOnlyThatFits) {
+  const ModelConfig cfg = model_preset("llama3-8b");
+  const StepRequest req{65536, 1, 65536};
+  const size_t host = size_t(112) << 30;
+  HardwareModel with;
+  with.attention_flops = 530e12;
+  with.attention_workspace = true;
+  HardwareModel without = with;
+  without.attention_workspace = false;
+  without.attention_flops = 350e12;
+  const int64_t need_with = smallest_fitting_mib(cfg, req, host, with, 1024, 80 << 10);
+  const int64_t need_without = smallest_fitting_mib(cfg, req, host, without, 1024, 80 << 10);
+  ASSERT_LT(need_without, need_with);  // the workspace costs device memory
+  const Budget tight{size_t(need_without) << 20, host, false};
+  ASSERT_FALSE(make_plan(cfg, req, tight, DType::bf16, with).fits);  // no fallback rate: refused
+  HardwareModel both = with;
+  both.attention_flops_no_workspace = 350e12;
+  const Plan fb = make_plan(cfg, req, tight, DType::bf16, both);
+  ASSERT_TRUE(fb.fits) << fb.advice;
+  EXPECT_TRUE(fb.attention_without_workspace);
+  EXPECT_EQ(fb.engine.attention_workspace_bytes, 0u);
+  EXPECT_NE(fb.hw.source.find("needs no workspace"), std::string::npos) << fb.hw.source;
+  const Plan plain = make_plan(cfg, req, tight, DType::bf16, without);
+  EXPECT_DOUBLE_EQ(fb.step_seconds, plain.step_seconds);  // predicted at the fallback's rate
+  // Room for the workspace: the faster backward, with its workspace counted.
+  const Budget roomy{size_t(need_with) << 20, host, false};
+  const Plan fast = make_plan(cfg, req, roomy, DType::bf16, both);
+  ASSERT_TRUE(fast.fits) << fast.advice;
+  EXPECT_FALSE(fast.attention_without_workspace);
+  EXPECT_GT(fast.engine.attention_workspace_bytes, 0u);
+}
+
 }  // namespace
