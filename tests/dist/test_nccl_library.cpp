@@ -1,6 +1,6 @@
 // NCCL's run-time loader: clear errors where NCCL is missing or something else is named; where
 // the toolkit's libnccl loads (it needs no GPU for this), its version and unique ids, and the
-// id carried to every rank by the TCP bootstrap; the declared ABI against nccl.h.
+// id carried to every rank by the TCP bootstrap; the declared ABI against nccl.h (compile time).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,7 +89,8 @@ TEST(NcclLibrary, TheBootstrapCarriesRankZerosIdToEveryRank) {
 }
 
 #if SF_TEST_NCCL_HEADER
-// The ABI nccl_library.h declares without the header.
+// The ABI nccl_library.h declares without the header, checked where the build has nccl.h (a
+// mismatch fails the build of this test, so no test case is needed for it).
 static_assert(sizeof(NcclUniqueId) == sizeof(ncclUniqueId) && alignof(NcclUniqueId) == alignof(ncclUniqueId));
 static_assert(nccl::kUniqueIdBytes == NCCL_UNIQUE_ID_BYTES);
 static_assert(nccl::kSuccess == ncclSuccess && nccl::kInProgress == ncclInProgress);
@@ -97,7 +98,6 @@ static_assert(nccl::kUint8 == ncclUint8 && nccl::kFloat32 == ncclFloat32 && nccl
 static_assert(nccl::kSum == ncclSum);
 static_assert(sizeof(ncclResult_t) == sizeof(int) && sizeof(ncclDataType_t) == sizeof(int) &&
               sizeof(ncclRedOp_t) == sizeof(int) && sizeof(ncclComm_t) == sizeof(void*));
-TEST(NcclLibrary, DeclaredAbiMatchesNcclH) { SUCCEED() << "checked at compile time"; }
 #endif
 
 }  // namespace
