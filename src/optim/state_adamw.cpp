@@ -166,19 +166,23 @@ void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uin
     const RangeStateLayout& r = *p.r;
     const ok::StateKernel kernel = table.k[gi][int(r.moments)][mi];
     const size_t es = moment_size(r.moments);
+    // The task's blocks in one kernel call (a task is at most kAdamWChunk elements: 256 int8
+    // blocks, or one dense piece).
+    thread_local std::vector<ok::StateTask> blocks;
+    blocks.clear();
     for_each_block(r, p.b, p.e, [&](int64_t b, int64_t n, int64_t si) {
       const size_t mo = r.moment_offset + size_t(b - r.offset) * es;
-      const ok::StateTask task{g + (b - off),
-                               out ? out + (b - off) : nullptr,
-                               static_cast<char*>(s.master) + size_t(b) * ms,
-                               static_cast<char*>(s.m) + mo,
-                               static_cast<char*>(s.v) + mo,
-                               s.m_scale ? s.m_scale + si : nullptr,
-                               s.v_scale ? s.v_scale + si : nullptr,
-                               n,
-                               uint32_t(b)};
-      kernel(task, kc[r.decay ? 1 : 0]);
+      blocks.push_back({g + (b - off),
+                        out ? out + (b - off) : nullptr,
+                        static_cast<char*>(s.master) + size_t(b) * ms,
+                        static_cast<char*>(s.m) + mo,
+                        static_cast<char*>(s.v) + mo,
+                        s.m_scale ? s.m_scale + si : nullptr,
+                        s.v_scale ? s.v_scale + si : nullptr,
+                        n,
+                        uint32_t(b)});
     });
+    kernel(blocks.data(), int64_t(blocks.size()), kc[r.decay ? 1 : 0]);
   };
   if (pool && tasks.size() > 1)
     pool->run_tasks(int64_t(tasks.size()), one);

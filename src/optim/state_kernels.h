@@ -5,10 +5,12 @@
 // state_kernels_simd.inl; this header stays free of inline functions and templates, and the
 // front end reaches a variant only through state_kernel_table.h.
 //
-// A kernel does one AdamW step (adamw.h's arithmetic, no FMA) on one task of n elements of
-// one parameter range: decode master, m, v; update in fp32; encode them back; write the
+// A kernel does one AdamW step (adamw.h's arithmetic, no FMA) on each of n_tasks tasks of one
+// parameter range, in order: decode master, m, v; update in fp32; encode them back; write the
 // bf16 copy. For int8 moments a task is exactly one block (n <= 256), whose scales are
-// *m_scale, *v_scale (overwritten). Tails go through the scalar kernels.
+// *m_scale, *v_scale (overwritten). Tails go through the scalar kernels. A call takes the
+// blocks of a whole chunk so that the constants' setup (int8: the code tables) is paid once
+// per chunk, not per 256-element block.
 #pragma once
 #include <cstdint>
 
@@ -43,25 +45,25 @@ struct StateConsts {
   const float* mid_v;
 };
 
-using StateKernel = void (*)(const StateTask&, const StateConsts&);
+using StateKernel = void (*)(const StateTask* tasks, int64_t n_tasks, const StateConsts&);
 
 // Kernel names: state_<grad>_<moments>_<master>_<isa>, grad f32|bf16, moments f32|bf16|int8,
 // master f32|bf16 (bf16: stochastic rounding). int8_encode / int8_decode: one block (n <=
 // kBlock) of the v map (is_v) or the m map to / from fp32, as int8_encode_block /
 // int8_decode_block below (the state_from_f32 / state_to_f32 conversions).
 #define SF_STATE_KERNELS_FOR(ISA)                                          \
-  void state_f32_f32_f32_##ISA(const StateTask&, const StateConsts&);     \
-  void state_f32_f32_bf16_##ISA(const StateTask&, const StateConsts&);    \
-  void state_f32_bf16_f32_##ISA(const StateTask&, const StateConsts&);    \
-  void state_f32_bf16_bf16_##ISA(const StateTask&, const StateConsts&);   \
-  void state_f32_int8_f32_##ISA(const StateTask&, const StateConsts&);    \
-  void state_f32_int8_bf16_##ISA(const StateTask&, const StateConsts&);   \
-  void state_bf16_f32_f32_##ISA(const StateTask&, const StateConsts&);    \
-  void state_bf16_f32_bf16_##ISA(const StateTask&, const StateConsts&);   \
-  void state_bf16_bf16_f32_##ISA(const StateTask&, const StateConsts&);   \
-  void state_bf16_bf16_bf16_##ISA(const StateTask&, const StateConsts&);  \
-  void state_bf16_int8_f32_##ISA(const StateTask&, const StateConsts&);   \
-  void state_bf16_int8_bf16_##ISA(const StateTask&, const StateConsts&); \
+  void state_f32_f32_f32_##ISA(const StateTask*, int64_t, const StateConsts&);     \
+  void state_f32_f32_bf16_##ISA(const StateTask*, int64_t, const StateConsts&);    \
+  void state_f32_bf16_f32_##ISA(const StateTask*, int64_t, const StateConsts&);    \
+  void state_f32_bf16_bf16_##ISA(const StateTask*, int64_t, const StateConsts&);   \
+  void state_f32_int8_f32_##ISA(const StateTask*, int64_t, const StateConsts&);    \
+  void state_f32_int8_bf16_##ISA(const StateTask*, int64_t, const StateConsts&);   \
+  void state_bf16_f32_f32_##ISA(const StateTask*, int64_t, const StateConsts&);    \
+  void state_bf16_f32_bf16_##ISA(const StateTask*, int64_t, const StateConsts&);   \
+  void state_bf16_bf16_f32_##ISA(const StateTask*, int64_t, const StateConsts&);   \
+  void state_bf16_bf16_bf16_##ISA(const StateTask*, int64_t, const StateConsts&);  \
+  void state_bf16_int8_f32_##ISA(const StateTask*, int64_t, const StateConsts&);   \
+  void state_bf16_int8_bf16_##ISA(const StateTask*, int64_t, const StateConsts&); \
   void int8_encode_##ISA(const float* x, int64_t n, bool is_v, const StateConsts& c, \
                          uint8_t* codes, float* scale);                               \
   void int8_decode_##ISA(const uint8_t* codes, int64_t n, bool is_v, float scale,     \

@@ -111,8 +111,8 @@ void int8_decode_scalar(const uint8_t* codes, int64_t n, bool is_v, float scale,
 }
 
 #define SF_STATE_KERNEL(G, GN, MOM, MN, BM, BMN)                                   \
-  void state_##GN##_##MN##_##BMN##_scalar(const StateTask& t, const StateConsts& c) { \
-    state_step<G, MOM, BM>(t, c);                                                    \
+  void state_##GN##_##MN##_##BMN##_scalar(const StateTask* t, int64_t n, const StateConsts& c) { \
+    for (int64_t i = 0; i < n; ++i) state_step<G, MOM, BM>(t[i], c);                             \
   }
 #define SF_STATE_KERNELS_G(G, GN)                   \
   SF_STATE_KERNEL(G, GN, kF32, f32, false, f32)     \

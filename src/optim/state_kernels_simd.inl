@@ -125,7 +125,7 @@ void dense_step(const StateTask& t, const StateConsts& c, StateKernel tail) {
                     static_cast<char*>(t.m) + size_t(i) * es,
                     static_cast<char*>(t.v) + size_t(i) * es, nullptr, nullptr, t.n - i,
                     t.index + uint32_t(i)};
-  tail(r, c);
+  tail(&r, 1, c);
 }
 
 // The tables' structure constants (see above). The octave search runs on buckets: r in
@@ -263,14 +263,13 @@ inline float lanes_max(V a) {
   return r;
 }
 
-// One int8 block (n <= kBlock): decode + update + stage, then encode both moments.
+// One int8 block (n <= kBlock): decode + update + stage, then encode both moments. k and q:
+// broadcast(c.adam) and quant_consts(c), made once per call of the exported kernel.
 template <class G, bool kBf16Master>
-void int8_step(const StateTask& t, const StateConsts& c) {
+void int8_step(const StateTask& t, const StateConsts& c, const Vc& k, const QuantK& q) {
   const G* g = static_cast<const G*>(t.g);
   const uint8_t* mc = static_cast<const uint8_t*>(t.m);
   const uint8_t* vc = static_cast<const uint8_t*>(t.v);
-  const Vc k = broadcast(c.adam);
-  const QuantK q = quant_consts(c);
   const V ms = vset1(*t.m_scale), vs = vset1(*t.v_scale);
   const V sc[4] = {ms, vmul(vset1(0.0f), ms), vs, vmul(vset1(0.0f), vs)};  // scale, 0 * scale
   alignas(64) float mb[kBlock + kLanes], vb[kBlock + kLanes];
@@ -339,13 +338,15 @@ void SF_SIMD_NAME(int8_decode)(const uint8_t* codes, int64_t n, bool is_v, float
   for (int64_t i = 0; i < n; ++i) x[i] = xb[i];
 }
 
-#define SF_STATE_DENSE(GT, GN, MOM, MN, BM, BMN)                                             \
-  void SF_SIMD_NAME(state_##GN##_##MN##_##BMN)(const StateTask& t, const StateConsts& c) { \
-    dense_step<GT, MOM, BM>(t, c, state_##GN##_##MN##_##BMN##_scalar);                      \
+#define SF_STATE_DENSE(GT, GN, MOM, MN, BM, BMN)                                                         \
+  void SF_SIMD_NAME(state_##GN##_##MN##_##BMN)(const StateTask* t, int64_t n, const StateConsts& c) { \
+    for (int64_t i = 0; i < n; ++i) dense_step<GT, MOM, BM>(t[i], c, state_##GN##_##MN##_##BMN##_scalar); \
   }
-#define SF_STATE_INT8(GT, GN, BM, BMN)                                                          \
-  void SF_SIMD_NAME(state_##GN##_int8_##BMN)(const StateTask& t, const StateConsts& c) { \
-    int8_step<GT, BM>(t, c);                                                                  \
+#define SF_STATE_INT8(GT, GN, BM, BMN)                                                                \
+  void SF_SIMD_NAME(state_##GN##_int8_##BMN)(const StateTask* t, int64_t n, const StateConsts& c) { \
+    const Vc k = broadcast(c.adam);                                                               \
+    const QuantK q = quant_consts(c);                                                             \
+    for (int64_t i = 0; i < n; ++i) int8_step<GT, BM>(t[i], c, k, q);                             \
   }
 SF_STATE_DENSE(float, f32, kF32, f32, false, f32)
 SF_STATE_DENSE(float, f32, kF32, f32, true, bf16)
