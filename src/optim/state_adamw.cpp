@@ -147,11 +147,44 @@ void run_fp32(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint
                       static_cast<float*>(s.v) + off, g, out, len, w, st, pool, isa);
 }
 
+// Points each block's state at a copy of its bytes in this thread's scratch, so that the
+// kernel's writes of master, m, v and scales land there and the store keeps its state.
+void redirect_to_scratch(std::vector<ok::StateTask>& blocks, const RangeStateLayout& r, size_t ms) {
+  thread_local std::vector<std::byte> scratch;
+  const size_t es = moment_size(r.moments);
+  size_t bytes = 0;
+  for (const ok::StateTask& t : blocks) bytes += size_t(t.n) * (ms + 2 * es) + 2 * sizeof(float);
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  std::byte* p = scratch.data();
+  auto copy = [&p](void*& at, size_t n) {
+    std::memcpy(p, at, n);
+    at = p;
+    p += n;
+  };
+  for (ok::StateTask& t : blocks) {
+    copy(t.master, size_t(t.n) * ms);
+    copy(t.m, size_t(t.n) * es);
+    copy(t.v, size_t(t.n) * es);
+    if (t.m_scale) {
+      void* m = t.m_scale;
+      void* v = t.v_scale;
+      copy(m, sizeof(float));
+      copy(v, sizeof(float));
+      t.m_scale = static_cast<float*>(m);
+      t.v_scale = static_cast<float*>(v);
+    }
+  }
+}
+
+// keep_state: only `out` is written (adamw_weights_of_update).
 template <class G>
 void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uint16_t* out,
                std::span<const ParamRange> ranges, const AdamWStep& st, ThreadPool* pool,
-               CpuIsa isa) {
-  if (s.format.is_fp32()) return run_fp32(s, off, len, g, out, ranges, st, pool, isa);
+               CpuIsa isa, bool keep_state = false) {
+  if (s.format.is_fp32()) {
+    SF_CHECK(!keep_state, "adamw_weights_of_update: unit ", s.unit, " is fp32 (it has an exact undo instead)");
+    return run_fp32(s, off, len, g, out, ranges, st, pool, isa);
+  }
   const ok::StateKernelTable& table = ok::state_kernel_table(isa);
   const ok::StateConsts kc[2] = {state_consts(st, false, s), state_consts(st, true, s)};
   const std::vector<Piece> tasks = cut_tasks(window_pieces(s, off, len, ranges,
@@ -182,6 +215,7 @@ void run_state(const UnitStateView& s, int64_t off, int64_t len, const G* g, uin
                         n,
                         uint32_t(b)});
     });
+    if (keep_state) redirect_to_scratch(blocks, r, ms);
     kernel(blocks.data(), int64_t(blocks.size()), kc[r.decay ? 1 : 0]);
   };
   if (pool && tasks.size() > 1)
@@ -250,6 +284,13 @@ void adamw_update_state(const UnitStateView& state, int64_t off, int64_t len,
                         std::span<const ParamRange> ranges, const AdamWStep& s,
                         ThreadPool* pool, CpuIsa isa) {
   run_state(state, off, len, grad_bf16, bf16_out, ranges, s, pool, isa);
+}
+void adamw_weights_of_update(const UnitStateView& state, int64_t off, int64_t len,
+                             const uint16_t* grad_bf16, uint16_t* bf16_out,
+                             std::span<const ParamRange> ranges, const AdamWStep& s,
+                             ThreadPool* pool, CpuIsa isa) {
+  SF_CHECK(bf16_out, "adamw_weights_of_update: no output for unit ", state.unit);
+  run_state(state, off, len, grad_bf16, bf16_out, ranges, s, pool, isa, true);
 }
 
 void state_to_f32(const UnitStateView& s, int64_t off, int64_t len, float* master, float* m,

@@ -38,6 +38,15 @@ void adamw_update_state(const UnitStateView& state, int64_t off, int64_t len,
                         std::span<const ParamRange> ranges, const AdamWStep& s,
                         ThreadPool* pool, CpuIsa isa = CpuIsa::automatic);
 
+// The bf16 weights adamw_update_state would write to bf16_out (the same bits), with the state
+// left as it is: a speculative update of a compact state, whose clipped or skipped step then
+// needs no undo (the state was never changed) and whose kept step commits the state with
+// adamw_update_state later. Compact formats only (fp32 has an exact undo instead).
+void adamw_weights_of_update(const UnitStateView& state, int64_t off, int64_t len,
+                             const uint16_t* grad_bf16, uint16_t* bf16_out,
+                             std::span<const ParamRange> ranges, const AdamWStep& s,
+                             ThreadPool* pool, CpuIsa isa = CpuIsa::automatic);
+
 // Decode / encode the window to / from fp32 (checkpoint conversion, tests, GPU upload of
 // device-AdamW layers): master, m, v are window-sized fp32 arrays (any may be null = skip);
 // only elements inside `ranges` are read or written. Encoding rounds a bf16 master to nearest

@@ -341,6 +341,48 @@ TEST(StateAdamW, Bf16OutMayAliasBf16Grad) {
     }
 }
 
+// adamw_weights_of_update writes the bf16 weights adamw_update_state writes, bit for bit, on
+// every ISA and thread count, windows with tails, several steps on, and leaves the state as
+// it was (a speculative update needs no undo); fp32 is refused (it undoes exactly instead).
+TEST(StateAdamW, WeightsOfUpdateAreTheUpdatesAndKeepTheState) {
+  const StateUnit u = tail_unit();
+  const std::vector<std::pair<int64_t, int64_t>> windows = {
+      {0, 576 * 5}, {576 * 5, 576 * 7}, {576 * 12, 2048}, {576 * 12 + 2048, u.numel - 576 * 12 - 2048}};
+  ThreadPool pool(3);
+  const auto g = test::random_vec(size_t(u.numel), 91);
+  std::vector<uint16_t> gb(g.size());
+  for (size_t i = 0; i < g.size(); ++i) gb[i] = f32_to_bf16(g[i]);
+  for (StateFormat f : kAllFormats) {
+    if (f.is_fp32()) {
+      OwnedState st(u, f, 8);
+      std::vector<uint16_t> out(g.size());
+      EXPECT_THROW(adamw_weights_of_update(st.view, 0, u.numel, gb.data(), out.data(), u.ranges,
+                                           step_at(1), nullptr), Error);
+      continue;
+    }
+    for (CpuIsa isa : {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512}) {
+      if (!cpu_isa_supported(isa)) continue;
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        OwnedState st(u, f, 8);
+        run_steps(st, windows, 2, true, p, isa, nullptr);  // a state some steps on
+        OwnedState before(u, f, 8);
+        run_steps(before, windows, 2, true, p, isa, nullptr);
+        ASSERT_TRUE(st.same_bits(before));
+        std::vector<uint16_t> spec(g.size(), 0xdead), real(g.size(), 0xdead);
+        for (auto [off, len] : windows)
+          adamw_weights_of_update(st.view, off, len, gb.data() + off, spec.data() + off, u.ranges,
+                                  step_at(3), p, isa);
+        EXPECT_TRUE(st.same_bits(before)) << format_label(f) << " " << cpu_isa_name(isa);
+        for (auto [off, len] : windows)
+          adamw_update_state(st.view, off, len, gb.data() + off, real.data() + off, u.ranges, step_at(3),
+                             p, isa);
+        EXPECT_FALSE(st.same_bits(before)) << format_label(f);
+        EXPECT_EQ(spec, real) << format_label(f) << " " << cpu_isa_name(isa);
+      }
+    }
+  }
+}
+
 // With master bf16, the bf16 output is the stored master; with master fp32 it is the master
 // rounded to nearest even.
 TEST(StateAdamW, Bf16OutIsTheNewMaster) {
