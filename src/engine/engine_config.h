@@ -126,13 +126,17 @@ struct EngineConfig {
   // and 1 keep theirs until their update).
   int layer_grad_buffers = 2;
   // How the host training state is stored (--optimizer-state, --master-weights;
-  // optim/state_format.h). A compact format has no exact undo, so it never speculates; a bf16
-  // master streams to the device as it is (no fp32 stage, no cast).
+  // optim/state_format.h). A compact format has no exact undo: it speculates only the weights
+  // (HostUpdater: the state untouched until the step is kept), with a reduced compute dtype,
+  // for streamed layers; a bf16 master streams to the device as it is (no fp32 stage, no cast).
   StateFormat state_format;
   bool bf16_master() const { return state_format.master == MasterFormat::bf16; }
   // Whether unit u (0 embedding, 1..L layers, L+1 head) gets a "next" buffer.
   bool has_next(int u, int n_units) const {
-    return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);
+    if (!speculative() || u < 1 || device_adamw(u) || (next_units >= 0 && u > next_units)) return false;
+    // A compact state's speculated weights wait in `next` while the home keeps the gradient
+    // its commit reads: streamed layers only (a resident home is the device's).
+    return state_format.is_fp32() || u <= n_units - 2 - resident_layers;
   }
   bool speculative() const { return speculation != Speculation::off; }
 };

@@ -7,6 +7,7 @@
 #include "engine/host_updater.h"
 #include "engine/speculation_state.h"
 #include "optim/grad_norm.h"
+#include "optim/state_adamw.h"
 
 namespace sf {
 
@@ -40,7 +41,15 @@ uint16_t* HostUpdater::spec_out(int u) {
 
 bool HostUpdater::can_speculate(int u) const {
   if (w_.ec.device_adamw(u)) return false;  // updated on the device once the norm is known
+  if (!w_.store.format().is_fp32())  // no undo: the weights into `next`, the gradient kept home
+    return u >= 1 && w_.reduced() && homes_.next(u) != nullptr && !homes_.resident(u) &&
+           !w_.store.moments_on_disk(u);
   return u == 0 || !w_.reduced() || homes_.next(u) != nullptr;
+}
+
+void HostUpdater::unit_weights(int u, uint16_t* out, const AdamWStep& s) {
+  const auto* g = static_cast<const uint16_t*>(homes_.home(u)->data());
+  adamw_weights_of_update(w_.store.state(u), 0, w_.store.numel(u), g, out, w_.store.ranges(u), s, &opt_pool());
 }
 
 // Units are taken newest first (the lowest ready layer): when AdamW falls behind the
@@ -78,7 +87,7 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       trace_mark("phase A: takes unit", u);
       // The embedding rows this step did not touch have gradient 0 whatever the clip
       // coefficient: update them now (their bf16 copy too), off the critical path.
-      if (!emb_untouched_done_) {
+      if (!emb_untouched_done_ && w_.store.format().is_fp32()) {  // compact: no undo for a skipped step
         ScopedSeconds busy(sp.busy_seconds);
         w_.store.acquire_moments(0);  // moments on disk: a slot, not the file's mapping
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s, opt_pool());
@@ -108,7 +117,8 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
         continue;
       }
       w_.store.acquire_moments(u);  // moments on disk: its slot (prefetched one unit ago)
-      unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
+      if (w_.store.format().is_fp32()) unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
+      else unit_weights(u, spec_out(u), s);
       w_.store.moments_done(u);
       sp.speculated[size_t(u)] = 1;
     }
@@ -136,6 +146,7 @@ void HostUpdater::finish_speculative(const OptimHyper& h, StepStats& st) {
   const std::vector<char> speculated = sp.speculated;
   st.spec_units_left = int(std::count(speculated.begin(), speculated.end(), 0));
   st.spec_busy_seconds = sp.busy_seconds;
+  if (!w_.store.format().is_fp32()) return finish_compact(d, s1, speculated);
   if (d.skip) {  // undo what was speculated
     if (emb_untouched_done_)
       emb_.adamw(EmbeddingGrad::Kind::undo, EmbeddingGrad::Rows::untouched, s1, s1, opt_pool());
@@ -156,6 +167,43 @@ void HostUpdater::finish_speculative(const OptimHyper& h, StepStats& st) {
                 [this, s, s1, speculated, untouched = emb_untouched_done_](int u) {
                   finish_unit(u, s, s1, speculated[size_t(u)] != 0, untouched);
                 });
+}
+
+// Phase B of a compact state: phase A left the state as it was, so a skipped step has nothing
+// to undo and a clipped one runs the plain update everywhere (the bits of the deferred update);
+// a kept step takes the speculated weights at once and commits those units' state behind the
+// round's other units, off the next forward's path (its forward waits per unit, the next
+// phase A and every params() for the whole round).
+void HostUpdater::finish_compact(const ClipDecision& d, const AdamWStep& s1, const std::vector<char>& speculated) {
+  if (d.skip) {
+    homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);  // homes hold gradients: the unchanged weights back
+    return;
+  }
+  AdamWStep s = s1;
+  s.grad_scale = d.coef;
+  advance_step(w_.store, s);  // taken now; the update thread applies it
+  const bool kept = s.grad_scale == 1.f;
+  auto took = [kept, speculated](int u) { return kept && speculated[size_t(u)] != 0; };
+  std::vector<int> commits;
+  for (int u : order_)
+    if (took(u)) commits.push_back(u);
+  start_updates([this, took](int u) { return !w_.ec.device_adamw(u) && !took(u); },
+                [this, s, took](int u) {
+                  if (took(u)) homes_.take_next(u);
+                  else update_unit(u, s);
+                },
+                nullptr, [this, s, commits] {
+                  for (int u : commits) commit_state(u, s);
+                });
+}
+
+// The kept speculation's state: the update phase A computed the weights of, now written with
+// the same arithmetic on the same inputs (the gradient is in `next`: take_next swapped it
+// with the home the weights are in).
+void HostUpdater::commit_state(int u, const AdamWStep& s) {
+  trace_mark("commit: unit", u);
+  const auto* g = static_cast<const uint16_t*>(homes_.next(u)->data());
+  adamw_update_state(w_.store.state(u), 0, w_.store.numel(u), g, nullptr, w_.store.ranges(u), s, &opt_pool());
 }
 
 // Phase B for one unit: its plain update, or keep / redo its speculated one and make `next`

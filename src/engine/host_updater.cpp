@@ -177,7 +177,7 @@ void HostUpdater::finish_deferred(const OptimHyper& h, StepStats& st) {
 }
 
 void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update,
-                                std::function<void(int)> wait_for_gradient) {
+                                std::function<void(int)> wait_for_gradient, std::function<void()> after) {
   std::vector<int> order = order_;
   const int n_units = w_.n_units();
   ParamStore& store = w_.store;
@@ -205,7 +205,7 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
     if (u > 0) homes_.set(u, HomeState::updating, HomeState::weights, "update");
     w_.store.moments_done(u);
     if (u == n_units - 1) w_.streams.upd_h2d->synchronize();  // the round ends with nothing in flight
-  });
+  }, std::move(after));
 }
 
 void HostUpdater::update_unit(int u, const AdamWStep& s, bool untouched_done) {

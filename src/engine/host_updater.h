@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/clip_decision.h"
 #include "engine/device_adamw_layers.h"
 #include "engine/embedding_path.h"
 #include "engine/step_executor.h"
@@ -81,8 +82,10 @@ class HostUpdater {
   // for the moments of the next unit that touches_moments(), so the kernel reads them while
   // this one runs.
   // wait_for_gradient(u), when given, runs first (landing: until u's gradient is on its way).
+  // after(), when given, runs behind the round's units (UpdatePipeline::start).
   void start_updates(std::function<bool(int)> touches_moments, std::function<void(int)> update,
-                     std::function<void(int)> wait_for_gradient = nullptr);
+                     std::function<void(int)> wait_for_gradient = nullptr,
+                     std::function<void()> after = nullptr);
   void update_unit(int u, const AdamWStep& s, bool untouched_done = false);
   // One AdamW operation on layer or head unit u over its gradient's pieces: new weights to
   // `out` (null: none), or over the gradient in place and back home.
@@ -99,6 +102,11 @@ class HostUpdater {
   uint16_t* spec_out(int u);
   bool can_speculate(int u) const;
   void finish_unit(int u, const AdamWStep& s, const AdamWStep& s1, bool speculated, bool untouched_done);
+  // A compact state's speculation (no undo): phase A's weights of unit u into out, the state
+  // untouched; phase B; and the kept step's state, written behind the round.
+  void unit_weights(int u, uint16_t* out, const AdamWStep& s);
+  void finish_compact(const ClipDecision& d, const AdamWStep& s1, const std::vector<char>& speculated);
+  void commit_state(int u, const AdamWStep& s);
   void abandon_speculation();
 
   WindowContext& w_;

@@ -199,7 +199,8 @@ double speculated_params(const ModelLayout& l, const EngineConfig& e) {
   double spec_params = 0;
   if (e.speculative())
     for (int u = 0; u < int(l.units.size()); ++u)
-      if (u == 0 || e.has_next(u, int(l.units.size()))) spec_params += double(l.units[size_t(u)].numel);
+      if ((u == 0 && e.state_format.is_fp32()) || e.has_next(u, int(l.units.size())))
+        spec_params += double(l.units[size_t(u)].numel);
   return spec_params;
 }
 

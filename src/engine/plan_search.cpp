@@ -224,8 +224,12 @@ bool consider(const PlanInputs& in, Plan p, SearchResult& r) {
       r.closest_miss = p;
     return false;
   }
-  // A compact state has no exact undo: its updates wait for the norm (deferred).
-  if (!from_master && p.engine.state_format.is_fp32()) choose_speculation(in, p);
+  // A compact state has no exact undo: it speculates only the weights, into bf16 `next`
+  // buffers (so not with an f32 compute dtype), and not from moments on disk (phase A and the
+  // commit would each read them); otherwise its updates wait for the norm (deferred).
+  const bool compact = !p.engine.state_format.is_fp32();
+  if (!from_master && (!compact || (in.cd != DType::f32 && p.engine.moments_dir.empty())))
+    choose_speculation(in, p);
   if (!p.engine.moments_dir.empty()) decide_moments_streamed(in.budget, p);
   predict(in.cfg, in.req, in.hw, p);
   if (beats(p, r.fastest)) r.fastest = p;

@@ -45,8 +45,9 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
              "with a reduced-precision compute dtype the head's home must be resident");
   SF_REQUIRE(ec.device_adamw_layers >= 0 && ec.device_adamw_layers <= layout.n_layers,
              "device_adamw_layers must be in [0, n_layers]");
-  SF_REQUIRE(ec.state_format.is_fp32() || !ec.speculative(),
-             "sliding window: a compact optimizer state has no exact undo, so no speculative update");
+  SF_REQUIRE(ec.state_format.is_fp32() || !ec.speculative() || cd != DType::f32,
+             "sliding window: a compact optimizer state speculates only the weights, into bf16 `next` "
+             "buffers, so a speculative update needs a reduced compute dtype");
   return window_buffer_specs(cfg, ec, cd);
 }
 

@@ -40,7 +40,7 @@ void UpdatePipeline::post(std::function<void()> job) {
   work_cv_.notify_all();
 }
 
-void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> update) {
+void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> update, std::function<void()> after) {
   wait_all();
   int n = order.empty() ? 0 : *std::max_element(order.begin(), order.end()) + 1;
   {
@@ -49,10 +49,13 @@ void UpdatePipeline::start(std::vector<int> order, std::function<void(int)> upda
     finished_ = false;
     error_ = nullptr;
   }
-  post([this, order = std::move(order), update = std::move(update)] { run_round(order, update); });
+  post([this, order = std::move(order), update = std::move(update), after = std::move(after)] {
+    run_round(order, update, after);
+  });
 }
 
-void UpdatePipeline::run_round(const std::vector<int>& order, const std::function<void(int)>& update) {
+void UpdatePipeline::run_round(const std::vector<int>& order, const std::function<void(int)>& update,
+                               const std::function<void()>& after) {
   auto t0 = std::chrono::steady_clock::now();
   for (int u : order) {
     try {
@@ -65,6 +68,12 @@ void UpdatePipeline::run_round(const std::vector<int>& order, const std::functio
     done_[size_t(u)] = 1;
     cv_.notify_all();
   }
+  if (after) try {
+      after();
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
   std::lock_guard<std::mutex> lk(mu_);
   round_seconds_ = seconds_since(t0);
   finished_ = true;

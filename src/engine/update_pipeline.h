@@ -21,8 +21,10 @@ class UpdatePipeline {
   UpdatePipeline(const UpdatePipeline&) = delete;
   UpdatePipeline& operator=(const UpdatePipeline&) = delete;
 
-  // Starts update(u) for u in `order`. Any previous round must have been waited for.
-  void start(std::vector<int> order, std::function<void(int)> update);
+  // Starts update(u) for u in `order`, then after() (when given): work that no wait(u) waits
+  // for but wait_all() does (a compact state's commits). Any previous round must have been
+  // waited for.
+  void start(std::vector<int> order, std::function<void(int)> update, std::function<void()> after = {});
   // Runs job on the update thread after what was posted before it. The job reports its own
   // errors (they do not reach wait()).
   void post(std::function<void()> job);
@@ -36,7 +38,8 @@ class UpdatePipeline {
 
  private:
   void loop();
-  void run_round(const std::vector<int>& order, const std::function<void(int)>& update);
+  void run_round(const std::vector<int>& order, const std::function<void(int)>& update,
+                 const std::function<void()>& after);
 
   std::mutex mu_;
   std::condition_variable cv_;       // round progress (done_, finished_)

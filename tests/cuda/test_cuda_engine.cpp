@@ -196,6 +196,85 @@ TEST(CudaEngineClipped, UnitsWithoutNextGetThePlainUpdate) {
   }
 }
 
+// A compact state speculates without undo (HostUpdater::finish_compact): phase A writes only
+// the weights into `next`, a kept step takes them and commits the state behind the round, a
+// clipped step runs the plain update. Either way every bit of the state and every loss must be
+// the deferred window's (the same arithmetic on the same inputs), in each compact format, with
+// phase A stopping at the backward's end or taking every unit; kept steps first, then clipped.
+TEST(CudaEngineCompact, SpeculationGivesTheDeferredBits) {
+  SF_REQUIRE_GPU();
+  const StateFormat formats[] = {{MomentFormat::int8, MasterFormat::bf16},
+                                 {MomentFormat::int8, MasterFormat::f32},
+                                 {MomentFormat::bf16, MasterFormat::bf16}};
+  for (StateFormat f : formats)
+    for (bool everything : {false, true}) {
+      SCOPED_TRACE(cat(moment_format_name(f.moments), " moments, ", master_format_name(f.master), " master, ",
+                       everything ? "phase A takes every unit" : "phase A stops at the backward's end"));
+      ModelConfig cfg = small_config(Arch::llama, false);
+      CudaBackend be_a, be_b;
+      be_a.set_gemm_tuning(false);  // the heuristic's GEMMs on both: the same bits
+      be_b.set_gemm_tuning(false);
+      EngineConfig ec;
+      ec.state_format = f;
+      ec.n_slots = 2;
+      ec.max_chunk_tokens = 96;
+      ec.max_chunks = 4;
+      ec.resident_layers = 1;  // layer 3 resident: no `next`, the plain update
+      ec.head_resident = true;
+      ec.ring_piece = 777;
+      EngineConfig spec = ec;
+      spec.speculation = EngineConfig::Speculation::always;
+      EngineTestModes test;
+      test.speculate_everything = everything;
+      SlidingWindowExecutor a(be_a, cfg, spec, test), b(be_b, cfg, ec);
+      const int n_units = a.params().n_units();
+      ASSERT_TRUE(spec.has_next(1, n_units) && spec.has_next(3, n_units));
+      ASSERT_FALSE(spec.has_next(4, n_units) || spec.has_next(0, n_units));
+      ModelLayout layout = ModelLayout::build(cfg);
+      for (int u = 0; u < n_units; ++u) {
+        std::vector<float> w(size_t(a.params().numel(u)), 0.f);
+        init_unit(layout.units[size_t(u)], w.data(), 7);
+        a.params().write_master_f32(u, w.data());
+        b.params().write_master_f32(u, w.data());
+      }
+      a.params_changed();
+      b.params_changed();
+      OptimHyper h;
+      h.lr = 1e-3;
+      h.weight_decay = 0.1f;
+      std::vector<Batch> micro = {random_batch(cfg, 2, 96, 3), random_batch(cfg, 2, 96, 4)};
+      int kept = 0, clipped = 0;
+      for (int step = 0; step < 5; ++step) {
+        h.max_grad_norm = step < 3 ? 1e4f : 1e-3f;  // kept (never clips), then every step clips
+        StepStats sa = a.train_step(micro, h), sb = b.train_step(micro, h);
+        ASSERT_EQ(sa.loss(), sb.loss()) << "step " << step;
+        ASSERT_EQ(sa.grad_norm, sb.grad_norm) << "step " << step;
+        ASSERT_EQ(sa.clip_coef, sb.clip_coef) << "step " << step;
+        if (sa.clip_coef < 1) ++clipped;
+        else if (sa.spec_units_left < n_units) ++kept;  // something was speculated and kept
+      }
+      if (everything) {
+        EXPECT_EQ(kept, 3);  // else phase A may close before it takes a unit
+      }
+      EXPECT_EQ(clipped, 2);
+      ParamStore &pa = a.params(), &pb = b.params();
+      for (int u = 0; u < n_units; ++u) {
+        SCOPED_TRACE(cat("unit ", u));
+        const UnitStateView x = pa.state(u), y = pb.state(u);
+        const UnitStateLayout& L = pa.layout(u);
+        EXPECT_EQ(std::memcmp(x.master, y.master, L.master_bytes), 0);
+        EXPECT_EQ(std::memcmp(x.m, y.m, L.moment_bytes), 0);
+        EXPECT_EQ(std::memcmp(x.v, y.v, L.moment_bytes), 0);
+        if (L.scale_count > 0) {
+          EXPECT_EQ(std::memcmp(x.m_scale, y.m_scale, size_t(L.scale_count) * 4), 0);
+          EXPECT_EQ(std::memcmp(x.v_scale, y.v_scale, size_t(L.scale_count) * 4), 0);
+        }
+      }
+      std::printf("[ENGINE] compact speculation (%s/%s, everything=%d): %d kept, %d clipped steps, the deferred bits\n",
+                  moment_format_name(f.moments), master_format_name(f.master), everything, kept, clipped);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Engine, CudaEngine,
                          ::testing::Values(EngineCase{Arch::llama, false, 0, false},
                                            EngineCase{Arch::qwen3, true, 2, true},

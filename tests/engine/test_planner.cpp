@@ -156,7 +156,26 @@ TEST(Planner, AnFp32RefusalNamesTheCompactStateThatFits) {
   Plan int8 = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
   ASSERT_TRUE(int8.fits) << int8.advice;
   EXPECT_EQ(int8.engine.state_format, req.state_format);
-  EXPECT_FALSE(int8.engine.speculative()) << "a compact state has no exact undo";
+  // A compact state has no exact undo: it speculates only the weights of streamed layers
+  // (the state untouched until the step is kept; HostUpdater), never the embedding's.
+  const EngineConfig& e = int8.engine;
+  const int L = cfg.num_hidden_layers, n_units = L + 2;
+  ASSERT_TRUE(e.speculative());
+  EXPECT_FALSE(e.has_next(0, n_units));
+  EXPECT_FALSE(e.has_next(n_units - 1, n_units));
+  EXPECT_TRUE(e.has_next(e.device_adamw_layers + 1, n_units)) << "the first streamed host-AdamW layer";
+  if (e.resident_layers > 0) {
+    EXPECT_TRUE(e.next_units >= 0 || e.has_next(L - e.resident_layers, n_units));
+    EXPECT_FALSE(e.has_next(L - e.resident_layers + 1, n_units)) << "a resident layer's home is the device's";
+  }
+  // Not with the moments on disk (phase A and the commit would each read them).
+  Budget small{size_t(24) << 30, size_t(44) << 30, false};
+  small.moments_dir = ::testing::TempDir();
+  small.moments_dir_free = size_t(1) << 40;
+  Plan disk = make_plan(cfg, req, small, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(disk.fits) << disk.advice;
+  ASSERT_FALSE(disk.engine.moments_dir.empty());
+  EXPECT_FALSE(disk.engine.speculative());
   const std::string d = describe_plan(cfg, req, b, int8);
   EXPECT_NE(d.find("state      fp32 master, int8 AdamW moments (6.03 B/param)"), std::string::npos) << d;
   EXPECT_NE(d.find("fp32 master + int8 AdamW m, v"), std::string::npos) << d;
