@@ -16,8 +16,10 @@
 
 namespace sf {
 
-HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev)
+HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev,
+                         const DataParallel* dp)
     : w_(w), homes_(homes), emb_(emb), dev_(dev) {
+  if (dp && dp->active()) sharded_ = std::make_unique<ShardedUpdate>(*dp, w.store);
   ring_piece_ = std::min(homes.max_resident_numel(), w.ec.ring_piece);
   // A piece of an int8 state's unit must split no block: whole blocks of the unit's grid.
   if (w.store.format().moments == MomentFormat::int8)
@@ -127,6 +129,11 @@ void HostUpdater::grad_ready(int u) {
 // and the norm is ready as soon as phase A's last unit is. (The tests' speculate-everything
 // mode still hands it to phase A.)
 void HostUpdater::embedding_grad_home() {
+  if (sharded_) {  // the step's last gradient: reduced like the others, from its sparse rows
+    const EmbeddingGrad& g = emb_.grad();
+    sharded_->reduce_rows(0, g.rows(), g.data(), w_.cfg.hidden_size);
+    return;
+  }
   if (w_.ec.from_master()) {
     // Summed here, before the round may update the table (host_pool: the round owns opt_pool).
     const double sq = emb_.sum_squares(host_pool());
@@ -148,7 +155,8 @@ void HostUpdater::embedding_grad_home() {
 }
 
 void HostUpdater::finish(const OptimHyper& h, StepStats& st) {
-  if (w_.ec.from_master()) finish_landing(h, st);
+  if (sharded_) finish_sharded(h, st);
+  else if (w_.ec.from_master()) finish_landing(h, st);
   else if (spec_ && spec_->active) finish_speculative(h, st);
   else finish_deferred(h, st);
 }
@@ -303,6 +311,37 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   // Not waited for here: the next forward orders after home_ready, and a ring buffer's next
   // download after its ring_up, so AdamW of the next piece overlaps this upload.
   if (upload) ev.home_ready[size_t(u)]->record(h2d);
+}
+
+// ---- data parallel (data_parallel.h) -------------------------------------------------------
+
+// The f32 gradient, once its trip home is over, into the padded send buffer, then reduced.
+void HostUpdater::reduce_grad(int u) {
+  if (!sharded_) return;
+  Stream& s = *w_.streams.upd_d2h;
+  w_.ev.grads_home[size_t(u)]->wait(s);
+  w_.be.copy_to_host(s, sharded_->send_buffer(u), homes_.home(u)->data(), size_t(w_.store.numel(u)) * 4);
+  s.synchronize();
+  sharded_->reduce(u);
+}
+
+// The norm over every rank's slices, the same decision on every rank, and this rank's slices
+// updated on the update thread in the schedule's order (the next forward waits per unit for
+// every rank's slice: wait()).
+void HostUpdater::finish_sharded(const OptimHyper& h, StepStats& st) {
+  ThreadPool& pool = opt_pool();
+  const ClipDecision d = decide_clip(sum_over_ranks(*sharded_->dp().comm, sharded_->local_sumsq(&pool)),
+                                     h.max_grad_norm);
+  d.report(st);
+  if (d.skip) {
+    homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);
+    return;
+  }
+  const AdamWStep s = next_adamw_step(h, w_.store, d.coef);
+  advance_step(w_.store, s);
+  const int64_t round = sharded_->begin_round();
+  start_updates([](int) { return false; },
+                [this, s, round](int u) { sharded_->update(u, s, &opt_pool(), round); });
 }
 
 // ---- landing ---------------------------------------------------------------------------

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/data_parallel.h"
 #include "engine/device_adamw_layers.h"
 #include "engine/embedding_path.h"
 #include "engine/step_executor.h"
@@ -47,7 +48,10 @@ struct SpeculationState;
 
 class HostUpdater {
  public:
-  HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev);
+  // dp (active): this rank's share of a data-parallel update (data_parallel.h): the finish is
+  // then finish_sharded, and every wait also waits for the other ranks' slices.
+  HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev,
+              const DataParallel* dp = nullptr);
   ~HostUpdater();
 
   // Before the step's run, with the schedule's update order: whether this step speculates
@@ -62,8 +66,23 @@ class HostUpdater {
   // order; landing: the backward's order, already running).
   void finish(const OptimHyper& h, StepStats& st);
 
-  void wait(int u) { updates_.wait(u); }  // unit u's update of the previous step
-  void wait_all() { updates_.wait_all(); }
+  // Unit u's update of the previous step (data parallel: every rank's slice of it).
+  void wait(int u) {
+    updates_.wait(u);
+    if (sharded_) sharded_->wait(u);
+  }
+  void wait_all() {
+    updates_.wait_all();
+    if (sharded_) sharded_->wait_all();
+  }
+  // Data parallel (else null / no-ops): this rank's share; reduce_grad(u) after grads_out of
+  // layer or head u enqueued its trip home (collective: waits for the trip, reduce-scatters);
+  // abort_ranks when this rank's step failed (the other ranks' waits and calls then throw).
+  ShardedUpdate* sharded() const { return sharded_.get(); }
+  void reduce_grad(int u);
+  void abort_ranks(const std::string& why) noexcept {
+    if (sharded_) sharded_->abort(why);
+  }
   double take_wait_seconds() { return updates_.take_wait_seconds(); }
   double last_round_seconds() const { return updates_.last_round_seconds(); }
 
@@ -75,6 +94,7 @@ class HostUpdater {
   void finish_deferred(const OptimHyper& h, StepStats& st);
   void finish_speculative(const OptimHyper& h, StepStats& st);
   void finish_landing(const OptimHyper& h, StepStats& st);
+  void finish_sharded(const OptimHyper& h, StepStats& st);
   void land_unit(int u, const AdamWStep& s);
   void wait_landed(int u);  // until grads_out (embedding: its backward) has enqueued u's trip
   // Starts update(u) over order_; with the moments on disk, each update first asks
@@ -123,6 +143,7 @@ class HostUpdater {
   } landing_;
   AdamWStep landing_step_{};
   std::unique_ptr<SpeculationState> spec_;
+  std::unique_ptr<ShardedUpdate> sharded_;  // data parallel only
   UpdatePipeline updates_;  // last: its thread stops first
 };
 

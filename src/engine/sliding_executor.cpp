@@ -7,17 +7,20 @@
 namespace sf {
 
 SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
-                                             const EngineTestModes& test)
-    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
-      name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
-      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units),
+                                             const EngineTestModes& test, const DataParallel& dp)
+    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(checked_for_ranks(ec, dp, be)), dp_(dp),
+      cd_(be.compute_dtype()),
+      name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name(),
+                dp.active() ? cat(", rank ", dp.rank(), " of ", dp.world()) : std::string())),
+      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units,
+             dp.active() ? dp.state : ExternalStateMemory{}),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
       w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
       homes_(w_), emb_(w_), dev_adamw_(w_, homes_), kept_(w_),
       timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
-      updater_(w_, homes_, emb_, dev_adamw_) {
+      updater_(w_, homes_, emb_, dev_adamw_, &dp_) {
   // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
   for (int u = 1; u < w_.n_units(); ++u)
     if (homes_.from_master(u) && w_.reduced())
@@ -50,6 +53,30 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
   return window_buffer_specs(cfg, ec, cd);
 }
 
+// What data parallel is built for so far (docs/MULTI_GPU.md); everything else is refused by
+// the flag or mode that asks for it, never run half-right.
+const EngineConfig& SlidingWindowExecutor::checked_for_ranks(const EngineConfig& ec, const DataParallel& dp,
+                                                             const Backend& be) {
+  if (!dp.active()) return ec;
+  const char* one = "; train with --gpus 1 for this mode";
+  SF_REQUIRE(dp.counters && dp.state.base, "data parallel: the shared state and update counters are missing");
+  SF_REQUIRE(be.compute_dtype() == DType::f32, "--gpus ", dp.world(), ": data parallel with a ",
+             dtype_name(be.compute_dtype()), " compute dtype (the CUDA backend) is not built yet; "
+             "use --backend host, or --gpus 1");
+  SF_REQUIRE(!ec.speculative(), "data parallel: the speculative update is not built for several ranks "
+             "(the plan must use the deferred update)", one);
+  SF_REQUIRE(!ec.from_master(), "data parallel: streaming the weights from the master (a --max-grad-norm 0 "
+             "plan without gradient copies) is not built for several ranks; give the plan the host memory "
+             "for the gradient copies", one);
+  SF_REQUIRE(ec.state_format.is_fp32(), "--optimizer-state / --master-weights: data parallel needs the "
+             "fp32 optimizer state (fp32 master, m and v)", one);
+  SF_REQUIRE(ec.moments_dir.empty(), "--optimizer-dir: data parallel keeps the AdamW moments in the "
+             "ranks' shared memory, not on a disk", one);
+  SF_REQUIRE(ec.device_adamw_layers == 0, "--device-adamw-layers: data parallel updates every layer on "
+             "the host (slices per rank); use --device-adamw-layers 0", one);
+  return ec;
+}
+
 SlidingWindowExecutor::~SlidingWindowExecutor() = default;
 
 ParamStore& SlidingWindowExecutor::params() {
@@ -59,6 +86,7 @@ ParamStore& SlidingWindowExecutor::params() {
 }
 
 void SlidingWindowExecutor::params_changed() {
+  if (dp_.active()) dp_.comm->barrier();  // whichever rank wrote the shared state is done
   updater_.wait_all();
   dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
   homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
@@ -319,6 +347,7 @@ void SlidingWindowExecutor::grads_out(const Op& op) {
   else if (homes_.resident(op.unit)) grads_to_resident_home(op, gs, src);
   else grads_to_host_home(op, gs, src);
   updater_.grad_ready(op.unit);
+  updater_.reduce_grad(op.unit);  // data parallel: summed over the ranks (else a no-op)
 }
 
 // Stays in its accumulator for the device AdamW after the norm (which also marks the
@@ -458,10 +487,32 @@ float SlidingWindowExecutor::read_loss() {
   return loss;
 }
 
+// Data parallel: a rank whose step fails breaks the group first, so that no other rank waits
+// for it until the timeout; the others' calls then throw an Error naming it.
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  if (!dp_.active()) return step(micro, h);
+  try {
+    return step(micro, h);
+  } catch (const std::exception& e) {
+    updater_.abort_ranks(cat("rank ", dp_.rank(), ": ", e.what()));
+    throw;
+  }
+}
+
+StepStats SlidingWindowExecutor::step(std::span<const Batch> micro, const OptimHyper& h) {
   trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
-  StepStats st = count_step(chunks);
+  StepStats st;
+  if (dp_.active()) {  // the global batch's counts: the loss is its mean
+    for (const Batch& b : chunks) {
+      st.n_valid += b.n_valid_labels();
+      st.n_tokens += b.n_tokens();
+    }
+    all_reduce_counts(*dp_.comm, st.n_valid, st.n_tokens);
+    SF_REQUIRE(st.n_valid > 0, "train step: no token of the global batch has a label; check the data");
+  } else {
+    st = count_step(chunks);
+  }
   const Schedule& sched = schedule(int(chunks.size()), Pass::train);
   std::vector<int> order;  // the schedule's update ops, in their order
   for (const Op& op : sched.ops)
@@ -469,6 +520,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   updater_.begin_step(h, std::move(order));
   run(sched, chunks, mean_loss_scale(st));
   st.loss_sum = read_loss();
+  if (dp_.active()) st.loss_sum = sum_over_ranks(*dp_.comm, st.loss_sum);
   st.forward_seconds = timer_.forward_seconds();
   st.backward_seconds = timer_.backward_seconds();
   st.update_wait_seconds = updater_.take_wait_seconds();

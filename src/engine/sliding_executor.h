@@ -31,6 +31,17 @@
 // the plain resident step (ResidentExecutor) up to fp32 summation order, the compute-dtype
 // rounding of gradients and, for a clipped speculative step, the undo's rounding.
 //
+// Data parallel (DataParallel, data_parallel.h; absent: one rank, unchanged): this executor
+// is rank r of N, each over its share of the global batch. Its ParamStore is carved from the
+// ranks' one shared state; the token count is all-reduced before the backward (the loss is
+// the mean over the global batch); each unit's gradient is reduce-scattered once it is home
+// (grads_out; the embedding's after its backward); the norm is summed over the ranks; this
+// rank updates its slice of every unit; a unit is loaded only once every rank's slice is in.
+// Built for an fp32 compute dtype (the host backend) with the deferred update and fp32 state;
+// other modes are refused by name (checked_for_ranks). A rank whose step throws aborts the
+// group, so the others stop with an Error naming it. params_changed() is then collective (a
+// barrier first: the state written by one rank is seen by all).
+//
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
 // Nothing is allocated inside a step.
 //
@@ -48,6 +59,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/data_parallel.h"
 #include "engine/device_adamw_layers.h"
 #include "engine/embedding_path.h"
 #include "engine/engine_config.h"
@@ -67,7 +79,7 @@ namespace sf {
 class SlidingWindowExecutor final : public StepExecutor {
  public:
   SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
-                        const EngineTestModes& test = {});
+                        const EngineTestModes& test = {}, const DataParallel& dp = {});
   ~SlidingWindowExecutor() override;
 
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
@@ -83,6 +95,9 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   static std::vector<BufferSpec> checked_specs(Backend& be, const ModelLayout& layout,
                                                const ModelConfig& cfg, const EngineConfig& ec);
+  // ec, once it is known that a data-parallel run (dp active) can run it.
+  static const EngineConfig& checked_for_ranks(const EngineConfig& ec, const DataParallel& dp, const Backend& be);
+  StepStats step(std::span<const Batch> micro, const OptimHyper& h);
   StepShape step_shape(int n_chunks, Pass pass) const;
   // A step's op list, checked (check_schedule), with each op's profiler range name.
   struct Schedule {
@@ -127,6 +142,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   ModelConfig cfg_;
   ModelLayout layout_;
   EngineConfig ec_;
+  DataParallel dp_;
   DType cd_;
   std::string name_;
   ParamStore store_;

@@ -1,0 +1,182 @@
+// UpdateCounters, the collectives of a data-parallel step and ShardedUpdate (data_parallel.h).
+#include "engine/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "core/error.h"
+#include "optim/adamw.h"
+#include "optim/grad_norm.h"
+
+namespace sf {
+
+// ---- UpdateCounters -----------------------------------------------------------------------
+
+namespace {
+constexpr size_t kHeader = 64;  // the counters start one cache line in
+}
+
+UpdateCounters::UpdateCounters(int n_units, int world) : magic_(kMagic), n_units_(n_units), world_(world) {
+  for (int64_t i = 0; i < int64_t(n_units) * world; ++i) new (done() + i) std::atomic<int64_t>(0);
+}
+
+size_t UpdateCounters::bytes_for(int n_units, int world) {
+  static_assert(sizeof(UpdateCounters) <= kHeader, "the header outgrew its cache line");
+  return kHeader + size_t(n_units) * size_t(world) * sizeof(std::atomic<int64_t>);
+}
+
+std::atomic<int64_t>* UpdateCounters::done() const {
+  return reinterpret_cast<std::atomic<int64_t>*>(reinterpret_cast<char*>(const_cast<UpdateCounters*>(this)) + kHeader);
+}
+
+UpdateCounters* UpdateCounters::create(void* mem, int n_units, int world) {
+  SF_CHECK(reinterpret_cast<uintptr_t>(mem) % 8 == 0 && n_units > 0 && world > 0, "UpdateCounters::create");
+  return new (mem) UpdateCounters(n_units, world);
+}
+
+UpdateCounters* UpdateCounters::attach(void* mem, int n_units, int world) {
+  auto* c = static_cast<UpdateCounters*>(mem);
+  SF_CHECK(c->magic_ == kMagic && c->n_units_ == n_units && c->world_ == world,
+           "data parallel: the shared update counters were made for another run (", c->n_units_, " units, ",
+           c->world_, " ranks; this one has ", n_units, " and ", world, ")");
+  return c;
+}
+
+void UpdateCounters::slice_done(int u, int rank, int64_t round) {
+  done()[size_t(u) * size_t(world_) + size_t(rank)].store(round, std::memory_order_release);
+}
+
+void UpdateCounters::fail(int rank) noexcept {
+  int32_t none = 0;
+  failed_.compare_exchange_strong(none, rank + 1, std::memory_order_acq_rel);
+}
+
+// Polls (the waiters are other processes too, so no condition variable): first spinning
+// briefly, then sleeping 0.2 ms; a wait is normally short (the other ranks' AdamW of one unit).
+void UpdateCounters::wait(int u, int64_t round, dist::Timeout timeout) const {
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    bool all = true;
+    for (int r = 0; r < world_ && all; ++r)
+      all = done()[size_t(u) * size_t(world_) + size_t(r)].load(std::memory_order_acquire) >= round;
+    if (all) return;
+    if (const int f = failed_rank(); f >= 0)
+      SF_FAIL(io, "data parallel: rank ", f, " failed while this rank waited for the update of unit ", u,
+              " (round ", round, "); its own error says why");
+    if (std::chrono::steady_clock::now() - start > timeout) {
+      std::string behind;
+      for (int r = 0; r < world_; ++r)
+        if (done()[size_t(u) * size_t(world_) + size_t(r)].load(std::memory_order_acquire) < round)
+          behind += cat(behind.empty() ? "" : ", ", r);
+      SF_FAIL(io, "data parallel: rank(s) ", behind, " did not update their slice of unit ", u, " (round ", round,
+              ") within ", timeout.count() / 1000.0, " s; the rank hangs or died (raise --dist-timeout if it is only slow)");
+    }
+    if (polls < 1000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+
+// Each rank's value in its own slot of a zero vector: the all-reduce adds zeros to it (exact),
+// and the slots are then added in rank order on every rank.
+double sum_over_ranks(dist::Communicator& comm, double x) {
+  std::vector<double> slots(size_t(comm.world_size()), 0.0);
+  slots[size_t(comm.rank())] = x;
+  comm.all_reduce_sum(std::span<double>(slots));
+  double total = 0;
+  for (double v : slots) total += v;
+  return total;
+}
+
+void all_reduce_counts(dist::Communicator& comm, int64_t& n_valid, int64_t& n_tokens) {
+  double c[2] = {double(n_valid), double(n_tokens)};  // < 2^53: exact
+  comm.all_reduce_sum(std::span<double>(c, 2));
+  n_valid = int64_t(c[0]);
+  n_tokens = int64_t(c[1]);
+}
+
+// ---- ShardedUpdate --------------------------------------------------------------------------
+
+namespace {
+size_t padded_shard(size_t n, int world) {
+  const size_t per = (n + size_t(world) - 1) / size_t(world);
+  return (per + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
+}
+}  // namespace
+
+ShardedUpdate::ShardedUpdate(const DataParallel& dp, ParamStore& store) : dp_(dp), store_(store) {
+  SF_CHECK(dp.active() && dp.counters, "ShardedUpdate without a communicator and counters");
+  size_t most = 0;
+  for (int u = 0; u < store.n_units(); ++u) {
+    most = std::max(most, padded_shard(size_t(store.numel(u)), dp.world()));
+    slices_.emplace_back(slice(u).size());
+  }
+  send_.assign(most * size_t(dp.world()), 0.f);
+  recv_.assign(most, 0.f);
+}
+
+dist::ShardRange ShardedUpdate::slice(int u) const {
+  return dist::shard_range(size_t(store_.numel(u)), dp_.world(), dp_.rank(), kSliceAlign);
+}
+
+float* ShardedUpdate::send_buffer(int u) {
+  const size_t n = size_t(store_.numel(u)), padded = padded_shard(n, dp_.world()) * size_t(dp_.world());
+  std::fill(send_.begin() + ptrdiff_t(n), send_.begin() + ptrdiff_t(padded), 0.f);
+  return send_.data();
+}
+
+// The padded buffer's shard r is exactly [r * shard, (r + 1) * shard): shard_range of the
+// padded count with align 1 (the communicator's cut) starts where the 64-aligned slice does.
+void ShardedUpdate::reduce(int u) {
+  const size_t n = size_t(store_.numel(u)), shard = padded_shard(n, dp_.world());
+  dp_.comm->reduce_scatter_sum(std::span<const float>(send_.data(), shard * size_t(dp_.world())),
+                               std::span<float>(recv_.data(), shard));
+  std::copy_n(recv_.begin(), slices_[size_t(u)].size(), slices_[size_t(u)].begin());
+}
+
+void ShardedUpdate::reduce_rows(int u, std::span<const int32_t> rows, const float* grad, int64_t cols) {
+  float* dense = send_buffer(u);
+  std::fill(dense, dense + store_.numel(u), 0.f);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(dense + int64_t(rows[i]) * cols, grad + int64_t(i) * cols, size_t(cols) * 4);
+  reduce(u);
+}
+
+double ShardedUpdate::local_sumsq(ThreadPool* pool) const {
+  double total = 0;
+  for (int u = 0; u < store_.n_units(); ++u) {
+    const dist::ShardRange s = slice(u);
+    if (s.size() == 0) continue;
+    const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), int64_t(s.begin), int64_t(s.size()));
+    total += sum_squares_ranges(slices_[size_t(u)].data(), int64_t(s.size()), r, pool);
+  }
+  return total;
+}
+
+void ShardedUpdate::update(int u, const AdamWStep& s, ThreadPool* pool, int64_t round) {
+  const dist::ShardRange sl = slice(u);
+  if (sl.size() > 0) {
+    const int64_t b = int64_t(sl.begin), n = int64_t(sl.size());
+    const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), b, n);
+    adamw_update_ranges(store_.master(u) + b, store_.m(u) + b, store_.v(u) + b, slices_[size_t(u)].data(),
+                        nullptr, n, r, s, pool);
+  }
+  dp_.counters->slice_done(u, dp_.rank(), round);
+}
+
+void ShardedUpdate::wait(int u) const { dp_.counters->wait(u, rounds_, dp_.comm->timeout()); }
+
+void ShardedUpdate::wait_all() const {
+  for (int u = 0; u < store_.n_units(); ++u) wait(u);
+}
+
+void ShardedUpdate::abort(const std::string& why) noexcept {
+  dp_.counters->fail(dp_.rank());
+  dp_.comm->abort(why);
+}
+
+}  // namespace sf

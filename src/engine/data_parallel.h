@@ -1,0 +1,123 @@
+// Data parallel in the engine (docs/MULTI_GPU.md): N ranks, each running its own executor over
+// its share of every global batch, sharing ONE host training state. What a rank needs beyond
+// the one-rank engine lives here:
+//
+// - DataParallel: the executor's description of the run (absent = one rank, today's path):
+//   the Communicator, the state memory every rank's ParamStore is carved from, and the
+//   UpdateCounters the ranks share;
+// - UpdateCounters: per unit and rank, the last update round whose slice that rank has
+//   written; a rank reads a unit's weights only once every rank's slice of the last round is
+//   in (the per-unit "all slices updated" wait). It lives in memory the ranks share (the
+//   process heap for ranks as threads, a SharedRegion for processes), so it is made of
+//   lock-free atomics only, and it carries the first failure, so that a rank that throws stops
+//   the others' waits at once;
+// - ShardedUpdate: one rank's part of a step's update. Each unit's f32 gradient of this rank
+//   is padded (zeros) to N equal 64-aligned shards and reduce-scattered (sum, rank order), so
+//   this rank keeps slice r = dist::shard_range(P, N, r, 64) of the summed gradient; the global
+//   norm is the f64 sum over ranks (rank order) of each rank's slices' sums of squares; the
+//   rank's AdamW updates its slice of master, m and v in place. The embedding's gradient is
+//   sparse per rank (its tokens' rows): it is spread into the padded dense [V, C] buffer and
+//   reduced like any unit (exact; 4 B x V x C of traffic per step, fine on the host backend,
+//   the sparse gather of MULTI_GPU.md is for the GPU path).
+//
+// Every collective here is called by every rank in the same order (unit order is the
+// schedule's, the same everywhere). Errors: a timeout or another rank's failure is an Error
+// (io) naming the rank and the wait.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "optim/adamw_step.h"
+#include "optim/param_store.h"
+
+namespace sf {
+
+class ThreadPool;
+
+// The 64-element alignment of the slices: whole SIMD vectors and cache lines for the AdamW.
+constexpr size_t kSliceAlign = 64;
+
+class UpdateCounters {
+ public:
+  static size_t bytes_for(int n_units, int world);
+  // Placement in `mem` (bytes_for bytes, 8-byte aligned): create() by one rank before the
+  // others attach() (which checks the shape).
+  static UpdateCounters* create(void* mem, int n_units, int world);
+  static UpdateCounters* attach(void* mem, int n_units, int world);
+
+  // Rank `rank` has written its slice of unit u for update round `round` (release).
+  void slice_done(int u, int rank, int64_t round);
+  // Until every rank's slice of unit u for `round` is in (acquire). Throws Error(io) when a
+  // rank failed (naming it) or after `timeout` (naming the ranks behind).
+  void wait(int u, int64_t round, dist::Timeout timeout) const;
+  // Records rank's failure (the first one wins) and wakes every waiter.
+  void fail(int rank) noexcept;
+  int failed_rank() const { return failed_.load(std::memory_order_acquire) - 1; }
+
+ private:
+  UpdateCounters(int n_units, int world);
+  std::atomic<int64_t>* done() const;  // [n_units][world], after the header
+
+  static constexpr uint64_t kMagic = 0x73665f6470637472ull;  // "sf_dpctr"
+  uint64_t magic_;
+  int32_t n_units_, world_;
+  std::atomic<int32_t> failed_{0};  // rank + 1 of the first failure, 0 none
+};
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
+              "UpdateCounters live in memory shared between processes");
+
+struct DataParallel {
+  dist::Communicator* comm = nullptr;  // null: one rank (nothing below is used)
+  UpdateCounters* counters = nullptr;  // shared by the ranks
+  ExternalStateMemory state;           // the one state: ParamStore::external_bytes, zero-filled
+  bool active() const { return comm != nullptr; }
+  int rank() const { return comm ? comm->rank() : 0; }
+  int world() const { return comm ? comm->world_size() : 1; }
+};
+
+// A step's token counts summed over the ranks (exact: integers in double); the counts of this
+// rank's share in, the global ones out.
+void all_reduce_counts(dist::Communicator& comm, int64_t& n_valid, int64_t& n_tokens);
+// sum over ranks of x, added in rank order (every rank gets the same bits).
+double sum_over_ranks(dist::Communicator& comm, double x);
+
+class ShardedUpdate {
+ public:
+  // store: this rank's view of the shared state (units, ranges).
+  ShardedUpdate(const DataParallel& dp, ParamStore& store);
+
+  const DataParallel& dp() const { return dp_; }
+  dist::ShardRange slice(int u) const;
+  // Unit u's padded gradient buffer: the caller writes its numel f32 values, the rest is 0.
+  float* send_buffer(int u);
+  // Collective: reduce-scatters send_buffer(u); this rank keeps its slice of the sum.
+  void reduce(int u);
+  // The same for a sparse gradient of `rows` (increasing ids) x `cols` f32 values, the rows of
+  // a [numel / cols, cols] unit (the embedding).
+  void reduce_rows(int u, std::span<const int32_t> rows, const float* grad, int64_t cols);
+  // Sum of squares of this rank's slices (unit order, each over its parameter ranges).
+  double local_sumsq(ThreadPool* pool) const;
+  // The next update round's number (after a step decided not to skip; every rank agrees).
+  int64_t begin_round() { return ++rounds_; }
+  // AdamW of this rank's slice of unit u with its reduced gradient (fp32 state), then the
+  // counters say so.
+  void update(int u, const AdamWStep& s, ThreadPool* pool, int64_t round);
+  // Every rank's slice of unit u (of every unit) of the last round is in.
+  void wait(int u) const;
+  void wait_all() const;
+  // This rank failed with `why`: the group is broken for every rank. Never throws.
+  void abort(const std::string& why) noexcept;
+
+ private:
+  DataParallel dp_;
+  ParamStore& store_;
+  std::vector<float> send_, recv_;          // padded whole unit; padded shard
+  std::vector<std::vector<float>> slices_;  // per unit: this rank's slice of the summed gradient
+  int64_t rounds_ = 0;
+};
+
+}  // namespace sf
