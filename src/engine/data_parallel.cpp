@@ -16,7 +16,7 @@ namespace sf {
 // ---- UpdateCounters -----------------------------------------------------------------------
 
 namespace {
-constexpr size_t kHeader = 64;  // the counters start one cache line in
+constexpr size_t kHeader = 512;  // the counters start after the header, cache-line aligned
 }
 
 UpdateCounters::UpdateCounters(int n_units, int world) : magic_(kMagic), n_units_(n_units), world_(world) {
@@ -24,7 +24,7 @@ UpdateCounters::UpdateCounters(int n_units, int world) : magic_(kMagic), n_units
 }
 
 size_t UpdateCounters::bytes_for(int n_units, int world) {
-  static_assert(sizeof(UpdateCounters) <= kHeader, "the header outgrew its cache line");
+  static_assert(sizeof(UpdateCounters) <= kHeader, "the header outgrew its room");
   return kHeader + size_t(n_units) * size_t(world) * sizeof(std::atomic<int64_t>);
 }
 
@@ -49,10 +49,16 @@ void UpdateCounters::slice_done(int u, int rank, int64_t round) {
   done()[size_t(u) * size_t(world_) + size_t(rank)].store(round, std::memory_order_release);
 }
 
-void UpdateCounters::fail(int rank) noexcept {
+void UpdateCounters::fail(int rank, const std::string& why) noexcept {
   int32_t none = 0;
-  failed_.compare_exchange_strong(none, rank + 1, std::memory_order_acq_rel);
+  if (!claimed_.compare_exchange_strong(none, 1, std::memory_order_acq_rel)) return;
+  const size_t n = std::min(why.size(), sizeof(why_) - 1);
+  std::memcpy(why_, why.data(), n);
+  why_[n] = 0;
+  failed_.store(rank + 1, std::memory_order_release);
 }
+
+std::string UpdateCounters::failure() const { return failed_rank() >= 0 ? std::string(why_) : std::string(); }
 
 // Polls (the waiters are other processes too, so no condition variable): first spinning
 // briefly, then sleeping 0.2 ms; a wait is normally short (the other ranks' AdamW of one unit).
@@ -65,7 +71,7 @@ void UpdateCounters::wait(int u, int64_t round, dist::Timeout timeout) const {
     if (all) return;
     if (const int f = failed_rank(); f >= 0)
       SF_FAIL(io, "data parallel: rank ", f, " failed while this rank waited for the update of unit ", u,
-              " (round ", round, "); its own error says why");
+              " (round ", round, "): ", failure());
     if (std::chrono::steady_clock::now() - start > timeout) {
       std::string behind;
       for (int r = 0; r < world_; ++r)
@@ -175,7 +181,7 @@ void ShardedUpdate::wait_all() const {
 }
 
 void ShardedUpdate::abort(const std::string& why) noexcept {
-  dp_.counters->fail(dp_.rank());
+  dp_.counters->fail(dp_.rank(), why);
   dp_.comm->abort(why);
 }
 

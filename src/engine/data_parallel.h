@@ -54,9 +54,11 @@ class UpdateCounters {
   // Until every rank's slice of unit u for `round` is in (acquire). Throws Error(io) when a
   // rank failed (naming it) or after `timeout` (naming the ranks behind).
   void wait(int u, int64_t round, dist::Timeout timeout) const;
-  // Records rank's failure (the first one wins) and wakes every waiter.
-  void fail(int rank) noexcept;
+  // Records rank's failure and its message (the first one wins; the message cut to what the
+  // header holds), so that every waiter stops and says why.
+  void fail(int rank, const std::string& why) noexcept;
   int failed_rank() const { return failed_.load(std::memory_order_acquire) - 1; }
+  std::string failure() const;  // the failed rank's message ("" while none failed)
 
  private:
   UpdateCounters(int n_units, int world);
@@ -65,7 +67,9 @@ class UpdateCounters {
   static constexpr uint64_t kMagic = 0x73665f6470637472ull;  // "sf_dpctr"
   uint64_t magic_;
   int32_t n_units_, world_;
-  std::atomic<int32_t> failed_{0};  // rank + 1 of the first failure, 0 none
+  std::atomic<int32_t> claimed_{0};  // a rank is writing its message
+  std::atomic<int32_t> failed_{0};   // rank + 1 of the first failure (its message written), 0 none
+  char why_[384] = {};
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
               "UpdateCounters live in memory shared between processes");

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "backend/host/host_backend.h"
+#include "backend/threaded_streams_backend.h"
 #include "dist/thread_communicator.h"
 #include "engine/data_parallel.h"
 #include "engine/sliding_executor.h"
@@ -101,11 +102,26 @@ struct Case {
   int grad_accum;
   float max_grad_norm;
   bool own_tokens;  // the bitwise condition for the embedding (see the top)
+  // The ranks' backends run their streams on lazy threads (tests/engine/test_sliding_window.cpp's
+  // LazyStreams): a gradient reduced before its trip home is over would change the bits.
+  bool threaded = false;
   bool bitwise() const { return grad_accum == 1 && own_tokens; }
   std::string name() const {
     return cat("world", world, "_accum", grad_accum, max_grad_norm > 0 ? "_clip" : "_noclip",
-               own_tokens ? "_owntokens" : "_sharedtokens");
+               own_tokens ? "_owntokens" : "_sharedtokens", threaded ? "_threaded" : "");
   }
+};
+
+// One rank's backend: the host backend, or it behind lazy threaded streams.
+struct RankBackend {
+  HostBackend host;
+  std::unique_ptr<ThreadedStreamsBackend> threaded;
+  explicit RankBackend(bool lazy_threads) {
+    ThreadedStreamsBackend::Options o;
+    o.lazy = true;
+    if (lazy_threads) threaded = std::make_unique<ThreadedStreamsBackend>(host, o);
+  }
+  Backend& be() { return threaded ? static_cast<Backend&>(*threaded) : host; }
 };
 
 class DataParallelEngine : public ::testing::TestWithParam<Case> {};
@@ -127,12 +143,12 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
   SharedState shared(cfg, N);
   auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(120000));
   std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
-  std::vector<std::unique_ptr<HostBackend>> bes;
+  std::vector<std::unique_ptr<RankBackend>> bes;
   std::vector<std::unique_ptr<SlidingWindowExecutor>> ranks;
   for (int r = 0; r < N; ++r) {
     comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
-    bes.push_back(std::make_unique<HostBackend>());
-    ranks.push_back(std::make_unique<SlidingWindowExecutor>(*bes.back(), cfg, window(tc.grad_accum),
+    bes.push_back(std::make_unique<RankBackend>(tc.threaded));
+    ranks.push_back(std::make_unique<SlidingWindowExecutor>(bes.back()->be(), cfg, window(tc.grad_accum),
                                                             EngineTestModes{}, shared.dp_for(*comms.back())));
   }
   for (int u = 0; u < int(layout.units.size()); ++u) {  // rank 0 alone writes the shared state
@@ -226,7 +242,89 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelEngine,
                          ::testing::Values(Case{2, 1, 0.f, true}, Case{2, 1, 0.05f, true}, Case{3, 1, 0.f, true},
                                            Case{3, 1, 0.05f, true}, Case{2, 2, 0.f, false},
-                                           Case{3, 2, 0.05f, false}, Case{2, 1, 0.05f, false}),
+                                           Case{3, 2, 0.05f, false}, Case{2, 1, 0.05f, false},
+                                           Case{2, 1, 0.05f, true, true}, Case{3, 2, 0.f, false, true}),
                          [](const auto& info) { return info.param.name(); });
+
+// A rank whose step throws (here: a token outside the vocabulary in rank 1's share at step 1,
+// found once the step's collectives are under way) stops the others: they throw an Error
+// naming it instead of waiting for it, and no thread hangs.
+TEST(DataParallelEngine, AFailingRankStopsTheOthersWithAnErrorNamingIt) {
+  const int N = 3;
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  SharedState shared(cfg, N);
+  auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(120000));
+  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
+  std::vector<std::unique_ptr<HostBackend>> bes;
+  std::vector<std::unique_ptr<SlidingWindowExecutor>> ranks;
+  for (int r = 0; r < N; ++r) {
+    comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
+    bes.push_back(std::make_unique<HostBackend>());
+    ranks.push_back(std::make_unique<SlidingWindowExecutor>(*bes.back(), cfg, window(1), EngineTestModes{},
+                                                            shared.dp_for(*comms.back())));
+  }
+  std::vector<int> steps_done(static_cast<size_t>(N), 0);
+  std::vector<std::string> errors(static_cast<size_t>(N));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ranks[size_t(r)]->params_changed();
+        for (int step = 0; step < 3; ++step) {
+          Batch b = share(cfg, N, r, false, uint64_t(step + 1));
+          if (r == 1 && step == 1) b.tokens[5] = int32_t(cfg.vocab_size + 4);  // the injected fault
+          ranks[size_t(r)]->train_step(std::span<const Batch>(&b, 1), OptimHyper{});
+          ++steps_done[size_t(r)];
+        }
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < N; ++r) {
+    SCOPED_TRACE(cat("rank ", r));
+    EXPECT_EQ(steps_done[size_t(r)], 1) << "every rank stops in the failing step";
+    ASSERT_NE(errors[size_t(r)], "");
+    EXPECT_NE(errors[size_t(r)].find("token id"), std::string::npos) << errors[size_t(r)];
+    if (r != 1) {
+      EXPECT_NE(errors[size_t(r)].find("rank 1"), std::string::npos) << errors[size_t(r)];
+    }
+  }
+}
+
+// The modes not built for several ranks are refused by name before anything runs.
+TEST(DataParallelEngine, RefusesTheModesItDoesNotRun) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  SharedState shared(cfg, 1);
+  auto group = std::make_shared<dist::ThreadGroup>(1, dist::Timeout(1000));
+  dist::ThreadCommunicator comm(group, 0);
+  HostBackend be;
+  auto refused = [&](EngineConfig ec, const char* says) {
+    try {
+      SlidingWindowExecutor e(be, cfg, ec, EngineTestModes{}, shared.dp_for(comm));
+      ADD_FAILURE() << "not refused: " << says;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(says), std::string::npos) << err.what();
+    }
+  };
+  EngineConfig spec = window(1);
+  spec.speculation = EngineConfig::Speculation::always;
+  refused(spec, "speculative update");
+  EngineConfig master = window(1);
+  master.host_weights = EngineConfig::HostWeights::master;
+  refused(master, "streaming the weights from the master");
+  EngineConfig compact = window(1);
+  compact.state_format.moments = MomentFormat::bf16;
+  refused(compact, "--optimizer-state");
+  EngineConfig disk = window(1);
+  disk.moments_dir = ::testing::TempDir();
+  refused(disk, "--optimizer-dir");
+  EngineConfig dev = window(1);
+  dev.device_adamw_layers = 1;
+  refused(dev, "--device-adamw-layers");
+  // World 1 through the same path runs (and is the one-rank engine's step).
+  SlidingWindowExecutor ok(be, cfg, window(1), EngineTestModes{}, shared.dp_for(comm));
+  EXPECT_NE(std::string(ok.name()).find("rank 0 of 1"), std::string::npos) << ok.name();
+}
 
 }  // namespace
