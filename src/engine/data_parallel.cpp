@@ -85,6 +85,68 @@ void UpdateCounters::wait(int u, int64_t round, dist::Timeout timeout) const {
   }
 }
 
+// ---- SharedTrainingState --------------------------------------------------------------------
+
+namespace {
+dist::SharedRegion make_or_open(dist::Communicator& comm, const std::string& name, size_t bytes, bool create) {
+  if (create) {
+    const size_t free = dist::shm_free_bytes();
+    SF_REQUIRE(free == 0 || free >= bytes, "data parallel: /dev/shm has ", free >> 20, " MiB free, the shared ",
+               "training state needs ", (bytes >> 20) + 1, " MiB; enlarge it (docker run --shm-size, or "
+               "mount -o remount,size=... /dev/shm) or train with fewer parameters");
+    return dist::SharedRegion::create(name, bytes);
+  }
+  return dist::SharedRegion::open(name, bytes);
+}
+}  // namespace
+
+SharedTrainingState::SharedTrainingState(dist::Communicator& comm, const std::string& run_id,
+                                         const std::vector<StateUnit>& units, StateFormat format)
+    : comm_(comm) {
+  const int n_units = int(units.size()), world = comm.world_size();
+  const size_t state_bytes = ParamStore::external_bytes(units, format);
+  const size_t counter_bytes = UpdateCounters::bytes_for(n_units, world);
+  const std::string state_name = dist::shared_region_name(run_id, "state");
+  const std::string counters_name = dist::shared_region_name(run_id, "counters");
+  const bool creator = comm.rank() == 0;
+  try {
+    map_regions(creator, state_name, state_bytes, counters_name, counter_bytes, n_units, world);
+  } catch (const std::exception& e) {
+    comm.abort(cat("rank ", comm.rank(), ": ", e.what()));  // the others would wait in a barrier
+    throw;
+  }
+}
+
+void SharedTrainingState::map_regions(bool creator, const std::string& state_name, size_t state_bytes,
+                                      const std::string& counters_name, size_t counter_bytes, int n_units,
+                                      int world) {
+  dist::Communicator& comm = comm_;
+  if (creator) {
+    state_.emplace(make_or_open(comm, state_name, state_bytes, true));
+    counters_.emplace(make_or_open(comm, counters_name, counter_bytes, true));
+    view_ = UpdateCounters::create(counters_->data(), n_units, world);
+  }
+  comm.barrier();  // the regions exist
+  if (!creator) {
+    state_.emplace(make_or_open(comm, state_name, state_bytes, false));
+    counters_.emplace(make_or_open(comm, counters_name, counter_bytes, false));
+    view_ = UpdateCounters::attach(counters_->data(), n_units, world);
+  }
+  comm.barrier();  // every rank has mapped them
+  if (creator) {
+    state_->unlink();
+    counters_->unlink();
+  }
+}
+
+DataParallel SharedTrainingState::data_parallel() const {
+  DataParallel dp;
+  dp.comm = &comm_;
+  dp.counters = view_;
+  dp.state = {state_->data(), state_->size()};
+  return dp;
+}
+
 // ---- collectives ----------------------------------------------------------------------------
 
 // Each rank's value in its own slot of a zero vector: the all-reduce adds zeros to it (exact),

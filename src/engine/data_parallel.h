@@ -26,11 +26,13 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/shared_memory.h"
 #include "optim/adamw_step.h"
 #include "optim/param_store.h"
 
@@ -81,6 +83,27 @@ struct DataParallel {
   bool active() const { return comm != nullptr; }
   int rank() const { return comm ? comm->rank() : 0; }
   int world() const { return comm ? comm->world_size() : 1; }
+};
+
+// The ranks' one state and counters in named POSIX shared memory, for ranks that are processes
+// (docs/MULTI_GPU.md, "Host state in POSIX shared memory"): collective. Rank 0 creates both
+// regions (zero-filled, the whole size committed: a small /dev/shm is an Error naming
+// --shm-size and the bytes, before anything is loaded) and the counters in them; after a
+// barrier the other ranks open them by name; after a second barrier rank 0 removes the names,
+// so nothing is left in /dev/shm after any exit. run_id: the same on every rank (rank 0's,
+// through the bootstrap).
+class SharedTrainingState {
+ public:
+  SharedTrainingState(dist::Communicator& comm, const std::string& run_id, const std::vector<StateUnit>& units,
+                      StateFormat format);
+  DataParallel data_parallel() const;
+
+ private:
+  void map_regions(bool creator, const std::string& state_name, size_t state_bytes,
+                   const std::string& counters_name, size_t counter_bytes, int n_units, int world);
+  dist::Communicator& comm_;
+  std::optional<dist::SharedRegion> state_, counters_;
+  UpdateCounters* view_ = nullptr;
 };
 
 // A step's token counts summed over the ranks (exact: integers in double); the counts of this

@@ -22,6 +22,7 @@
 
 #include "backend/host/host_backend.h"
 #include "backend/threaded_streams_backend.h"
+#include "dist/shm_communicator.h"
 #include "dist/thread_communicator.h"
 #include "engine/data_parallel.h"
 #include "engine/sliding_executor.h"
@@ -105,10 +106,14 @@ struct Case {
   // The ranks' backends run their streams on lazy threads (tests/engine/test_sliding_window.cpp's
   // LazyStreams): a gradient reduced before its trip home is over would change the bits.
   bool threaded = false;
+  // The ranks talk through a ShmCommunicator and share a SharedTrainingState (named shared
+  // memory, each rank its own mapping: the processes' path), instead of a ThreadCommunicator
+  // and one heap block.
+  bool shm = false;
   bool bitwise() const { return grad_accum == 1 && own_tokens; }
   std::string name() const {
     return cat("world", world, "_accum", grad_accum, max_grad_norm > 0 ? "_clip" : "_noclip",
-               own_tokens ? "_owntokens" : "_sharedtokens", threaded ? "_threaded" : "");
+               own_tokens ? "_owntokens" : "_sharedtokens", threaded ? "_threaded" : "", shm ? "_shm" : "");
   }
 };
 
@@ -140,24 +145,35 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
 
   HostBackend be_ref;
   SlidingWindowExecutor ref(be_ref, cfg, window(N * tc.grad_accum));
-  SharedState shared(cfg, N);
-  auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(120000));
-  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
-  std::vector<std::unique_ptr<RankBackend>> bes;
-  std::vector<std::unique_ptr<SlidingWindowExecutor>> ranks;
-  for (int r = 0; r < N; ++r) {
-    comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
-    bes.push_back(std::make_unique<RankBackend>(tc.threaded));
-    ranks.push_back(std::make_unique<SlidingWindowExecutor>(bes.back()->be(), cfg, window(tc.grad_accum),
-                                                            EngineTestModes{}, shared.dp_for(*comms.back())));
-  }
-  for (int u = 0; u < int(layout.units.size()); ++u) {  // rank 0 alone writes the shared state
+  auto initial = [&](int u) {
     std::vector<float> w(size_t(layout.units[size_t(u)].numel), 0.f);
     init_unit(layout.units[size_t(u)], w.data(), 7, init);
-    ref.params().write_master_f32(u, w.data());
-    ranks[0]->params().write_master_f32(u, w.data());
-  }
+    return w;
+  };
+  for (int u = 0; u < int(layout.units.size()); ++u) ref.params().write_master_f32(u, initial(u).data());
   ref.params_changed();
+
+  // The ranks' communicators: over one ThreadGroup, or over one shared-memory region.
+  SharedState shared(cfg, N);
+  auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(120000));
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  const std::string run_id = dist::new_run_id();
+  const size_t capacity = 4096;  // bytes per rank: every reduce-scatter in pieces
+  if (tc.shm) {
+    const std::string name = dist::shared_region_name(run_id, "comm");
+    dist::SharedRegion made = dist::SharedRegion::create(name, dist::ShmCommunicator::region_bytes(N, capacity));
+    dist::ShmCommunicator::init(made.data(), N, capacity);
+    comms.push_back(std::make_unique<dist::ShmCommunicator>(std::move(made), 0, N, dist::Timeout(120000)));
+    for (int r = 1; r < N; ++r)
+      comms.push_back(std::make_unique<dist::ShmCommunicator>(
+          dist::SharedRegion::open(name, dist::ShmCommunicator::region_bytes(N, capacity)), r, N, dist::Timeout(120000)));
+    static_cast<dist::ShmCommunicator&>(*comms[0]).unlink();
+  } else {
+    for (int r = 0; r < N; ++r) comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
+  }
+  std::vector<std::unique_ptr<SharedTrainingState>> states(static_cast<size_t>(N));
+  std::vector<std::unique_ptr<RankBackend>> bes(static_cast<size_t>(N));
+  std::vector<std::unique_ptr<SlidingWindowExecutor>> ranks(static_cast<size_t>(N));
 
   std::vector<std::vector<StepStats>> got(static_cast<size_t>(N));
   std::vector<std::string> errors(static_cast<size_t>(N));
@@ -165,6 +181,17 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
   for (int r = 0; r < N; ++r)
     threads.emplace_back([&, r] {
       try {
+        DataParallel dp = shared.dp_for(*comms[size_t(r)]);
+        if (tc.shm) {  // collective: rank 0 makes the regions, the others open them
+          states[size_t(r)] = std::make_unique<SharedTrainingState>(*comms[size_t(r)], run_id,
+                                                                    state_units(layout), StateFormat{});
+          dp = states[size_t(r)]->data_parallel();
+        }
+        bes[size_t(r)] = std::make_unique<RankBackend>(tc.threaded);
+        ranks[size_t(r)] = std::make_unique<SlidingWindowExecutor>(bes[size_t(r)]->be(), cfg, window(tc.grad_accum),
+                                                                   EngineTestModes{}, dp);
+        if (r == 0)  // rank 0 alone writes the shared state
+          for (int u = 0; u < int(layout.units.size()); ++u) ranks[0]->params().write_master_f32(u, initial(u).data());
         ranks[size_t(r)]->params_changed();  // collective: rank 0's writes are in
         for (int step = 0; step < kSteps; ++step) {
           std::vector<Batch> micro;
@@ -243,7 +270,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelEngine,
                          ::testing::Values(Case{2, 1, 0.f, true}, Case{2, 1, 0.05f, true}, Case{3, 1, 0.f, true},
                                            Case{3, 1, 0.05f, true}, Case{2, 2, 0.f, false},
                                            Case{3, 2, 0.05f, false}, Case{2, 1, 0.05f, false},
-                                           Case{2, 1, 0.05f, true, true}, Case{3, 2, 0.f, false, true}),
+                                           Case{2, 1, 0.05f, true, true}, Case{3, 2, 0.f, false, true},
+                                           Case{3, 1, 0.05f, true, false, true}, Case{2, 2, 0.05f, false, true, true}),
                          [](const auto& info) { return info.param.name(); });
 
 // A rank whose step throws (here: a token outside the vocabulary in rank 1's share at step 1,
