@@ -4,11 +4,22 @@
 // Config file (cli/config_file.h): `--config run.toml` or `--config run.yaml`, keys are the
 // long flag names; flags given on the command line win over the file. `--print-config` prints
 // the effective settings in TOML form and exits.
+//
+// Data parallel (docs/MULTI_GPU.md, "Launch"): `--gpus N` starts N ranks of this same command
+// (dist::launch_ranks, which sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and
+// waits for them: the first that fails stops the others, and its rank and exit are the
+// launcher's error. A process that finds those variables set (ours, or torchrun's) is one rank:
+// rank 0 makes the run id and the communicator's shared memory and sends the id to the others
+// over the TCP bootstrap. On the host backend the ranks talk through a ShmCommunicator. Rank 0
+// alone prints; every rank's error is prefixed "rank r: ".
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <span>
 #include <cstring>
 #include <functional>
 #include <iomanip>
@@ -22,6 +33,10 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/data_source.h"
+#include "dist/env_launch.h"
+#include "dist/rank_launcher.h"
+#include "dist/shm_communicator.h"
+#include "dist/tcp_bootstrap.h"
 #include "model/model_presets.h"
 #include "report/progress.h"
 #include "text/chat_template.h"
@@ -101,6 +116,73 @@ FaultHook fault_hook_from_env() {
         SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");
     }
   };
+}
+
+// ---- data parallel --------------------------------------------------------------------------
+
+// This process's command line, for the ranks: /proc/self/cmdline, the program as /proc/self/exe.
+std::vector<std::string> self_argv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string a; std::getline(f, a, '\0');) argv.push_back(a);
+  SF_REQUIRE(!argv.empty(), "--gpus: cannot read this process's command line (/proc/self/cmdline)");
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) argv[0] = exe.string();
+  return argv;
+}
+
+// The parent of `--gpus N`: the ranks run, this waits; a failed rank is the run's error.
+void launch_the_ranks(int n) {
+  dist::RankLaunch l;
+  l.argv = self_argv();
+  l.world_size = n;
+  const dist::LaunchResult r = dist::launch_ranks(l);
+  if (r.failed_rank < 0) return;
+  std::cerr << "slideformer: error: --gpus " << n << ": " << r.message << "\n" << std::flush;
+  throw CLI::RuntimeError(r.exit_code != 0 ? r.exit_code : 1);
+}
+
+// Per-rank bytes of the communicator's region: calls larger than this go in pieces.
+constexpr size_t kCommCapacity = size_t(16) << 20;
+
+// One rank's communicator: rank 0 creates the region under a new run id and sends the id to the
+// others through the bootstrap (also the run's first barrier); once all have mapped it, rank 0
+// removes the name.
+std::unique_ptr<dist::Communicator> connect_ranks(const dist::LaunchEnv& env, dist::Timeout timeout,
+                                                  std::string& run_id) {
+  const size_t bytes = dist::ShmCommunicator::region_bytes(env.world_size, kCommCapacity);
+  std::optional<dist::SharedRegion> region;
+  if (env.rank == 0) {
+    run_id = dist::new_run_id();
+    region.emplace(dist::SharedRegion::create(dist::shared_region_name(run_id, "comm"), bytes));
+    dist::ShmCommunicator::init(region->data(), env.world_size, kCommCapacity);
+  }
+  const std::vector<std::byte> blob =
+      dist::tcp_bootstrap(env, std::as_bytes(std::span<const char>(run_id.data(), run_id.size())), timeout);
+  if (env.rank != 0) {
+    run_id.assign(reinterpret_cast<const char*>(blob.data()), blob.size());
+    region.emplace(dist::SharedRegion::open(dist::shared_region_name(run_id, "comm"), bytes));
+  }
+  auto comm = std::make_unique<dist::ShmCommunicator>(std::move(*region), env.rank, env.world_size, timeout);
+  comm->barrier();
+  if (env.rank == 0) comm->unlink();
+  return comm;
+}
+
+// Runs `train` as one rank of env's group, its errors prefixed "rank r: ".
+TrainResult run_as_rank(TrainOptions& o, const dist::LaunchEnv& env) {
+  try {
+    std::unique_ptr<dist::Communicator> comm = connect_ranks(env, dist::Timeout(int64_t(o.dist_timeout_s) * 1000), o.run_id);
+    o.comm = comm.get();
+    static std::ostream discard(nullptr);  // ranks other than 0 print only their errors
+    TrainResult r = run_training(o, env.rank == 0 ? std::cout : discard);
+    o.comm = nullptr;  // it goes with this scope
+    return r;
+  } catch (const Error& e) {
+    o.comm = nullptr;
+    throw Error(e.kind(), cat("rank ", env.rank, ": ", e.what()));
+  }
 }
 
 // ---- flags -------------------------------------------------------------------------------
@@ -263,6 +345,11 @@ void add_train_command(CLI::App& app) {
   f.add("seed", o.seed, "seed for initialisation, data order and the bf16 master's rounding");
   f.add("optimizer-state", st->optimizer_state, kOptimizerStateHelp);
   f.add("master-weights", st->master_weights, kMasterWeightsHelp);
+  f.add("gpus", o.gpus,
+        "data parallel: train on N ranks (one per GPU; with --backend host, N CPU processes), "
+        "started here; --batch-size stays the global batch (divisible by N)");
+  f.add("dist-timeout", o.dist_timeout_s,
+        "data parallel: seconds a rank waits for the others before it stops the run naming them");
   f.shown.push_back({"deterministic", [&o] { return toml_value(o.deterministic); }});
   cmd->add_flag("--deterministic", o.deterministic,
                 "the same bits on every run of these settings, on the GPU too (attention backwards "
@@ -365,10 +452,17 @@ void add_train_command(CLI::App& app) {
       return;
     }
 
+    const dist::LaunchEnv env = dist::launch_from_env();
+    SF_REQUIRE(!env.from_env || !given("gpus") || o.gpus == env.world_size, "--gpus ", o.gpus,
+               " and WORLD_SIZE=", env.world_size, " disagree: start the ranks with --gpus, or with a "
+               "launcher that sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, not both");
+    if (o.gpus > 1 && !env.from_env) return launch_the_ranks(o.gpus);
+
     StopSignals signals;
     o.stop_requested = [] { return g_stop_signal.load() != 0; };
     o.fault = fault_hook_from_env();
-    TrainResult r = run_training(o, std::cout);
+    TrainResult r = env.from_env && env.world_size > 1 ? run_as_rank(o, env) : run_training(o, std::cout);
+    if (r.stopped && env.rank != 0) throw CLI::RuntimeError(128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGINT));
     if (r.stopped) {
       const int sig = g_stop_signal.load();
       std::cout << "stopped at step " << r.end_step << " of " << r.total_steps;

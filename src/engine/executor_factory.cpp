@@ -219,16 +219,26 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   HardwareModel hw = hardware_for(r.backend, req.step.state_format);
   const EngineChoice engine = parse_engine(req.engine);
   const int dev_adamw = parse_device_adamw_layers(req.device_adamw_layers);
-  const bool allow_resident = engine != EngineChoice::sliding;
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+  const bool ranks = req.data_parallel && req.data_parallel->active();
+  SF_REQUIRE(!(ranks && engine == EngineChoice::resident), "--engine resident: data parallel (--gpus ",
+             req.data_parallel ? req.data_parallel->world() : 1, ") runs the sliding window; use --engine auto");
+  const bool allow_resident = engine != EngineChoice::sliding && !ranks;
+  // Several ranks: every gradient waits for the global norm (the plans that apply each as it
+  // lands are not built for several ranks).
+  if (ranks) r.plan_request.clipping = true;
+  r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   if (!req.disk_speed.empty()) {  // a disk elsewhere: its rate as given, for every candidate
     hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);
     hw.source += cat("; --disk-speed ", req.disk_speed, " assumed");
-    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+    r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   } else if (r.plan.engine.moments_streamed) {
     // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
-    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+    r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+  }
+  if (ranks) {  // the deferred update (its memory is within the speculative plan's)
+    r.plan.engine.speculation = EngineConfig::Speculation::off;
+    r.plan.engine.next_units = -1;
   }
   if (engine == EngineChoice::resident && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
@@ -272,6 +282,9 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
                                                             r.plan.keep_activations,
                                                             r.plan.engine.head_chunk_rows,
                                                       r.plan.engine.state_format);
+  if (req.data_parallel && req.data_parallel->active())
+    return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine, EngineTestModes{},
+                                                           *req.data_parallel);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 
