@@ -181,7 +181,9 @@ TrainResult run_as_rank(TrainOptions& o, const dist::LaunchEnv& env) {
     return r;
   } catch (const Error& e) {
     o.comm = nullptr;
-    throw Error(e.kind(), cat("rank ", env.rank, ": ", e.what()));
+    const std::string prefix = cat("rank ", env.rank, ": ");
+    if (std::string_view(e.what()).starts_with(prefix)) throw;  // said by the communicator already
+    throw Error(e.kind(), prefix + e.what());
   }
 }
 
