@@ -132,12 +132,25 @@ std::vector<std::string> self_argv() {
   return argv;
 }
 
-// The parent of `--gpus N`: the ranks run, this waits; a failed rank is the run's error.
+// The parent of `--gpus N`: the ranks run, this waits; a failed rank is the run's error. A
+// Ctrl-C reaches the ranks too (one process group): they stop after the same step and rank 0
+// saves, so the parent ignores it (the ranks set their own handlers) rather than die first.
 void launch_the_ranks(int n) {
   dist::RankLaunch l;
   l.argv = self_argv();
   l.world_size = n;
-  const dist::LaunchResult r = dist::launch_ranks(l);
+  struct sigaction ignore {}, old_int {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGINT, &ignore, &old_int);
+  dist::LaunchResult r;
+  try {
+    r = dist::launch_ranks(l);
+  } catch (...) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    throw;
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
   if (r.failed_rank < 0) return;
   std::cerr << "slideformer: error: --gpus " << n << ": " << r.message << "\n" << std::flush;
   throw CLI::RuntimeError(r.exit_code != 0 ? r.exit_code : 1);

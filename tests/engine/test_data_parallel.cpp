@@ -320,6 +320,38 @@ TEST(DataParallelEngine, AFailingRankStopsTheOthersWithAnErrorNamingIt) {
   }
 }
 
+// The per-unit "all slices updated" wait: returns once every rank's slice of the round is in,
+// names the ranks behind after the timeout, and stops at once with a failed rank's message.
+TEST(UpdateCounters, WaitsForEveryRanksSliceNamesTheLateAndCarriesAFailure) {
+  HostArray mem(UpdateCounters::bytes_for(3, 4), "test counters");
+  UpdateCounters* c = UpdateCounters::create(mem.data(), 3, 4);
+  EXPECT_EQ(UpdateCounters::attach(mem.data(), 3, 4), c);
+  EXPECT_THROW(UpdateCounters::attach(mem.data(), 3, 2), Error);  // another run's shape
+  c->wait(1, 0, dist::Timeout(10));  // round 0: nothing to wait for
+  for (int r : {0, 1, 3}) c->slice_done(1, r, 1);
+  try {
+    c->wait(1, 1, dist::Timeout(50));
+    ADD_FAILURE() << "waited past a missing slice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 2 did not update their slice of unit 1"), std::string::npos)
+        << e.what();
+  }
+  std::thread late([&] { c->slice_done(1, 2, 1); });
+  late.join();
+  c->wait(1, 1, dist::Timeout(1000));
+  c->fail(3, "rank 3: its disk is full");
+  c->fail(0, "a later failure does not replace the first");
+  EXPECT_EQ(c->failed_rank(), 3);
+  try {
+    c->wait(2, 1, dist::Timeout(60000));
+    ADD_FAILURE() << "a failed rank did not stop the wait";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3 failed while this rank waited for the update of unit 2"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("its disk is full"), std::string::npos) << e.what();
+  }
+}
+
 // The modes not built for several ranks are refused by name before anything runs.
 TEST(DataParallelEngine, RefusesTheModesItDoesNotRun) {
   ModelConfig cfg = tiny_config(Arch::llama, false);

@@ -9,6 +9,7 @@
 // (and a resume of it) the order is the same, and so are the bits.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cmath>
 #include <fstream>
 
@@ -104,6 +105,20 @@ TEST(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResumes)
   ASSERT_EQ(rw.exit_code, 0) << rw.output;
   for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
     expect_same_tensors(whole / "checkpoint-4" / "resume" / f, run / "checkpoint-4" / "resume" / f);
+}
+
+// A stop request (Ctrl-C) that reaches one rank only stops every rank after the same step: the
+// ranks decide it together; rank 0 says where it stopped and the checkpoint of that step is
+// there (the periodic one of step 2 here).
+TEST(DataParallelCli, AStopRequestOfOneRankStopsThemAllAfterTheSameStep) {
+  TempDir dir;
+  const fs::path run = dir.path / "run";
+  CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=sigint@rank1:step:2"});
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
+  EXPECT_NE(r.output.find("stopped at step 2 of 4"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(run / "checkpoint-2" / "resume" / "master.safetensors")) << r.output;
+  EXPECT_FALSE(fs::exists(run / "checkpoint-3")) << r.output;
+  EXPECT_EQ(losses(run).size(), 2u) << r.output;
 }
 
 TEST(DataParallelCli, RefusesABatchTheRanksCannotShare) {
