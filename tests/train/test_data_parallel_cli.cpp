@@ -107,6 +107,25 @@ TEST(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResumes)
     expect_same_tensors(whole / "checkpoint-4" / "resume" / f, run / "checkpoint-4" / "resume" / f);
 }
 
+// A checkpoint does not depend on N (slices are cut at run time): one of --gpus 2 resumes with
+// --gpus 1 and ends close to the --gpus 1 run (the first 2 steps' sums were the 2 ranks', so
+// within the tolerance of the first test, not bitwise).
+TEST(DataParallelCli, ACheckpointOfTwoRanksResumesOnOne) {
+  TempDir dir;
+  const fs::path run = dir.path / "run", one = dir.path / "one";
+  CliResult r2 = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=sigint@step:2"});  // stopped after step 2
+  ASSERT_EQ(r2.exit_code, 128 + SIGINT) << r2.output;
+  std::vector<std::string> resume = example(run, 1, 4);
+  resume.insert(resume.end(), {"--resume", "auto"});
+  CliResult rr = run_cli(resume);
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
+  CliResult r1 = run_cli(example(one, 1, 4));
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
+    EXPECT_LT(max_difference(one / "checkpoint-4" / "resume" / f, run / "checkpoint-4" / "resume" / f), 1e-4) << f;
+}
+
 // A stop request (Ctrl-C) that reaches one rank only stops every rank after the same step: the
 // ranks decide it together; rank 0 says where it stopped and the checkpoint of that step is
 // there (the periodic one of step 2 here).
