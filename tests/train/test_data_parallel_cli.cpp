@@ -53,16 +53,38 @@ double max_difference(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
-TEST(DataParallelCli, TwoHostRanksGiveTheOneRankRunsWeightsAndRepeatBitwise) {
-  TempDir dir;
-  const fs::path one = dir.path / "one", two = dir.path / "two", again = dir.path / "again";
-  CliResult r1 = run_cli(example(one, 1));
-  ASSERT_EQ(r1.exit_code, 0) << r1.output;
-  CliResult r2 = run_cli(example(two, 2));
-  ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  EXPECT_NE(r2.output.find("rank 0 of 2"), std::string::npos) << r2.output;
-  EXPECT_EQ(r2.output.find("rank 1 of 2"), std::string::npos) << "rank 1 prints nothing\n" << r2.output;
-  const std::vector<double> l1 = losses(one), l2 = losses(two);
+constexpr const char* kStateFiles[] = {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"};
+
+// The two reference runs every test compares with, made once: 4 steps of --gpus 1 and of --gpus 2.
+class DataParallelCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    one_ = new CliResult(run_cli(example(one(), 1)));
+    two_ = new CliResult(run_cli(example(two(), 2)));
+  }
+  static void TearDownTestSuite() {
+    delete one_;
+    delete two_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_EQ(one_->exit_code, 0) << one_->output;
+    ASSERT_EQ(two_->exit_code, 0) << two_->output;
+  }
+  static fs::path one() { return dir_->path / "one"; }
+  static fs::path two() { return dir_->path / "two"; }
+  static fs::path state(const fs::path& run, int step, const char* f) {
+    return run / cat("checkpoint-", step) / "resume" / f;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline CliResult *one_ = nullptr, *two_ = nullptr;
+};
+
+TEST_F(DataParallelCli, TwoHostRanksGiveTheOneRankRunsWeightsAndRepeatBitwise) {
+  EXPECT_NE(two_->output.find("rank 0 of 2"), std::string::npos) << two_->output;
+  EXPECT_EQ(two_->output.find("rank 1 of 2"), std::string::npos) << "rank 1 prints nothing\n" << two_->output;
+  const std::vector<double> l1 = losses(one()), l2 = losses(two());
   ASSERT_EQ(l1.size(), 4u);
   ASSERT_EQ(l2.size(), 4u);
   // The same batches and weights up to f32 summation order: the mean loss within 1e-5 relative.
@@ -70,30 +92,28 @@ TEST(DataParallelCli, TwoHostRanksGiveTheOneRankRunsWeightsAndRepeatBitwise) {
   // After 4 AdamW steps at the example's lr (3e-3, warmup 1): an element's update is at most
   // ~lr, and m / sqrt(v) moves by the gradients' relative rounding difference (~1e-6) except
   // where a gradient is itself rounding noise; 1e-4 absolute bounds those on this data.
-  for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
-    EXPECT_LT(max_difference(one / "checkpoint-4" / "resume" / f, two / "checkpoint-4" / "resume" / f), 1e-4) << f;
+  for (const char* f : kStateFiles) EXPECT_LT(max_difference(state(one(), 4, f), state(two(), 4, f)), 1e-4) << f;
   // The same order run to run: the same bits.
-  CliResult r3 = run_cli(example(again, 2));
-  ASSERT_EQ(r3.exit_code, 0) << r3.output;
-  for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
-    expect_same_tensors(two / "checkpoint-4" / "resume" / f, again / "checkpoint-4" / "resume" / f);
+  const fs::path again = dir_->path / "again";
+  CliResult r = run_cli(example(again, 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(again, 4, f));
   EXPECT_EQ(losses(again), l2);
 }
 
-// Rank 1 is killed (SIGKILL, a crash) after its step 3 of 4: the run stops with an error naming it,
-// rank 0 stops too (within --dist-timeout: it waits for rank 1 in the next collective), the
-// newest checkpoint is step 2's and intact, and a resume from it with the same --gpus ends
-// with the bits of the uninterrupted run.
-TEST(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResumes) {
-  TempDir dir;
-  const fs::path run = dir.path / "run", whole = dir.path / "whole";
+// Rank 1 is killed (SIGKILL, a crash) after its step 3 of 4: the run stops with an error naming
+// it, rank 0 stops too (within --dist-timeout: it waits for rank 1 in the next collective), the
+// newest checkpoint is step 2's and intact, and a resume from it with the same --gpus ends with
+// the bits of the uninterrupted run.
+TEST_F(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResumes) {
+  const fs::path run = dir_->path / "killed";
   std::vector<std::string> args = example(run, 2, 4);
   args.insert(args.end(), {"--dist-timeout", "3"});
   CliResult r = run_cli(args, {"SF_TEST_FAULT=kill@rank1:step:3"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 of 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("signal 9"), std::string::npos) << r.output;
-  EXPECT_TRUE(fs::exists(run / "checkpoint-2" / "resume" / "master.safetensors")) << r.output;
+  EXPECT_TRUE(fs::exists(state(run, 2, "master.safetensors"))) << r.output;
   EXPECT_FALSE(fs::exists(run / "checkpoint-4")) << r.output;
 
   std::vector<std::string> resume = example(run, 2, 4);
@@ -101,46 +121,32 @@ TEST(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResumes)
   CliResult rr = run_cli(resume);
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
   EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
-  CliResult rw = run_cli(example(whole, 2, 4));
-  ASSERT_EQ(rw.exit_code, 0) << rw.output;
-  for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
-    expect_same_tensors(whole / "checkpoint-4" / "resume" / f, run / "checkpoint-4" / "resume" / f);
+  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
 }
 
-// A checkpoint does not depend on N (slices are cut at run time): one of --gpus 2 resumes with
-// --gpus 1 and ends close to the --gpus 1 run (the first 2 steps' sums were the 2 ranks', so
-// within the tolerance of the first test, not bitwise).
-TEST(DataParallelCli, ACheckpointOfTwoRanksResumesOnOne) {
-  TempDir dir;
-  const fs::path run = dir.path / "run", one = dir.path / "one";
-  CliResult r2 = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=sigint@step:2"});  // stopped after step 2
-  ASSERT_EQ(r2.exit_code, 128 + SIGINT) << r2.output;
+// A stop request (Ctrl-C) that reaches one rank only stops every rank after the same step (the
+// ranks decide it together); rank 0 says where, and the checkpoint of that step is there. A
+// checkpoint does not depend on N (slices are cut at run time): it resumes with --gpus 1 and
+// ends close to the --gpus 1 run (its first 2 steps' sums were the 2 ranks', so within the
+// first test's tolerance, not bitwise).
+TEST_F(DataParallelCli, AStopOfOneRankStopsAllAfterTheSameStepAndTheCheckpointResumesOnOne) {
+  const fs::path run = dir_->path / "stopped";
+  CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=sigint@rank1:step:2"});
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
+  EXPECT_NE(r.output.find("stopped at step 2 of 4"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(state(run, 2, "master.safetensors"))) << r.output;
+  EXPECT_FALSE(fs::exists(run / "checkpoint-3")) << r.output;
+  EXPECT_EQ(losses(run).size(), 2u) << r.output;
+
   std::vector<std::string> resume = example(run, 1, 4);
   resume.insert(resume.end(), {"--resume", "auto"});
   CliResult rr = run_cli(resume);
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
   EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
-  CliResult r1 = run_cli(example(one, 1, 4));
-  ASSERT_EQ(r1.exit_code, 0) << r1.output;
-  for (const char* f : {"master.safetensors", "adam_m.safetensors", "adam_v.safetensors"})
-    EXPECT_LT(max_difference(one / "checkpoint-4" / "resume" / f, run / "checkpoint-4" / "resume" / f), 1e-4) << f;
+  for (const char* f : kStateFiles) EXPECT_LT(max_difference(state(one(), 4, f), state(run, 4, f)), 1e-4) << f;
 }
 
-// A stop request (Ctrl-C) that reaches one rank only stops every rank after the same step: the
-// ranks decide it together; rank 0 says where it stopped and the checkpoint of that step is
-// there (the periodic one of step 2 here).
-TEST(DataParallelCli, AStopRequestOfOneRankStopsThemAllAfterTheSameStep) {
-  TempDir dir;
-  const fs::path run = dir.path / "run";
-  CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=sigint@rank1:step:2"});
-  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
-  EXPECT_NE(r.output.find("stopped at step 2 of 4"), std::string::npos) << r.output;
-  EXPECT_TRUE(fs::exists(run / "checkpoint-2" / "resume" / "master.safetensors")) << r.output;
-  EXPECT_FALSE(fs::exists(run / "checkpoint-3")) << r.output;
-  EXPECT_EQ(losses(run).size(), 2u) << r.output;
-}
-
-TEST(DataParallelCli, RefusesABatchTheRanksCannotShare) {
+TEST_F(DataParallelCli, RefusesABatchTheRanksCannotShare) {
   TempDir dir;
   std::vector<std::string> args = example(dir.path / "x", 3);
   CliResult r = run_cli(args);
