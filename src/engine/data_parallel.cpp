@@ -187,6 +187,15 @@ ShardedUpdate::ShardedUpdate(const DataParallel& dp, ParamStore& store) : dp_(dp
   recv_.assign(most, 0.f);
 }
 
+size_t ShardedUpdate::host_bytes(const std::vector<int64_t>& numels, int world) {
+  size_t most = 0, slices = 0;
+  for (int64_t n : numels) {
+    most = std::max(most, padded_shard(size_t(n), world));
+    slices += dist::shard_range(size_t(n), world, 0, kSliceAlign).size();  // rank 0's is the largest
+  }
+  return 4 * (slices + most * size_t(world) + most);
+}
+
 dist::ShardRange ShardedUpdate::slice(int u) const {
   return dist::shard_range(size_t(store_.numel(u)), dp_.world(), dp_.rank(), kSliceAlign);
 }

@@ -116,6 +116,9 @@ class ShardedUpdate {
  public:
   // store: this rank's view of the shared state (units, ranges).
   ShardedUpdate(const DataParallel& dp, ParamStore& store);
+  // The host bytes a rank's ShardedUpdate holds for units of these sizes (its slices, the
+  // padded send buffer and the shard it receives): for the plan's memory table.
+  static size_t host_bytes(const std::vector<int64_t>& numels, int world);
 
   const DataParallel& dp() const { return dp_; }
   dist::ShardRange slice(int u) const;

@@ -204,6 +204,25 @@ int parse_device_adamw_layers(const std::string& s) {
   return n;
 }
 
+// A rank's plan: the deferred update (its memory is within the speculative plan's), and the
+// rank's ShardedUpdate buffers in the table and the budget.
+void count_data_parallel(const ModelConfig& cfg, int world, PlannedRun& r) {
+  r.plan.engine.speculation = EngineConfig::Speculation::off;
+  r.plan.engine.next_units = -1;
+  std::vector<int64_t> numels;
+  for (const Unit& u : ModelLayout::build(cfg).units) numels.push_back(u.numel);
+  const size_t bytes = ShardedUpdate::host_bytes(numels, world);
+  r.plan.lines.push_back({cat("data parallel: reduced gradient slices + send buffer (", world, " ranks)"), bytes});
+  r.plan.host_bytes += bytes;
+  const size_t need = r.plan.host_bytes + (r.budget.unified ? r.plan.device_bytes : 0);
+  if (r.plan.fits && need > r.budget.host_bytes) {
+    r.plan.fits = false;
+    r.plan.advice = cat("with ", world, " ranks each needs ", need >> 20, " MiB of host memory (the data-parallel "
+                        "buffers included), over --host-memory's ", r.budget.host_bytes >> 20, " MiB; raise "
+                        "--host-memory or train with fewer --gpus");
+  }
+}
+
 }  // namespace
 
 PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
@@ -236,10 +255,7 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
     r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }
-  if (ranks) {  // the deferred update (its memory is within the speculative plan's)
-    r.plan.engine.speculation = EngineConfig::Speculation::off;
-    r.plan.engine.next_units = -1;
-  }
+  if (ranks) count_data_parallel(cfg, req.data_parallel->world(), r);
   if (engine == EngineChoice::resident && r.plan.mode != Plan::Mode::resident)
     SF_FAIL(input, "--engine resident: the model does not fit in device memory; use --engine auto");
   return r;

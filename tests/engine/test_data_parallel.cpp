@@ -25,6 +25,7 @@
 #include "dist/shm_communicator.h"
 #include "dist/thread_communicator.h"
 #include "engine/data_parallel.h"
+#include "engine/executor_factory.h"
 #include "engine/sliding_executor.h"
 #include "model/model_init.h"
 #include "optim/param_store.h"
@@ -356,6 +357,38 @@ TEST(UpdateCounters, WaitsForEveryRanksSliceNamesTheLateAndCarriesAFailure) {
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("its disk is full"), std::string::npos) << e.what();
   }
+}
+
+// A rank's plan: the sliding window even where everything fits (the resident engine has no
+// ranks), the deferred update, every gradient kept for the norm (no plan from the master),
+// and the rank's data-parallel buffers counted in its host memory.
+TEST(DataParallelEngine, PlansARanksWindowWithItsBuffers) {
+  ModelConfig cfg = tiny_config(Arch::llama, false);
+  auto group = std::make_shared<dist::ThreadGroup>(2, dist::Timeout(1000));
+  dist::ThreadCommunicator comm(group, 0);
+  DataParallel dp;
+  dp.comm = &comm;
+  ExecutorRequest req;
+  req.backend = "host";
+  req.step.micro_tokens = 64;
+  req.step.max_seq_len = 32;
+  req.step.clipping = false;  // a one-rank plan could then stream from the master
+  const PlannedRun one = plan_run(cfg, req);
+  req.data_parallel = &dp;
+  const PlannedRun rank = plan_run(cfg, req);
+  EXPECT_EQ(one.plan.mode, Plan::Mode::resident);
+  ASSERT_EQ(rank.plan.mode, Plan::Mode::sliding);
+  EXPECT_FALSE(rank.plan.engine.speculative());
+  EXPECT_FALSE(rank.plan.engine.from_master());
+  std::vector<int64_t> numels;
+  for (const Unit& u : ModelLayout::build(cfg).units) numels.push_back(u.numel);
+  const size_t dp_bytes = ShardedUpdate::host_bytes(numels, 2);
+  EXPECT_GT(dp_bytes, size_t(4) * size_t(cfg.vocab_size * cfg.hidden_size));  // the dense embedding at least
+  bool counted = false;
+  for (const MemoryLine& l : rank.plan.lines) counted |= l.what.find("data parallel") != std::string::npos && l.bytes == dp_bytes;
+  EXPECT_TRUE(counted) << describe_plan(cfg, req.step, rank.budget, rank.plan);
+  req.engine = "resident";
+  EXPECT_THROW(plan_run(cfg, req), Error);
 }
 
 // The modes not built for several ranks are refused by name before anything runs.
