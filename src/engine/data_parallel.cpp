@@ -178,18 +178,13 @@ size_t padded_shard(size_t n, int world) {
 
 ShardedUpdate::ShardedUpdate(const DataParallel& dp, ParamStore& store) : dp_(dp), store_(store) {
   SF_CHECK(dp.active() && dp.counters, "ShardedUpdate without a communicator and counters");
-  size_t most = 0;
-  for (int u = 0; u < store.n_units(); ++u) {
-    most = std::max(most, padded_shard(size_t(store.numel(u)), dp.world()));
-    slices_.emplace_back(slice(u).size());
-  }
-  send_.assign(most * size_t(dp.world()), 0.f);
-  recv_.assign(most, 0.f);
+  slices_.resize(size_t(store.n_units()));
 }
 
-size_t ShardedUpdate::host_bytes(const std::vector<int64_t>& numels, int world) {
+size_t ShardedUpdate::host_bytes(const std::vector<int64_t>& numels, int world, bool device_reduced) {
   size_t most = 0, slices = 0;
-  for (int64_t n : numels) {
+  for (size_t u = 0; u < (device_reduced ? std::min<size_t>(1, numels.size()) : numels.size()); ++u) {
+    const int64_t n = numels[u];
     most = std::max(most, padded_shard(size_t(n), world));
     slices += dist::shard_range(size_t(n), world, 0, kSliceAlign).size();  // rank 0's is the largest
   }
@@ -200,8 +195,11 @@ dist::ShardRange ShardedUpdate::slice(int u) const {
   return dist::shard_range(size_t(store_.numel(u)), dp_.world(), dp_.rank(), kSliceAlign);
 }
 
+// Grown to the largest unit reduced here (every unit on the host backend, the embedding alone
+// on the GPU path).
 float* ShardedUpdate::send_buffer(int u) {
   const size_t n = size_t(store_.numel(u)), padded = padded_shard(n, dp_.world()) * size_t(dp_.world());
+  if (send_.size() < padded) send_.resize(padded);
   std::fill(send_.begin() + ptrdiff_t(n), send_.begin() + ptrdiff_t(padded), 0.f);
   return send_.data();
 }
@@ -210,6 +208,8 @@ float* ShardedUpdate::send_buffer(int u) {
 // padded count with align 1 (the communicator's cut) starts where the 64-aligned slice does.
 void ShardedUpdate::reduce(int u) {
   const size_t n = size_t(store_.numel(u)), shard = padded_shard(n, dp_.world());
+  if (recv_.size() < shard) recv_.resize(shard);
+  slices_[size_t(u)].resize(slice(u).size());
   dp_.comm->reduce_scatter_sum(std::span<const float>(send_.data(), shard * size_t(dp_.world())),
                                std::span<float>(recv_.data(), shard));
   std::copy_n(recv_.begin(), slices_[size_t(u)].size(), slices_[size_t(u)].begin());
@@ -223,11 +223,16 @@ void ShardedUpdate::reduce_rows(int u, std::span<const int32_t> rows, const floa
   reduce(u);
 }
 
-double ShardedUpdate::local_sumsq(ThreadPool* pool) const {
+double ShardedUpdate::local_sumsq(ThreadPool* pool, const float* device_norms) const {
   double total = 0;
   for (int u = 0; u < store_.n_units(); ++u) {
     const dist::ShardRange s = slice(u);
     if (s.size() == 0) continue;
+    if (device_norms && u > 0) {
+      total += double(device_norms[u]);
+      continue;
+    }
+    SF_CHECK(slices_[size_t(u)].size() == s.size(), "data parallel: unit ", u, "'s gradient was not reduced");
     const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), int64_t(s.begin), int64_t(s.size()));
     total += sum_squares_ranges(slices_[size_t(u)].data(), int64_t(s.size()), r, pool);
   }
@@ -237,6 +242,7 @@ double ShardedUpdate::local_sumsq(ThreadPool* pool) const {
 void ShardedUpdate::update(int u, const AdamWStep& s, ThreadPool* pool, int64_t round) {
   const dist::ShardRange sl = slice(u);
   if (sl.size() > 0) {
+    SF_CHECK(slices_[size_t(u)].size() == sl.size(), "data parallel: unit ", u, "'s gradient was not reduced");
     const int64_t b = int64_t(sl.begin), n = int64_t(sl.size());
     const std::vector<ParamRange> r = clip_ranges(store_.ranges(u), b, n);
     adamw_update_ranges(store_.master(u) + b, store_.m(u) + b, store_.v(u) + b, slices_[size_t(u)].data(),

@@ -26,6 +26,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -76,10 +77,17 @@ class UpdateCounters {
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free,
               "UpdateCounters live in memory shared between processes");
 
+class Stream;
+
 struct DataParallel {
   dist::Communicator* comm = nullptr;  // null: one rank (nothing below is used)
   UpdateCounters* counters = nullptr;  // shared by the ranks
   ExternalStateMemory state;           // the one state: ParamStore::external_bytes, zero-filled
+  // The GPU path (a reduced compute dtype, docs/MULTI_GPU.md "Gradients"): enqueues on `stream`
+  // the in-place sum reduce-scatter of `data`, world x `shard` f32 on the device, leaving
+  // this rank's shard at data + rank x shard (NcclCommunicator::reduce_scatter_sum_device).
+  // Unset on the host backend, whose gradients are reduced from their homes.
+  std::function<void(float* data, size_t shard, Stream& stream)> device_reduce_scatter;
   bool active() const { return comm != nullptr; }
   int rank() const { return comm ? comm->rank() : 0; }
   int world() const { return comm ? comm->world_size() : 1; }
@@ -118,7 +126,9 @@ class ShardedUpdate {
   ShardedUpdate(const DataParallel& dp, ParamStore& store);
   // The host bytes a rank's ShardedUpdate holds for units of these sizes (its slices, the
   // padded send buffer and the shard it receives): for the plan's memory table.
-  static size_t host_bytes(const std::vector<int64_t>& numels, int world);
+  // device_reduced: the layers and head are reduced on the device (the GPU path), so only the
+  // embedding's slice and send buffer are the ShardedUpdate's.
+  static size_t host_bytes(const std::vector<int64_t>& numels, int world, bool device_reduced = false);
 
   const DataParallel& dp() const { return dp_; }
   dist::ShardRange slice(int u) const;
@@ -129,13 +139,18 @@ class ShardedUpdate {
   // The same for a sparse gradient of `rows` (increasing ids) x `cols` f32 values, the rows of
   // a [numel / cols, cols] unit (the embedding).
   void reduce_rows(int u, std::span<const int32_t> rows, const float* grad, int64_t cols);
-  // Sum of squares of this rank's slices (unit order, each over its parameter ranges).
-  double local_sumsq(ThreadPool* pool) const;
+  // Sum of squares of this rank's slices (unit order, each over its parameter ranges);
+  // device_norms (the GPU path): units 1.. take theirs from it (the device's sums of the slices).
+  double local_sumsq(ThreadPool* pool, const float* device_norms = nullptr) const;
   // The next update round's number (after a step decided not to skip; every rank agrees).
   int64_t begin_round() { return ++rounds_; }
   // AdamW of this rank's slice of unit u with its reduced gradient (fp32 state), then the
   // counters say so.
   void update(int u, const AdamWStep& s, ThreadPool* pool, int64_t round);
+  // This rank's slice of unit u for `round` is written (for updates made outside update()).
+  void slice_done(int u, int64_t round) { dp_.counters->slice_done(u, dp_.rank(), round); }
+  // Every rank's slice of unit u for `round` is in.
+  void wait_round(int u, int64_t round) const { dp_.counters->wait(u, round, dp_.comm->timeout()); }
   // Every rank's slice of unit u (of every unit) of the last round is in.
   void wait(int u) const;
   void wait_all() const;
@@ -146,7 +161,8 @@ class ShardedUpdate {
   DataParallel dp_;
   ParamStore& store_;
   std::vector<float> send_, recv_;          // padded whole unit; padded shard
-  std::vector<std::vector<float>> slices_;  // per unit: this rank's slice of the summed gradient
+  // Per unit: this rank's slice of the summed gradient (allocated by its first reduce).
+  std::vector<std::vector<float>> slices_;
   int64_t rounds_ = 0;
 };
 

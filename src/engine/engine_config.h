@@ -135,7 +135,19 @@ struct EngineConfig {
     return speculative() && u >= 1 && !device_adamw(u) && (next_units < 0 || u <= next_units);
   }
   bool speculative() const { return speculation != Speculation::off; }
+  // Data parallel (engine/data_parallel.h): the ranks of the run. With more than one, the f32
+  // gradient accumulators (layers, head) hold world equal 64-aligned shards
+  // (padded_for_ranks), so that a device reduce-scatter (NCCL's equal counts) leaves each rank
+  // its slice in place; the pad is zero.
+  int data_parallel_world = 1;
 };
+
+// n elements as world equal shards of ceil(n / world) rounded up to 64 (dist::shard_range with
+// align 64 cuts the same slices): the padded length of a data-parallel accumulator.
+inline int64_t padded_for_ranks(int64_t n, int world) {
+  const int64_t per = (n + world - 1) / world;
+  return world * ((per + 63) / 64 * 64);
+}
 
 // Modes only tests ask for, never a plan or a user: a separate argument of the executor, so
 // that EngineConfig holds only what a plan decides.

@@ -209,9 +209,10 @@ int parse_device_adamw_layers(const std::string& s) {
 void count_data_parallel(const ModelConfig& cfg, int world, PlannedRun& r) {
   r.plan.engine.speculation = EngineConfig::Speculation::off;
   r.plan.engine.next_units = -1;
+  r.plan.engine.data_parallel_world = world;
   std::vector<int64_t> numels;
   for (const Unit& u : ModelLayout::build(cfg).units) numels.push_back(u.numel);
-  const size_t bytes = ShardedUpdate::host_bytes(numels, world);
+  const size_t bytes = ShardedUpdate::host_bytes(numels, world, r.compute_dtype != DType::f32);
   r.plan.lines.push_back({cat("data parallel: reduced gradient slices + send buffer (", world, " ranks)"), bytes});
   r.plan.host_bytes += bytes;
   const size_t need = r.plan.host_bytes + (r.budget.unified ? r.plan.device_bytes : 0);

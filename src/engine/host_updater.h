@@ -95,6 +95,11 @@ class HostUpdater {
   void finish_speculative(const OptimHyper& h, StepStats& st);
   void finish_landing(const OptimHyper& h, StepStats& st);
   void finish_sharded(const OptimHyper& h, StepStats& st);
+  // The GPU path of a sharded update: this rank's slice of unit u's home (its reduced bf16
+  // gradient, turned into the new weights in place), then, once every rank's slice is in,
+  // the other slices of the home from the shared master.
+  void update_home_slice(int u, const AdamWStep& s, int64_t round);
+  void refresh_other_slices(int u);
   void land_unit(int u, const AdamWStep& s);
   void wait_landed(int u);  // until grads_out (embedding: its backward) has enqueued u's trip
   // Starts update(u) over order_; with the moments on disk, each update first asks
@@ -113,7 +118,9 @@ class HostUpdater {
   // itself (host homes) or pieces through the two ring buffers, the next piece's download
   // overlapping fn on this one. rewrite: fn turns each piece into weights, which go home.
   enum class Pieces : uint8_t { read, rewrite };
-  void grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn);
+  // [b, e) (e < 0: to the end): only those elements of the unit (a data-parallel slice).
+  void grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn, int64_t b = 0,
+                   int64_t e = -1);
   void speculate_loop(AdamWStep s, float max_norm);
   double unit_sumsq(int u);
   uint16_t* spec_out(int u);

@@ -96,7 +96,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   static std::vector<BufferSpec> checked_specs(Backend& be, const ModelLayout& layout,
                                                const ModelConfig& cfg, const EngineConfig& ec);
   // ec, once it is known that a data-parallel run (dp active) can run it.
-  static const EngineConfig& checked_for_ranks(const EngineConfig& ec, const DataParallel& dp, const Backend& be);
+  static const EngineConfig& checked_for_ranks(const EngineConfig& ec, const DataParallel& dp, const Backend& be,
+                                               const ModelConfig& cfg);
   StepStats step(std::span<const Batch> micro, const OptimHyper& h);
   StepShape step_shape(int n_chunks, Pass pass) const;
   // A step's op list, checked (check_schedule), with each op's profiler range name.
@@ -128,6 +129,11 @@ class SlidingWindowExecutor final : public StepExecutor {
   void grads_stay_on_device(const Op& op, Stream& gs, Mat src);
   void grads_to_resident_home(const Op& op, Stream& gs, Mat src);
   void grads_to_host_home(const Op& op, Stream& gs, Mat src);
+  // Data parallel on the GPU (a reduced compute dtype): the accumulator reduce-scattered in
+  // place on the comm stream, then only this rank's slice cast (and sum of squares) into its
+  // home's slice, and, for a host home, that slice's d2h.
+  bool sharded_on_device() const { return dp_.active() && w_.reduced(); }
+  void grads_out_sharded(const Op& op, Stream& gs, Buffer& acc);
 
   Mat rows(Buffer& b, int chunk) const;  // chunk's rows of a [T_step, C] buffer
   Mat x_mat(int which, int chunk) const { return rows(bufs_.at(BufferRole::activations, which), chunk); }
@@ -157,6 +163,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   StepTimer timer_;
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   std::vector<std::unique_ptr<Buffer>> pinned_masters_;  // from_master: the slots' DMA sources
+  std::unique_ptr<Stream> comm_stream_;   // sharded_on_device(): the reduce-scatters
+  std::unique_ptr<Event> reduced_[3];     // per accumulator (layer 0, 1; head): its reduce is done
   HostUpdater updater_;  // last: its thread stops before the rest goes
 
   std::map<std::pair<int, Pass>, Schedule> schedules_;
