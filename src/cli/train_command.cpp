@@ -37,6 +37,12 @@
 #include "dist/rank_launcher.h"
 #include "dist/shm_communicator.h"
 #include "dist/tcp_bootstrap.h"
+#if SF_DIST_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "dist/cuda/nccl_communicator.h"
+#endif
 #include "model/model_presets.h"
 #include "report/progress.h"
 #include "text/chat_template.h"
@@ -183,17 +189,74 @@ std::unique_ptr<dist::Communicator> connect_ranks(const dist::LaunchEnv& env, di
   return comm;
 }
 
+// A GPU rank sees only its GPU, LOCAL_RANK's of those visible (CUDA_VISIBLE_DEVICES, or all),
+// as device 0: set before CUDA starts in this process.
+void see_only_local_gpu(int local_rank) {
+  std::vector<std::string> visible;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+    std::stringstream ss(v);
+    for (std::string d; std::getline(ss, d, ',');) visible.push_back(d);
+    SF_REQUIRE(local_rank < int(visible.size()), "LOCAL_RANK=", local_rank, " but CUDA_VISIBLE_DEVICES=", v,
+               " shows ", visible.size(), " GPU(s); start at most that many ranks per host");
+  }
+  const std::string mine = visible.empty() ? std::to_string(local_rank) : visible[size_t(local_rank)];
+  ::setenv("CUDA_VISIBLE_DEVICES", mine.c_str(), 1);
+}
+
+#if SF_DIST_CUDA
+// A GPU rank's NCCL communicator: rank 0 makes the run id and NCCL's unique id and sends both
+// through the bootstrap; the device form of the reduce-scatter goes to the trainer.
+std::unique_ptr<dist::Communicator> connect_nccl(const dist::LaunchEnv& env, dist::Timeout timeout, TrainOptions& o) {
+  const dist::NcclLibrary& nccl = dist::NcclLibrary::process();
+  std::vector<std::byte> blob;
+  dist::NcclUniqueId id;
+  if (env.rank == 0) {
+    o.run_id = dist::new_run_id();
+    id = nccl.unique_id();
+    blob.resize(o.run_id.size() + id.bytes.size());
+    std::memcpy(blob.data(), o.run_id.data(), o.run_id.size());
+    std::memcpy(blob.data() + o.run_id.size(), id.bytes.data(), id.bytes.size());
+  }
+  blob = dist::tcp_bootstrap(env, blob, timeout);
+  SF_REQUIRE(blob.size() > id.bytes.size(), "the bootstrap's blob is too short for a run id and NCCL's id");
+  const size_t id_at = blob.size() - id.bytes.size();
+  o.run_id.assign(reinterpret_cast<const char*>(blob.data()), id_at);
+  std::memcpy(id.bytes.data(), blob.data() + id_at, id.bytes.size());
+  auto comm = std::make_unique<dist::NcclCommunicator>(nccl, id, env.world_size, env.rank, 0, timeout);
+  dist::NcclCommunicator* c = comm.get();
+  o.device_reduce_scatter = [c](float* data, size_t shard, Stream& s) {
+    c->reduce_scatter_sum_device(data, data + size_t(c->rank()) * shard, shard,
+                                 reinterpret_cast<cudaStream_t>(CudaBackend::cuda_stream(s)));
+  };
+  return comm;
+}
+#endif
+
+// This rank's communicator: NCCL for GPU ranks (CUDA builds, a GPU, not --backend host), else
+// the host ranks' ShmCommunicator.
+std::unique_ptr<dist::Communicator> connect(const dist::LaunchEnv& env, TrainOptions& o) {
+  const dist::Timeout timeout(int64_t(o.dist_timeout_s) * 1000);
+  if (o.backend != "host") see_only_local_gpu(env.local_rank);
+#if SF_DIST_CUDA
+  if (o.backend == "cuda" || (o.backend == "auto" && CudaBackend::device_count() > 0))
+    return connect_nccl(env, timeout, o);
+#endif
+  return connect_ranks(env, timeout, o.run_id);
+}
+
 // Runs `train` as one rank of env's group, its errors prefixed "rank r: ".
 TrainResult run_as_rank(TrainOptions& o, const dist::LaunchEnv& env) {
   try {
-    std::unique_ptr<dist::Communicator> comm = connect_ranks(env, dist::Timeout(int64_t(o.dist_timeout_s) * 1000), o.run_id);
+    std::unique_ptr<dist::Communicator> comm = connect(env, o);
     o.comm = comm.get();
     static std::ostream discard(nullptr);  // ranks other than 0 print only their errors
     TrainResult r = run_training(o, env.rank == 0 ? std::cout : discard);
     o.comm = nullptr;  // it goes with this scope
+    o.device_reduce_scatter = nullptr;
     return r;
   } catch (const Error& e) {
     o.comm = nullptr;
+    o.device_reduce_scatter = nullptr;
     const std::string prefix = cat("rank ", env.rank, ": ");
     if (std::string_view(e.what()).starts_with(prefix)) throw;  // said by the communicator already
     throw Error(e.kind(), prefix + e.what());

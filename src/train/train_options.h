@@ -20,6 +20,8 @@
 
 namespace sf {
 
+class Stream;
+
 struct TrainOptions {
   // --- what is trained on what (recorded in checkpoints)
   std::filesystem::path model_dir;    // HF model directory; empty: the bundled example
@@ -94,6 +96,8 @@ struct TrainOptions {
   // batch: each rank trains on rows rank, rank + N, ... of each one.
   dist::Communicator* comm = nullptr;
   std::string run_id;
+  // GPU ranks (NCCL): the device form of the gradients' reduce-scatter (DataParallel's).
+  std::function<void(float* data, size_t shard, Stream& stream)> device_reduce_scatter;
   int rank() const { return comm ? comm->rank() : 0; }
   int world() const { return comm ? comm->world_size() : 1; }
 

@@ -193,6 +193,7 @@ void Trainer::resolve_start(const TrainOptions& requested) {
     opt_ = settings_for_resume(requested, resume_->settings(), resume_dir, notes, changes);
     opt_.comm = requested.comm;  // this run's ranks, whatever the checkpoint's were
     opt_.run_id = requested.run_id;
+    opt_.device_reduce_scatter = requested.device_reduce_scatter;
     opt_.gpus = requested.gpus;
     validate_train_options(opt_);
     for (auto& n : notes) say(n);
@@ -300,6 +301,7 @@ void Trainer::build_executor() {
     shared_state_ = std::make_unique<SharedTrainingState>(*opt_.comm, opt_.run_id, state_units(layout_),
                                                           opt_.state_format);
     dp_ = shared_state_->data_parallel();
+    dp_.device_reduce_scatter = opt_.device_reduce_scatter;
     er.data_parallel = &dp_;
     er.step.micro_tokens = int64_t(opt_.batch_size / opt_.world()) * opt_.seq_len;
   }
