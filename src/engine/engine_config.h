@@ -161,6 +161,9 @@ struct EngineTestModes {
   // Each update of a landing round first sleeps this long, so that the round still runs when
   // the next step starts (as on a GPU, where the CPU's AdamW lags the step's return).
   int landing_delay_ms = 0;
+  // Data parallel: ranks other than 0 sleep this long before each slice update, so that a rank
+  // that read a unit before every rank's slice was in would read old weights (and fail the bits).
+  int rank_update_delay_ms = 0;
 };
 
 }  // namespace sf

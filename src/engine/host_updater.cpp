@@ -349,6 +349,8 @@ void HostUpdater::finish_sharded(const OptimHyper& h, StepStats& st) {
   advance_step(w_.store, s);
   const int64_t round = sharded_->begin_round();
   start_updates([](int) { return false; }, [this, s, round](int u) {
+    if (w_.test.rank_update_delay_ms > 0 && sharded_->dp().rank() != 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(w_.test.rank_update_delay_ms));
     if (w_.reduced()) update_home_slice(u, s, round);
     else sharded_->update(u, s, &opt_pool(), round);
   });

@@ -114,11 +114,14 @@ struct Case {
   // Tied embeddings: the table's gradient starts from the head's dense share, which the one
   // rank sums over all chunks before the tokens' rows are added, a rank over its own: close.
   bool tied = false;
+  // Ranks 1.. sleep before each slice update (EngineTestModes::rank_update_delay_ms): a rank
+  // that loaded a unit before every slice was in would train on old weights.
+  bool late_slices = false;
   bool bitwise() const { return grad_accum == 1 && own_tokens && !tied; }
   std::string name() const {
     return cat("world", world, "_accum", grad_accum, max_grad_norm > 0 ? "_clip" : "_noclip",
                own_tokens ? "_owntokens" : "_sharedtokens", threaded ? "_threaded" : "", shm ? "_shm" : "",
-               tied ? "_tied" : "");
+               tied ? "_tied" : "", late_slices ? "_lateslices" : "");
   }
 };
 
@@ -193,8 +196,10 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
           dp = states[size_t(r)]->data_parallel();
         }
         bes[size_t(r)] = std::make_unique<RankBackend>(tc.threaded);
+        EngineTestModes test;
+        if (tc.late_slices) test.rank_update_delay_ms = 5;
         ranks[size_t(r)] = std::make_unique<SlidingWindowExecutor>(bes[size_t(r)]->be(), cfg, window(tc.grad_accum),
-                                                                   EngineTestModes{}, dp);
+                                                                   test, dp);
         if (r == 0)  // rank 0 alone writes the shared state
           for (int u = 0; u < int(layout.units.size()); ++u) ranks[0]->params().write_master_f32(u, initial(u).data());
         ranks[size_t(r)]->params_changed();  // collective: rank 0's writes are in
@@ -278,7 +283,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelEngine,
                                            Case{2, 1, 0.05f, true, true}, Case{3, 2, 0.f, false, true},
                                            Case{3, 1, 0.05f, true, false, true}, Case{2, 2, 0.05f, false, true, true},
                                            Case{2, 1, 0.05f, true, false, false, true},
-                                           Case{3, 2, 0.f, false, true, false, true}),
+                                           Case{3, 2, 0.f, false, true, false, true},
+                                           Case{3, 1, 0.f, true, false, false, false, true},
+                                           Case{2, 1, 0.05f, true, true, true, false, true}),
                          [](const auto& info) { return info.param.name(); });
 
 // A rank whose step throws (here: a token outside the vocabulary in rank 1's share at step 1,
