@@ -495,7 +495,11 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
 }
 
 void SlidingWindowExecutor::embed_backward(const Op& op) {
-  if (emb_.backward(*chunks_, chunk_off_, op.chunk, dx_mat(op.chunk))) updater_.embedding_grad_home();
+  if (!emb_.backward(*chunks_, chunk_off_, op.chunk, dx_mat(op.chunk))) return;
+  // The GPU path: the embedding's reduce is a host-form call on the same communicator, so the
+  // layers' device reduce-scatters (on the comm stream) finish first: one order on every rank.
+  if (comm_stream_) comm_stream_->synchronize();
+  updater_.embedding_grad_home();
 }
 
 // ---- a step ------------------------------------------------------------------------------
