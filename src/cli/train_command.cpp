@@ -4,11 +4,22 @@
 // Config file (cli/config_file.h): `--config run.toml` or `--config run.yaml`, keys are the
 // long flag names; flags given on the command line win over the file. `--print-config` prints
 // the effective settings in TOML form and exits.
+//
+// Data parallel (docs/MULTI_GPU.md, "Launch"): `--gpus N` starts N ranks of this same command
+// (dist::launch_ranks, which sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and
+// waits for them: the first that fails stops the others, and its rank and exit are the
+// launcher's error. A process that finds those variables set (ours, or torchrun's) is one rank:
+// rank 0 makes the run id and the communicator's shared memory and sends the id to the others
+// over the TCP bootstrap. On the host backend the ranks talk through a ShmCommunicator. Rank 0
+// alone prints; every rank's error is prefixed "rank r: ".
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <span>
 #include <cstring>
 #include <functional>
 #include <iomanip>
@@ -22,6 +33,16 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/data_source.h"
+#include "dist/env_launch.h"
+#include "dist/rank_launcher.h"
+#include "dist/shm_communicator.h"
+#include "dist/tcp_bootstrap.h"
+#if SF_DIST_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "dist/cuda/nccl_communicator.h"
+#endif
 #include "model/model_presets.h"
 #include "report/progress.h"
 #include "text/chat_template.h"
@@ -101,6 +122,145 @@ FaultHook fault_hook_from_env() {
         SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");
     }
   };
+}
+
+// ---- data parallel --------------------------------------------------------------------------
+
+// This process's command line, for the ranks: /proc/self/cmdline, the program as /proc/self/exe.
+std::vector<std::string> self_argv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string a; std::getline(f, a, '\0');) argv.push_back(a);
+  SF_REQUIRE(!argv.empty(), "--gpus: cannot read this process's command line (/proc/self/cmdline)");
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) argv[0] = exe.string();
+  return argv;
+}
+
+// The parent of `--gpus N`: the ranks run, this waits; a failed rank is the run's error. A
+// Ctrl-C reaches the ranks too (one process group): they stop after the same step and rank 0
+// saves, so the parent ignores it (the ranks set their own handlers) rather than die first.
+void launch_the_ranks(int n) {
+  dist::RankLaunch l;
+  l.argv = self_argv();
+  l.world_size = n;
+  struct sigaction ignore {}, old_int {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGINT, &ignore, &old_int);
+  dist::LaunchResult r;
+  try {
+    r = dist::launch_ranks(l);
+  } catch (...) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    throw;
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  if (r.failed_rank < 0) return;
+  std::cerr << "slideformer: error: --gpus " << n << ": " << r.message << "\n" << std::flush;
+  throw CLI::RuntimeError(r.exit_code != 0 ? r.exit_code : 1);
+}
+
+// Per-rank bytes of the communicator's region: calls larger than this go in pieces.
+constexpr size_t kCommCapacity = size_t(16) << 20;
+
+// One rank's communicator: rank 0 creates the region under a new run id and sends the id to the
+// others through the bootstrap (also the run's first barrier); once all have mapped it, rank 0
+// removes the name.
+std::unique_ptr<dist::Communicator> connect_ranks(const dist::LaunchEnv& env, dist::Timeout timeout,
+                                                  std::string& run_id) {
+  const size_t bytes = dist::ShmCommunicator::region_bytes(env.world_size, kCommCapacity);
+  std::optional<dist::SharedRegion> region;
+  if (env.rank == 0) {
+    run_id = dist::new_run_id();
+    region.emplace(dist::SharedRegion::create(dist::shared_region_name(run_id, "comm"), bytes));
+    dist::ShmCommunicator::init(region->data(), env.world_size, kCommCapacity);
+  }
+  const std::vector<std::byte> blob =
+      dist::tcp_bootstrap(env, std::as_bytes(std::span<const char>(run_id.data(), run_id.size())), timeout);
+  if (env.rank != 0) {
+    run_id.assign(reinterpret_cast<const char*>(blob.data()), blob.size());
+    region.emplace(dist::SharedRegion::open(dist::shared_region_name(run_id, "comm"), bytes));
+  }
+  auto comm = std::make_unique<dist::ShmCommunicator>(std::move(*region), env.rank, env.world_size, timeout);
+  comm->barrier();
+  if (env.rank == 0) comm->unlink();
+  return comm;
+}
+
+// A GPU rank sees only its GPU, LOCAL_RANK's of those visible (CUDA_VISIBLE_DEVICES, or all),
+// as device 0: set before CUDA starts in this process.
+void see_only_local_gpu(int local_rank) {
+  std::vector<std::string> visible;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+    std::stringstream ss(v);
+    for (std::string d; std::getline(ss, d, ',');) visible.push_back(d);
+    SF_REQUIRE(local_rank < int(visible.size()), "LOCAL_RANK=", local_rank, " but CUDA_VISIBLE_DEVICES=", v,
+               " shows ", visible.size(), " GPU(s); start at most that many ranks per host");
+  }
+  const std::string mine = visible.empty() ? std::to_string(local_rank) : visible[size_t(local_rank)];
+  ::setenv("CUDA_VISIBLE_DEVICES", mine.c_str(), 1);
+}
+
+#if SF_DIST_CUDA
+// A GPU rank's NCCL communicator: rank 0 makes the run id and NCCL's unique id and sends both
+// through the bootstrap; the device form of the reduce-scatter goes to the trainer.
+std::unique_ptr<dist::Communicator> connect_nccl(const dist::LaunchEnv& env, dist::Timeout timeout, TrainOptions& o) {
+  const dist::NcclLibrary& nccl = dist::NcclLibrary::process();
+  std::vector<std::byte> blob;
+  dist::NcclUniqueId id;
+  if (env.rank == 0) {
+    o.run_id = dist::new_run_id();
+    id = nccl.unique_id();
+    blob.resize(o.run_id.size() + id.bytes.size());
+    std::memcpy(blob.data(), o.run_id.data(), o.run_id.size());
+    std::memcpy(blob.data() + o.run_id.size(), id.bytes.data(), id.bytes.size());
+  }
+  blob = dist::tcp_bootstrap(env, blob, timeout);
+  SF_REQUIRE(blob.size() > id.bytes.size(), "the bootstrap's blob is too short for a run id and NCCL's id");
+  const size_t id_at = blob.size() - id.bytes.size();
+  o.run_id.assign(reinterpret_cast<const char*>(blob.data()), id_at);
+  std::memcpy(id.bytes.data(), blob.data() + id_at, id.bytes.size());
+  auto comm = std::make_unique<dist::NcclCommunicator>(nccl, id, env.world_size, env.rank, 0, timeout);
+  dist::NcclCommunicator* c = comm.get();
+  o.device_reduce_scatter = [c](float* data, size_t shard, Stream& s) {
+    c->reduce_scatter_sum_device(data, data + size_t(c->rank()) * shard, shard,
+                                 reinterpret_cast<cudaStream_t>(CudaBackend::cuda_stream(s)));
+  };
+  return comm;
+}
+#endif
+
+// This rank's communicator: NCCL for GPU ranks (CUDA builds, a GPU, not --backend host), else
+// the host ranks' ShmCommunicator.
+std::unique_ptr<dist::Communicator> connect(const dist::LaunchEnv& env, TrainOptions& o) {
+  const dist::Timeout timeout(int64_t(o.dist_timeout_s) * 1000);
+  if (o.backend != "host") see_only_local_gpu(env.local_rank);
+#if SF_DIST_CUDA
+  if (o.backend == "cuda" || (o.backend == "auto" && CudaBackend::device_count() > 0))
+    return connect_nccl(env, timeout, o);
+#endif
+  return connect_ranks(env, timeout, o.run_id);
+}
+
+// Runs `train` as one rank of env's group, its errors prefixed "rank r: ".
+TrainResult run_as_rank(TrainOptions& o, const dist::LaunchEnv& env) {
+  try {
+    std::unique_ptr<dist::Communicator> comm = connect(env, o);
+    o.comm = comm.get();
+    static std::ostream discard(nullptr);  // ranks other than 0 print only their errors
+    TrainResult r = run_training(o, env.rank == 0 ? std::cout : discard);
+    o.comm = nullptr;  // it goes with this scope
+    o.device_reduce_scatter = nullptr;
+    return r;
+  } catch (const Error& e) {
+    o.comm = nullptr;
+    o.device_reduce_scatter = nullptr;
+    const std::string prefix = cat("rank ", env.rank, ": ");
+    if (std::string_view(e.what()).starts_with(prefix)) throw;  // said by the communicator already
+    throw Error(e.kind(), prefix + e.what());
+  }
 }
 
 // ---- flags -------------------------------------------------------------------------------
@@ -263,6 +423,11 @@ void add_train_command(CLI::App& app) {
   f.add("seed", o.seed, "seed for initialisation, data order and the bf16 master's rounding");
   f.add("optimizer-state", st->optimizer_state, kOptimizerStateHelp);
   f.add("master-weights", st->master_weights, kMasterWeightsHelp);
+  f.add("gpus", o.gpus,
+        "data parallel: train on N ranks (one per GPU; with --backend host, N CPU processes), "
+        "started here; --batch-size stays the global batch (divisible by N)");
+  f.add("dist-timeout", o.dist_timeout_s,
+        "data parallel: seconds a rank waits for the others before it stops the run naming them");
   f.shown.push_back({"deterministic", [&o] { return toml_value(o.deterministic); }});
   cmd->add_flag("--deterministic", o.deterministic,
                 "the same bits on every run of these settings, on the GPU too (attention backwards "
@@ -365,10 +530,17 @@ void add_train_command(CLI::App& app) {
       return;
     }
 
+    const dist::LaunchEnv env = dist::launch_from_env();
+    SF_REQUIRE(!env.from_env || !given("gpus") || o.gpus == env.world_size, "--gpus ", o.gpus,
+               " and WORLD_SIZE=", env.world_size, " disagree: start the ranks with --gpus, or with a "
+               "launcher that sets WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, not both");
+    if (o.gpus > 1 && !env.from_env) return launch_the_ranks(o.gpus);
+
     StopSignals signals;
     o.stop_requested = [] { return g_stop_signal.load() != 0; };
     o.fault = fault_hook_from_env();
-    TrainResult r = run_training(o, std::cout);
+    TrainResult r = env.from_env && env.world_size > 1 ? run_as_rank(o, env) : run_training(o, std::cout);
+    if (r.stopped && env.rank != 0) throw CLI::RuntimeError(128 + (g_stop_signal.load() ? g_stop_signal.load() : SIGINT));
     if (r.stopped) {
       const int sig = g_stop_signal.load();
       std::cout << "stopped at step " << r.end_step << " of " << r.total_steps;

@@ -63,6 +63,9 @@ class EmbeddingGrad {
                    const std::function<void(int64_t, int64_t)>& after) const;
 
   int64_t touched_rows() const { return int64_t(rows_.size()); }
+  // The touched row ids (increasing) and their gradient rows, [touched_rows(), C] f32.
+  std::span<const int32_t> rows() const { return rows_; }
+  const float* data() const { return grad_; }
 
  private:
   void for_each_run(Rows which, ThreadPool& pool,

@@ -29,6 +29,8 @@ class EmbeddingPath {
   // The gradient's sum of squares: reduced on the device (untied) or summed on the host.
   bool device_norm() const { return device_scatter(); }
   double sum_squares(ThreadPool& pool) const;
+  // The step's sparse gradient, once backward() returned true.
+  const EmbeddingGrad& grad() const { return *grad_; }
   // AdamW of the touched or untouched rows (embedding_grad.h), bf16 copy of a tied table
   // (the staging home) included.
   void adamw(EmbeddingGrad::Kind kind, EmbeddingGrad::Rows rows, const AdamWStep& s,

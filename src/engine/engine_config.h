@@ -139,7 +139,19 @@ struct EngineConfig {
     return state_format.is_fp32() || u <= n_units - 2 - resident_layers;
   }
   bool speculative() const { return speculation != Speculation::off; }
+  // Data parallel (engine/data_parallel.h): the ranks of the run. With more than one, the f32
+  // gradient accumulators (layers, head) hold world equal 64-aligned shards
+  // (padded_for_ranks), so that a device reduce-scatter (NCCL's equal counts) leaves each rank
+  // its slice in place; the pad is zero.
+  int data_parallel_world = 1;
 };
+
+// n elements as world equal shards of ceil(n / world) rounded up to 64 (dist::shard_range with
+// align 64 cuts the same slices): the padded length of a data-parallel accumulator.
+inline int64_t padded_for_ranks(int64_t n, int world) {
+  const int64_t per = (n + world - 1) / world;
+  return world * ((per + 63) / 64 * 64);
+}
 
 // Modes only tests ask for, never a plan or a user: a separate argument of the executor, so
 // that EngineConfig holds only what a plan decides.
@@ -153,6 +165,9 @@ struct EngineTestModes {
   // Each update of a landing round first sleeps this long, so that the round still runs when
   // the next step starts (as on a GPU, where the CPU's AdamW lags the step's return).
   int landing_delay_ms = 0;
+  // Data parallel: ranks other than 0 sleep this long before each slice update, so that a rank
+  // that read a unit before every rank's slice was in would read old weights (and fail the bits).
+  int rank_update_delay_ms = 0;
 };
 
 }  // namespace sf

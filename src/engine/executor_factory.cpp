@@ -205,6 +205,26 @@ int parse_device_adamw_layers(const std::string& s) {
   return n;
 }
 
+// A rank's plan: the deferred update (its memory is within the speculative plan's), and the
+// rank's ShardedUpdate buffers in the table and the budget.
+void count_data_parallel(const ModelConfig& cfg, int world, PlannedRun& r) {
+  r.plan.engine.speculation = EngineConfig::Speculation::off;
+  r.plan.engine.next_units = -1;
+  r.plan.engine.data_parallel_world = world;
+  std::vector<int64_t> numels;
+  for (const Unit& u : ModelLayout::build(cfg).units) numels.push_back(u.numel);
+  const size_t bytes = ShardedUpdate::host_bytes(numels, world, r.compute_dtype != DType::f32);
+  r.plan.lines.push_back({cat("data parallel: reduced gradient slices + send buffer (", world, " ranks)"), bytes});
+  r.plan.host_bytes += bytes;
+  const size_t need = r.plan.host_bytes + (r.budget.unified ? r.plan.device_bytes : 0);
+  if (r.plan.fits && need > r.budget.host_bytes) {
+    r.plan.fits = false;
+    r.plan.advice = cat("with ", world, " ranks each needs ", need >> 20, " MiB of host memory (the data-parallel "
+                        "buffers included), over --host-memory's ", r.budget.host_bytes >> 20, " MiB; raise "
+                        "--host-memory or train with fewer --gpus");
+  }
+}
+
 }  // namespace
 
 PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
@@ -220,17 +240,24 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   HardwareModel hw = hardware_for(r.backend, req.step.state_format);
   const EngineChoice engine = parse_engine(req.engine);
   const int dev_adamw = parse_device_adamw_layers(req.device_adamw_layers);
-  const bool allow_resident = engine != EngineChoice::sliding;
-  r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+  const bool ranks = req.data_parallel && req.data_parallel->active();
+  SF_REQUIRE(!(ranks && engine == EngineChoice::resident), "--engine resident: data parallel (--gpus ",
+             req.data_parallel ? req.data_parallel->world() : 1, ") runs the sliding window; use --engine auto");
+  const bool allow_resident = engine != EngineChoice::sliding && !ranks;
+  // Several ranks: every gradient waits for the global norm (the plans that apply each as it
+  // lands are not built for several ranks).
+  if (ranks) r.plan_request.clipping = true;
+  r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   if (!req.disk_speed.empty()) {  // a disk elsewhere: its rate as given, for every candidate
     hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);
     hw.source += cat("; --disk-speed ", req.disk_speed, " assumed");
-    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+    r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   } else if (r.plan.engine.moments_streamed) {
     // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
-    r.plan = make_plan(cfg, req.step, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+    r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }
+  if (ranks) count_data_parallel(cfg, req.data_parallel->world(), r);
 #if SF_WITH_CUDA
   if (r.plan.attention_without_workspace) cuda::set_attention_deterministic(true);
 #endif
@@ -276,6 +303,9 @@ std::unique_ptr<StepExecutor> make_executor(const ModelConfig& cfg, const Execut
                                                             r.plan.keep_activations,
                                                             r.plan.engine.head_chunk_rows,
                                                       r.plan.engine.state_format);
+  if (req.data_parallel && req.data_parallel->active())
+    return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine, EngineTestModes{},
+                                                           *req.data_parallel);
   return std::make_unique<Owning<SlidingWindowExecutor>>(std::move(be), cfg, r.plan.engine);
 }
 

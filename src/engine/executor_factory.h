@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"  // BackendKind
+#include "engine/data_parallel.h"
 #include "engine/planner.h"
 #include "engine/step_executor.h"
 
@@ -33,6 +34,11 @@ struct ExecutorRequest {
   // false: the fastest backward (cuDNN's, accumulating with atomics, on Hopper) unless
   // SF_ATTN_DETERMINISTIC=1.
   bool deterministic = false;
+  // Data parallel (data_parallel.h): this executor is one rank of data_parallel->world() (null:
+  // one rank). step.micro_tokens is then the rank's share. The ranks run the sliding window
+  // with the deferred update (plan_run plans it so: no resident engine, no speculation, every
+  // gradient kept for the norm); the executor refuses what is not built for several ranks.
+  const DataParallel* data_parallel = nullptr;
 };
 
 // Resolves the backend kind and budgets and makes the plan (no allocation).

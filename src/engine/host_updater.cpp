@@ -16,8 +16,10 @@
 
 namespace sf {
 
-HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev)
+HostUpdater::HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev,
+                         const DataParallel* dp)
     : w_(w), homes_(homes), emb_(emb), dev_(dev) {
+  if (dp && dp->active()) sharded_ = std::make_unique<ShardedUpdate>(*dp, w.store);
   ring_piece_ = std::min(homes.max_resident_numel(), w.ec.ring_piece);
   // A piece of an int8 state's unit must split no block: whole blocks of the unit's grid.
   if (w.store.format().moments == MomentFormat::int8)
@@ -127,6 +129,11 @@ void HostUpdater::grad_ready(int u) {
 // and the norm is ready as soon as phase A's last unit is. (The tests' speculate-everything
 // mode still hands it to phase A.)
 void HostUpdater::embedding_grad_home() {
+  if (sharded_) {  // the step's last gradient: reduced like the others, from its sparse rows
+    const EmbeddingGrad& g = emb_.grad();
+    sharded_->reduce_rows(0, g.rows(), g.data(), w_.cfg.hidden_size);
+    return;
+  }
   if (w_.ec.from_master()) {
     // Summed here, before the round may update the table (host_pool: the round owns opt_pool).
     const double sq = emb_.sum_squares(host_pool());
@@ -148,7 +155,8 @@ void HostUpdater::embedding_grad_home() {
 }
 
 void HostUpdater::finish(const OptimHyper& h, StepStats& st) {
-  if (w_.ec.from_master()) finish_landing(h, st);
+  if (sharded_) finish_sharded(h, st);
+  else if (w_.ec.from_master()) finish_landing(h, st);
   else if (spec_ && spec_->active) finish_speculative(h, st);
   else finish_deferred(h, st);
 }
@@ -267,11 +275,13 @@ void HostUpdater::unit_adamw(EmbeddingGrad::Kind kind, int u, WeightsTo to, uint
   });
 }
 
-void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn) {
+void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn,
+                              int64_t b, int64_t e) {
   const bool upload = mode == Pieces::rewrite;
-  const int64_t n = w_.store.numel(u);
+  const int64_t end = e < 0 ? w_.store.numel(u) : e, n = end - b;
   if (!homes_.resident(u)) {
-    fn(homes_.from_master(u) ? homes_.ring().of(u) : homes_.home(u)->data(), 0, n);
+    char* g = static_cast<char*>(homes_.from_master(u) ? homes_.ring().of(u) : homes_.home(u)->data());
+    fn(g + size_t(b) * dtype_size(w_.cd), b, n);
     return;
   }
   WindowEvents& ev = w_.ev;
@@ -282,7 +292,7 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   const int64_t P = ring_piece_;
   const int64_t pieces = (n + P - 1) / P;
   auto download = [&](int64_t k, int r) {
-    const int64_t off = k * P, len = std::min(P, n - off);
+    const int64_t off = b + k * P, len = std::min(P, end - off);
     ev.grads_home[size_t(u)]->wait(d2h);
     ev.ring_up[r]->wait(d2h);  // the buffer's previous upload has left
     w_.be.copy_to_host(d2h, ring[r]->data(), home + size_t(off) * es, size_t(len) * es);
@@ -293,7 +303,7 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   for (int64_t k = 0; k < pieces; ++k) {
     if (k + 1 < pieces) download(k + 1, r ^ 1);
     ev.ring_down[r]->synchronize();
-    const int64_t off = k * P, len = std::min(P, n - off);
+    const int64_t off = b + k * P, len = std::min(P, end - off);
     fn(ring[r]->data(), off, len);
     if (upload) {
       w_.be.copy_to_device(h2d, home + size_t(off) * es, ring[r]->data(), size_t(len) * es);
@@ -305,6 +315,95 @@ void HostUpdater::grad_pieces(int u, Pieces mode, const std::function<void(void*
   // Not waited for here: the next forward orders after home_ready, and a ring buffer's next
   // download after its ring_up, so AdamW of the next piece overlaps this upload.
   if (upload) ev.home_ready[size_t(u)]->record(h2d);
+}
+
+// ---- data parallel (data_parallel.h) -------------------------------------------------------
+
+// The f32 gradient, once its trip home is over, into the padded send buffer, then reduced.
+void HostUpdater::reduce_grad(int u) {
+  if (!sharded_ || w_.reduced()) return;  // the GPU path reduced it on the device (grads_out)
+  Stream& s = *w_.streams.upd_d2h;
+  w_.ev.grads_home[size_t(u)]->wait(s);
+  w_.be.copy_to_host(s, sharded_->send_buffer(u), homes_.home(u)->data(), size_t(w_.store.numel(u)) * 4);
+  s.synchronize();
+  sharded_->reduce(u);
+}
+
+// The norm over every rank's slices, the same decision on every rank, and this rank's slices
+// updated on the update thread in the schedule's order (the next forward waits per unit for
+// every rank's slice: wait()).
+void HostUpdater::finish_sharded(const OptimHyper& h, StepStats& st) {
+  ThreadPool& pool = opt_pool();
+  std::vector<float> dev_norms;  // the GPU path: the slices' sums of squares, reduced there
+  if (w_.reduced()) {
+    dev_norms.assign(size_t(w_.n_units()), 0.f);
+    w_.be.copy_to_host(*w_.streams.compute, dev_norms.data(), w_.norms(), dev_norms.size() * 4);
+    w_.streams.compute->synchronize();
+  }
+  const double local = sharded_->local_sumsq(&pool, dev_norms.empty() ? nullptr : dev_norms.data());
+  const ClipDecision d = decide_clip(sum_over_ranks(*sharded_->dp().comm, local), h.max_grad_norm);
+  d.report(st);
+  if (d.skip) {
+    homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);
+    return;
+  }
+  const AdamWStep s = next_adamw_step(h, w_.store, d.coef);
+  advance_step(w_.store, s);
+  const int64_t round = sharded_->begin_round();
+  start_updates([](int) { return false; }, [this, s, round](int u) {
+    if (w_.test.rank_update_delay_ms > 0 && sharded_->dp().rank() != 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(w_.test.rank_update_delay_ms));
+    if (w_.reduced()) update_home_slice(u, s, round);
+    else sharded_->update(u, s, &opt_pool(), round);
+  });
+}
+
+void HostUpdater::update_home_slice(int u, const AdamWStep& s, int64_t round) {
+  if (u == 0) {  // the table: its fp32 master is what the GPU gathers from, as on the host
+    sharded_->update(0, s, &opt_pool(), round);
+    return;
+  }
+  const dist::ShardRange sl = sharded_->slice(u);
+  ParamStore& store = w_.store;
+  if (sl.size() > 0)
+    grad_pieces(u, Pieces::rewrite, [&](void* g, int64_t off, int64_t len) {
+      const std::vector<ParamRange> r = clip_ranges(store.ranges(u), off, len);
+      uint16_t* gh = static_cast<uint16_t*>(g);  // the reduced gradient in, the new weights out
+      adamw_update_ranges(store.master(u) + off, store.m(u) + off, store.v(u) + off, gh, gh, len, r, s, &opt_pool());
+    }, int64_t(sl.begin), int64_t(sl.end));
+  sharded_->slice_done(u, round);
+  sharded_->wait_round(u, round);
+  refresh_other_slices(u);
+}
+
+// The other ranks' slices of the home hold this rank's old weights: the new ones, cast from
+// the shared master (round to nearest even, as the AdamW's own bf16 output), straight into a
+// host home, or through the ring buffers into a resident one.
+void HostUpdater::refresh_other_slices(int u) {
+  const DataParallel& dp = sharded_->dp();
+  const int64_t n = w_.store.numel(u);
+  const size_t es = dtype_size(w_.cd);
+  char* home = static_cast<char*>(homes_.home(u)->data());
+  Stream& h2d = *w_.streams.upd_h2d;
+  for (int q = 0; q < dp.world(); ++q) {
+    const dist::ShardRange sl = dist::shard_range(size_t(n), dp.world(), q, kSliceAlign);
+    if (q == dp.rank() || sl.size() == 0) continue;
+    if (!homes_.resident(u)) {
+      w_.master_to_compute(u, home + sl.begin * es, int64_t(sl.begin), int64_t(sl.end));
+      continue;
+    }
+    for (int64_t off = int64_t(sl.begin); off < int64_t(sl.end); off += ring_piece_) {
+      const int64_t len = std::min<int64_t>(ring_piece_, int64_t(sl.end) - off);
+      const int r = ring_next_;
+      w_.ev.ring_up[r]->synchronize();  // the buffer's previous upload has left
+      Buffer& ring = w_.bufs.at(BufferRole::update_ring, r);
+      w_.master_to_compute(u, ring.data(), off, off + len);
+      w_.be.copy_to_device(h2d, home + size_t(off) * es, ring.data(), size_t(len) * es);
+      w_.ev.ring_up[r]->record(h2d);
+      ring_next_ ^= 1;
+    }
+  }
+  if (homes_.resident(u)) w_.ev.home_ready[size_t(u)]->record(h2d);
 }
 
 // ---- landing ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/clip_decision.h"
+#include "engine/data_parallel.h"
 #include "engine/device_adamw_layers.h"
 #include "engine/embedding_path.h"
 #include "engine/step_executor.h"
@@ -48,7 +49,10 @@ struct SpeculationState;
 
 class HostUpdater {
  public:
-  HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev);
+  // dp (active): this rank's share of a data-parallel update (data_parallel.h): the finish is
+  // then finish_sharded, and every wait also waits for the other ranks' slices.
+  HostUpdater(WindowContext& w, UnitHomes& homes, EmbeddingPath& emb, DeviceAdamWLayers& dev,
+              const DataParallel* dp = nullptr);
   ~HostUpdater();
 
   // Before the step's run, with the schedule's update order: whether this step speculates
@@ -63,8 +67,23 @@ class HostUpdater {
   // order; landing: the backward's order, already running).
   void finish(const OptimHyper& h, StepStats& st);
 
-  void wait(int u) { updates_.wait(u); }  // unit u's update of the previous step
-  void wait_all() { updates_.wait_all(); }
+  // Unit u's update of the previous step (data parallel: every rank's slice of it).
+  void wait(int u) {
+    updates_.wait(u);
+    if (sharded_) sharded_->wait(u);
+  }
+  void wait_all() {
+    updates_.wait_all();
+    if (sharded_) sharded_->wait_all();
+  }
+  // Data parallel (else null / no-ops): this rank's share; reduce_grad(u) after grads_out of
+  // layer or head u enqueued its trip home (collective: waits for the trip, reduce-scatters);
+  // abort_ranks when this rank's step failed (the other ranks' waits and calls then throw).
+  ShardedUpdate* sharded() const { return sharded_.get(); }
+  void reduce_grad(int u);
+  void abort_ranks(const std::string& why) noexcept {
+    if (sharded_) sharded_->abort(why);
+  }
   double take_wait_seconds() { return updates_.take_wait_seconds(); }
   double last_round_seconds() const { return updates_.last_round_seconds(); }
 
@@ -76,6 +95,12 @@ class HostUpdater {
   void finish_deferred(const OptimHyper& h, StepStats& st);
   void finish_speculative(const OptimHyper& h, StepStats& st);
   void finish_landing(const OptimHyper& h, StepStats& st);
+  void finish_sharded(const OptimHyper& h, StepStats& st);
+  // The GPU path of a sharded update: this rank's slice of unit u's home (its reduced bf16
+  // gradient, turned into the new weights in place), then, once every rank's slice is in,
+  // the other slices of the home from the shared master.
+  void update_home_slice(int u, const AdamWStep& s, int64_t round);
+  void refresh_other_slices(int u);
   void land_unit(int u, const AdamWStep& s);
   void wait_landed(int u);  // until grads_out (embedding: its backward) has enqueued u's trip
   // Starts update(u) over order_; with the moments on disk, each update first asks
@@ -96,7 +121,9 @@ class HostUpdater {
   // itself (host homes) or pieces through the two ring buffers, the next piece's download
   // overlapping fn on this one. rewrite: fn turns each piece into weights, which go home.
   enum class Pieces : uint8_t { read, rewrite };
-  void grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn);
+  // [b, e) (e < 0: to the end): only those elements of the unit (a data-parallel slice).
+  void grad_pieces(int u, Pieces mode, const std::function<void(void*, int64_t, int64_t)>& fn, int64_t b = 0,
+                   int64_t e = -1);
   void speculate_loop(AdamWStep s, float max_norm);
   double unit_sumsq(int u);
   uint16_t* spec_out(int u);
@@ -131,6 +158,7 @@ class HostUpdater {
   } landing_;
   AdamWStep landing_step_{};
   std::unique_ptr<SpeculationState> spec_;
+  std::unique_ptr<ShardedUpdate> sharded_;  // data parallel only
   UpdatePipeline updates_;  // last: its thread stops first
 };
 

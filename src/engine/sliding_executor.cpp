@@ -7,17 +7,20 @@
 namespace sf {
 
 SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
-                                             const EngineTestModes& test)
-    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(ec), cd_(be.compute_dtype()),
-      name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name())),
-      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units),
+                                             const EngineTestModes& test, const DataParallel& dp)
+    : be_(be), cfg_(cfg), layout_(ModelLayout::build(cfg)), ec_(checked_for_ranks(ec, dp, be, cfg)), dp_(dp),
+      cd_(be.compute_dtype()),
+      name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name(),
+                dp.active() ? cat(", rank ", dp.rank(), " of ", dp.world()) : std::string())),
+      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units,
+             dp.active() ? dp.state : ExternalStateMemory{}),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
       w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
       homes_(w_), emb_(w_), dev_adamw_(w_, homes_), kept_(w_),
       timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
-      updater_(w_, homes_, emb_, dev_adamw_) {
+      updater_(w_, homes_, emb_, dev_adamw_, &dp_) {
   // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
   for (int u = 1; u < w_.n_units(); ++u)
     if (homes_.from_master(u) && w_.reduced())
@@ -29,6 +32,10 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   for (int c = 0; c < ec.max_chunks; ++c)
     batches_.push_back(std::make_unique<DeviceBatch>(be, *streams_.h2d, cfg, ec.max_chunk_tokens,
                                                      &bufs_.at(BufferRole::batch_inputs, c)));
+  if (sharded_on_device()) {
+    comm_stream_ = be.create_stream("comm");
+    for (auto& e : reduced_) e = be.create_event();
+  }
   streams_.h2d->synchronize();
 }
 
@@ -51,6 +58,36 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
   return window_buffer_specs(cfg, ec, cd);
 }
 
+// What data parallel is built for so far (docs/MULTI_GPU.md); everything else is refused by
+// the flag or mode that asks for it, never run half-right.
+const EngineConfig& SlidingWindowExecutor::checked_for_ranks(const EngineConfig& ec, const DataParallel& dp,
+                                                             const Backend& be, const ModelConfig& cfg) {
+  if (!dp.active()) return ec;
+  const char* one = "; train with --gpus 1 for this mode";
+  SF_REQUIRE(dp.counters && dp.state.base, "data parallel: the shared state and update counters are missing");
+  if (be.compute_dtype() != DType::f32) {  // the GPU path: gradients reduced on the device
+    SF_REQUIRE(dp.device_reduce_scatter, "--gpus ", dp.world(), ": data parallel with a ",
+               dtype_name(be.compute_dtype()), " compute dtype needs the device reduce-scatter (NCCL); "
+               "use --backend host, or --gpus 1");
+    SF_REQUIRE(ec.data_parallel_world == dp.world(), "data parallel: the plan's accumulators are padded for ",
+               ec.data_parallel_world, " ranks, the run has ", dp.world(), "; re-plan");
+  }
+  SF_REQUIRE(!ec.speculative(), "data parallel: the speculative update is not built for several ranks "
+             "(the plan must use the deferred update)", one);
+  SF_REQUIRE(!ec.from_master(), "data parallel: streaming the weights from the master (a --max-grad-norm 0 "
+             "plan without gradient copies) is not built for several ranks; give the plan the host memory "
+             "for the gradient copies", one);
+  SF_REQUIRE(ec.state_format.is_fp32(), "--optimizer-state / --master-weights: data parallel needs the "
+             "fp32 optimizer state (fp32 master, m and v)", one);
+  SF_REQUIRE(ec.moments_dir.empty(), "--optimizer-dir: data parallel keeps the AdamW moments in the "
+             "ranks' shared memory, not on a disk", one);
+  SF_REQUIRE(ec.device_adamw_layers == 0, "--device-adamw-layers: data parallel updates every layer on "
+             "the host (slices per rank); use --device-adamw-layers 0", one);
+  SF_REQUIRE(be.compute_dtype() == DType::f32 || !cfg.tie_word_embeddings, "data parallel on the GPU: "
+             "tied embeddings (the head's share of the table's gradient) are not built for several ranks", one);
+  return ec;
+}
+
 SlidingWindowExecutor::~SlidingWindowExecutor() = default;
 
 ParamStore& SlidingWindowExecutor::params() {
@@ -60,6 +97,7 @@ ParamStore& SlidingWindowExecutor::params() {
 }
 
 void SlidingWindowExecutor::params_changed() {
+  if (dp_.active()) dp_.comm->barrier();  // whichever rank wrote the shared state is done
   updater_.wait_all();
   dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
   homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
@@ -317,10 +355,12 @@ void SlidingWindowExecutor::grads_out(const Op& op) {
   }
   if (is_head) updater_.start_landing();  // the step's first gradient (landing only)
   homes_.set(op.unit, HomeState::weights, HomeState::gradient, "grads_out");
-  if (ec_.device_adamw(op.unit)) grads_stay_on_device(op, gs, src);
+  if (sharded_on_device()) grads_out_sharded(op, gs, acc);
+  else if (ec_.device_adamw(op.unit)) grads_stay_on_device(op, gs, src);
   else if (homes_.resident(op.unit)) grads_to_resident_home(op, gs, src);
   else grads_to_host_home(op, gs, src);
   updater_.grad_ready(op.unit);
+  updater_.reduce_grad(op.unit);  // data parallel: summed over the ranks (else a no-op)
 }
 
 // Stays in its accumulator for the device AdamW after the norm (which also marks the
@@ -337,6 +377,46 @@ void SlidingWindowExecutor::grads_to_resident_home(const Op& op, Stream& gs, Mat
   if (op.unit != w_.head_unit()) ev_.grads_copied[op.layer % 2]->record(gs);
   else ev_.head_grads_home->record(gs);
   ev_.grads_home[size_t(op.unit)]->record(gs);
+}
+
+// The comm stream waits for the accumulator (its last chunk, as gs did), reduces it in place
+// (equal padded shards: the pad is zero, layer_backward zeroes all of it), and gs then takes
+// only this rank's slice: its sum of squares, its cast into the home's slice (resident) or into
+// the stage and on to the host home's slice. The accumulator's next user waits for
+// grads_copied, recorded after the slice's cast, so after the reduce too.
+void SlidingWindowExecutor::grads_out_sharded(const Op& op, Stream& gs, Buffer& acc) {
+  const bool is_head = op.unit == w_.head_unit();
+  const int g = is_head ? 0 : op.layer % 2;
+  Event& reduced = *reduced_[is_head ? 2 : g];
+  const int64_t P = store_.numel(op.unit);
+  const size_t shard = size_t(padded_for_ranks(P, dp_.world()) / dp_.world());
+  const dist::ShardRange sl = dist::shard_range(size_t(P), dp_.world(), dp_.rank(), kSliceAlign);
+  Stream& cs = *comm_stream_;
+  (is_head ? *ev_.head_done : *ev_.grads_done[g]).wait(cs);
+  dp_.device_reduce_scatter(static_cast<float*>(acc.data()), shard, cs);
+  reduced.record(cs);
+  reduced.wait(gs);
+  const Mat src(static_cast<float*>(acc.data()) + size_t(dp_.rank()) * shard, DType::f32, 1, int64_t(sl.size()));
+  const size_t es = dtype_size(cd_), off = sl.begin * es;
+  be_.sum_squares(gs, w_.norms() + op.unit, src);
+  if (homes_.resident(op.unit)) {
+    be_.cast(gs, Mat(static_cast<char*>(homes_.home(op.unit)->data()) + off, cd_, 1, src.cols), src);
+    if (!is_head) ev_.grads_copied[g]->record(gs);
+    else ev_.head_grads_home->record(gs);
+    ev_.grads_home[size_t(op.unit)]->record(gs);
+    return;
+  }
+  ev_.stage_free[g]->wait(gs);
+  Buffer& stage = bufs_.at(BufferRole::grad_cast, g);
+  be_.cast(gs, Mat(stage.data(), cd_, 1, src.cols), src);
+  if (!is_head) ev_.grads_copied[g]->record(gs);
+  Stream& d2h = *streams_.d2h;
+  Event& cast = is_head ? *ev_.head_cast : *ev_.grads_cast[g];
+  cast.record(gs);
+  cast.wait(d2h);
+  be_.copy_to_host(d2h, static_cast<char*>(homes_.home(op.unit)->data()) + off, stage.data(), sl.size() * es);
+  ev_.stage_free[g]->record(d2h);
+  ev_.grads_home[size_t(op.unit)]->record(d2h);
 }
 
 // Cast into a staging buffer (f32 compute: none), then d2h.
@@ -394,7 +474,8 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
     // step's forward followed.
     const int n_acc = ec_.layer_grad_buffers, last_user = n_acc == 1 ? (k + 1) % 2 : g;
     if (&acc == &bufs_.at(BufferRole::layer_grad, k % n_acc)) ev_.grads_copied[last_user]->wait(compute);
-    be_.fill_zero(compute, acc.data(), size_t(unit.numel) * 4);
+    // Data parallel on the GPU: the pad too (the device reduce-scatter sums all of it).
+    be_.fill_zero(compute, acc.data(), sharded_on_device() ? acc.bytes() : size_t(unit.numel) * 4);
   }
   LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
   LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
@@ -416,7 +497,11 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
 }
 
 void SlidingWindowExecutor::embed_backward(const Op& op) {
-  if (emb_.backward(*chunks_, chunk_off_, op.chunk, dx_mat(op.chunk))) updater_.embedding_grad_home();
+  if (!emb_.backward(*chunks_, chunk_off_, op.chunk, dx_mat(op.chunk))) return;
+  // The GPU path: the embedding's reduce is a host-form call on the same communicator, so the
+  // layers' device reduce-scatters (on the comm stream) finish first: one order on every rank.
+  if (comm_stream_) comm_stream_->synchronize();
+  updater_.embedding_grad_home();
 }
 
 // ---- a step ------------------------------------------------------------------------------
@@ -450,6 +535,7 @@ void SlidingWindowExecutor::run(const Schedule& s, const std::vector<Batch>& chu
   }
   for (Stream* st : {streams_.compute.get(), streams_.grads.get(), streams_.h2d.get(), streams_.d2h.get()})
     st->synchronize();
+  if (comm_stream_) comm_stream_->synchronize();
   timer_.run_done();
 }
 
@@ -460,10 +546,32 @@ float SlidingWindowExecutor::read_loss() {
   return loss;
 }
 
+// Data parallel: a rank whose step fails breaks the group first, so that no other rank waits
+// for it until the timeout; the others' calls then throw an Error naming it.
 StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const OptimHyper& h) {
+  if (!dp_.active()) return step(micro, h);
+  try {
+    return step(micro, h);
+  } catch (const std::exception& e) {
+    updater_.abort_ranks(cat("rank ", dp_.rank(), ": ", e.what()));
+    throw;
+  }
+}
+
+StepStats SlidingWindowExecutor::step(std::span<const Batch> micro, const OptimHyper& h) {
   trace_mark("train_step: start");
   std::vector<Batch> chunks = make_chunks(micro);
-  StepStats st = count_step(chunks);
+  StepStats st;
+  if (dp_.active()) {  // the global batch's counts: the loss is its mean
+    for (const Batch& b : chunks) {
+      st.n_valid += b.n_valid_labels();
+      st.n_tokens += b.n_tokens();
+    }
+    all_reduce_counts(*dp_.comm, st.n_valid, st.n_tokens);
+    SF_REQUIRE(st.n_valid > 0, "train step: no token of the global batch has a label; check the data");
+  } else {
+    st = count_step(chunks);
+  }
   const Schedule& sched = schedule(int(chunks.size()), Pass::train);
   std::vector<int> order;  // the schedule's update ops, in their order
   for (const Op& op : sched.ops)
@@ -471,6 +579,7 @@ StepStats SlidingWindowExecutor::train_step(std::span<const Batch> micro, const 
   updater_.begin_step(h, std::move(order));
   run(sched, chunks, mean_loss_scale(st));
   st.loss_sum = read_loss();
+  if (dp_.active()) st.loss_sum = sum_over_ranks(*dp_.comm, st.loss_sum);
   st.forward_seconds = timer_.forward_seconds();
   st.backward_seconds = timer_.backward_seconds();
   st.update_wait_seconds = updater_.take_wait_seconds();

@@ -31,6 +31,17 @@
 // the plain resident step (ResidentExecutor) up to fp32 summation order, the compute-dtype
 // rounding of gradients and, for a clipped speculative step, the undo's rounding.
 //
+// Data parallel (DataParallel, data_parallel.h; absent: one rank, unchanged): this executor
+// is rank r of N, each over its share of the global batch. Its ParamStore is carved from the
+// ranks' one shared state; the token count is all-reduced before the backward (the loss is
+// the mean over the global batch); each unit's gradient is reduce-scattered once it is home
+// (grads_out; the embedding's after its backward); the norm is summed over the ranks; this
+// rank updates its slice of every unit; a unit is loaded only once every rank's slice is in.
+// Built for an fp32 compute dtype (the host backend) with the deferred update and fp32 state;
+// other modes are refused by name (checked_for_ranks). A rank whose step throws aborts the
+// group, so the others stop with an Error naming it. params_changed() is then collective (a
+// barrier first: the state written by one rank is seen by all).
+//
 // Streams: compute, h2d, d2h, ordered only by events (one per purpose and slot/buffer).
 // Nothing is allocated inside a step.
 //
@@ -48,6 +59,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/data_parallel.h"
 #include "engine/device_adamw_layers.h"
 #include "engine/embedding_path.h"
 #include "engine/engine_config.h"
@@ -67,7 +79,7 @@ namespace sf {
 class SlidingWindowExecutor final : public StepExecutor {
  public:
   SlidingWindowExecutor(Backend& be, const ModelConfig& cfg, const EngineConfig& ec,
-                        const EngineTestModes& test = {});
+                        const EngineTestModes& test = {}, const DataParallel& dp = {});
   ~SlidingWindowExecutor() override;
 
   StepStats train_step(std::span<const Batch> micro, const OptimHyper& h) override;
@@ -83,6 +95,10 @@ class SlidingWindowExecutor final : public StepExecutor {
  private:
   static std::vector<BufferSpec> checked_specs(Backend& be, const ModelLayout& layout,
                                                const ModelConfig& cfg, const EngineConfig& ec);
+  // ec, once it is known that a data-parallel run (dp active) can run it.
+  static const EngineConfig& checked_for_ranks(const EngineConfig& ec, const DataParallel& dp, const Backend& be,
+                                               const ModelConfig& cfg);
+  StepStats step(std::span<const Batch> micro, const OptimHyper& h);
   StepShape step_shape(int n_chunks, Pass pass) const;
   // A step's op list, checked (check_schedule), with each op's profiler range name.
   struct Schedule {
@@ -113,6 +129,11 @@ class SlidingWindowExecutor final : public StepExecutor {
   void grads_stay_on_device(const Op& op, Stream& gs, Mat src);
   void grads_to_resident_home(const Op& op, Stream& gs, Mat src);
   void grads_to_host_home(const Op& op, Stream& gs, Mat src);
+  // Data parallel on the GPU (a reduced compute dtype): the accumulator reduce-scattered in
+  // place on the comm stream, then only this rank's slice cast (and sum of squares) into its
+  // home's slice, and, for a host home, that slice's d2h.
+  bool sharded_on_device() const { return dp_.active() && w_.reduced(); }
+  void grads_out_sharded(const Op& op, Stream& gs, Buffer& acc);
 
   Mat rows(Buffer& b, int chunk) const;  // chunk's rows of a [T_step, C] buffer
   Mat x_mat(int which, int chunk) const { return rows(bufs_.at(BufferRole::activations, which), chunk); }
@@ -127,6 +148,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   ModelConfig cfg_;
   ModelLayout layout_;
   EngineConfig ec_;
+  DataParallel dp_;
   DType cd_;
   std::string name_;
   ParamStore store_;
@@ -141,6 +163,8 @@ class SlidingWindowExecutor final : public StepExecutor {
   StepTimer timer_;
   std::vector<std::unique_ptr<DeviceBatch>> batches_;
   std::vector<std::unique_ptr<Buffer>> pinned_masters_;  // from_master: the slots' DMA sources
+  std::unique_ptr<Stream> comm_stream_;   // sharded_on_device(): the reduce-scatters
+  std::unique_ptr<Event> reduced_[3];     // per accumulator (layer 0, 1; head): its reduce is done
   HostUpdater updater_;  // last: its thread stops before the rest goes
 
   std::map<std::pair<int, Pass>, Schedule> schedules_;

@@ -159,7 +159,8 @@ class SpecList {
     const std::string head_line = "head weights / gradient accumulator";
     if (!resident(n_units_ - 1) || cd_ == DType::f32)
       add(BufferRole::head_weights, 0, Tier::device, head * es_, "head weights", head_line);
-    add(BufferRole::head_grad, 0, Tier::device, head * 4, "head gradients", head_line);
+    add(BufferRole::head_grad, 0, Tier::device, size_t(padded_for_ranks(int64_t(head), ec_.data_parallel_world)) * 4,
+        "head gradients", head_line);
     if (l_.tied) {
       add(BufferRole::tied_table, 0, Tier::device, size_t(V * C) * es_, "tied embedding table", "tied table + its gradient");
       add(BufferRole::tied_table_grad, 0, Tier::device, size_t(V * C) * 4, "tied embedding table gradient",
@@ -169,7 +170,8 @@ class SpecList {
     SF_REQUIRE(ec_.layer_grad_buffers == 2 || (ec_.layer_grad_buffers == 1 && ec_.device_adamw_layers == 0),
                "sliding window: 1 or 2 layer gradient buffers (1 only without device-AdamW layers)");
     for (int i = 0; i < ec_.layer_grad_buffers; ++i)
-      add(BufferRole::layer_grad, i, Tier::device, size_t(max_layer_) * 4, cat("layer gradient buffer ", i),
+      add(BufferRole::layer_grad, i, Tier::device, size_t(padded_for_ranks(max_layer_, ec_.data_parallel_world)) * 4,
+          cat("layer gradient buffer ", i),
           "layer gradient accumulators + casts");
     for (int i = 0; i < 2; ++i) {
       add(BufferRole::activations, i, Tier::device, xbytes_, cat("layer activations ", i), x_line);

@@ -41,17 +41,27 @@ HostArray::HostArray(int fd, size_t offset, size_t bytes, const char* what) : n_
   }
 }
 
+HostArray HostArray::view(void* p, size_t bytes) {
+  HostArray a;
+  a.p_ = bytes ? p : nullptr;
+  a.n_ = bytes;
+  a.owned_ = false;
+  return a;
+}
+
 HostArray::~HostArray() {
-  if (p_) ::munmap(p_, n_);
+  if (p_ && owned_) ::munmap(p_, n_);
 }
 
 HostArray& HostArray::operator=(HostArray&& o) noexcept {
   if (this != &o) {
-    if (p_) ::munmap(p_, n_);
+    if (p_ && owned_) ::munmap(p_, n_);
     p_ = o.p_;
     n_ = o.n_;
+    owned_ = o.owned_;
     o.p_ = nullptr;
     o.n_ = 0;
+    o.owned_ = true;
   }
   return *this;
 }
@@ -136,9 +146,59 @@ void ParamStore::map_moments(UnitState& s, int u) {
   s.v = HostArray(disk_->fd(), disk_->part_file_offset(u, 1), bytes, "AdamW second moments");
 }
 
+namespace {
+
+constexpr size_t kExternalAlign = 4096;
+size_t align_up(size_t x) { return (x + kExternalAlign - 1) / kExternalAlign * kExternalAlign; }
+
+// The arrays of one unit in external memory, in this order (sizes from its layout).
+std::vector<size_t> external_parts(const UnitStateLayout& l) {
+  const size_t scales = size_t(l.scale_count) * sizeof(float);
+  return {l.master_bytes, l.moment_bytes, l.moment_bytes, scales, scales};
+}
+
+}  // namespace
+
+size_t ParamStore::external_bytes(const std::vector<StateUnit>& units, StateFormat format) {
+  size_t total = 0;
+  for (const StateUnit& u : units)
+    for (size_t b : external_parts(unit_state_layout(u, format))) total += align_up(b);
+  return total;
+}
+
 ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
-                       const std::string& moments_dir, bool streamed, int disk_units)
+                       const std::string& moments_dir, bool streamed, int disk_units,
+                       ExternalStateMemory external)
     : format_(format) {
+  if (external.base) {
+    SF_REQUIRE(moments_dir.empty(), "--optimizer-dir: the AdamW moments cannot go to a disk when the "
+               "training state is shared by several ranks; leave --optimizer-dir out or train with --gpus 1");
+    SF_CHECK(reinterpret_cast<uintptr_t>(external.base) % kExternalAlign == 0,
+             "parameter store: external memory must be 4096-byte aligned");
+    SF_CHECK(external.bytes >= external_bytes(units, format), "parameter store: external memory of ",
+             external.bytes, " bytes, the state needs ", external_bytes(units, format));
+    char* at = static_cast<char*>(external.base);
+    auto carve = [&](size_t bytes) {
+      HostArray a = HostArray::view(at, bytes);
+      at += align_up(bytes);
+      return a;
+    };
+    for (const StateUnit& unit : units) {
+      check_param_ranges(unit.ranges, unit.numel, "parameter store");
+      UnitState s;
+      s.numel = unit.numel;
+      s.layout = unit_state_layout(unit, format);
+      s.ranges = unit.ranges;
+      const std::vector<size_t> parts = external_parts(s.layout);
+      s.master = carve(parts[0]);
+      s.m = carve(parts[1]);
+      s.v = carve(parts[2]);
+      s.m_scale = carve(parts[3]);
+      s.v_scale = carve(parts[4]);
+      units_.push_back(std::move(s));
+    }
+    return;
+  }
   if (!moments_dir.empty()) {
     DirectFileOptions o;
     o.direct = streamed ? DirectIo::when_supported : DirectIo::buffered;  // cached: the page cache holds them

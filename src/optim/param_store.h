@@ -48,6 +48,8 @@ class HostArray {
   explicit HostArray(size_t bytes, const char* what);
   // bytes of the file fd from `offset` (page-aligned), shared: writes go to the file.
   HostArray(int fd, size_t offset, size_t bytes, const char* what);
+  // bytes at p, owned by the caller (ParamStore's external memory): never unmapped here.
+  static HostArray view(void* p, size_t bytes);
   ~HostArray();
   HostArray(HostArray&& o) noexcept { *this = std::move(o); }
   HostArray& operator=(HostArray&& o) noexcept;
@@ -61,6 +63,15 @@ class HostArray {
  private:
   void* p_ = nullptr;
   size_t n_ = 0;
+  bool owned_ = true;  // false: a view of the caller's memory
+};
+
+// Memory from outside for a ParamStore's state (data parallel: the ranks' one copy, in a
+// region they share; the engine maps it, optim does not know from where). Zero-filled by its
+// creator; base 4096-byte aligned; bytes at least ParamStore::external_bytes.
+struct ExternalStateMemory {
+  void* base = nullptr;  // null: the store allocates its own
+  size_t bytes = 0;
 };
 
 class ParamStore {
@@ -74,8 +85,15 @@ class ParamStore {
   // buffered: of every unit (disk_units -1), or of the disk_units units disk_unit_choice
   // picks, the others' in RAM. Throws Error naming --optimizer-dir when the file cannot be
   // made or reserved.
+  // external.base set: every array (master, m, v, scales) is carved from that memory instead,
+  // in unit order, each 4096-byte aligned; nothing is allocated or faulted in, the contents
+  // are the memory's (several stores over the same memory see the same state; each keeps its
+  // own step counter). No moments directory then (Error naming --optimizer-dir).
   explicit ParamStore(const std::vector<StateUnit>& units, StateFormat format = {},
-                      const std::string& moments_dir = "", bool streamed = false, int disk_units = -1);
+                      const std::string& moments_dir = "", bool streamed = false, int disk_units = -1,
+                      ExternalStateMemory external = {});
+  // The bytes of external memory a store of these units in `format` carves.
+  static size_t external_bytes(const std::vector<StateUnit>& units, StateFormat format = {});
   // The fp32 store with its moments in moments_dir (the form before compact formats).
   ParamStore(const std::vector<StateUnit>& units, const std::string& moments_dir,
              bool streamed = false)

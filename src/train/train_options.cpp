@@ -22,6 +22,15 @@ void validate_train_options(const TrainOptions& o) {
   need(o.batch_size > 0, cat("--batch-size ", o.batch_size, " must be positive, e.g. --batch-size 8"));
   need(o.seq_len > 1, cat("--seq-len ", o.seq_len, " must be at least 2, e.g. --seq-len 1024"));
   need(o.grad_accum > 0, cat("--grad-accum ", o.grad_accum, " must be positive (1: no accumulation)"));
+  need(o.gpus >= 1, cat("--gpus ", o.gpus, " must be at least 1"));
+  need(o.dist_timeout_s > 0, cat("--dist-timeout ", o.dist_timeout_s, " must be a positive number of seconds"));
+  if (o.gpus > 1) {
+    const int lower = o.batch_size / o.gpus * o.gpus, upper = lower + o.gpus;
+    need(o.batch_size % o.gpus == 0,
+         cat("--batch-size ", o.batch_size, " (the global batch) must be divisible by --gpus ", o.gpus,
+             ": each rank trains on batch-size / gpus rows; use --batch-size ",
+             lower > 0 ? cat(lower, " or ") : std::string(), upper));
+  }
   need(std::isfinite(o.schedule.lr) && o.schedule.lr > 0,
        cat("--lr ", o.schedule.lr, " must be a positive number, e.g. --lr 2e-5"));
   need(o.schedule.warmup_steps >= 0,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "engine/step_executor.h"
 #include "optim/state_format.h"
 #include "train/checkpoint.h"
@@ -18,6 +19,8 @@
 #include "train/metrics_log.h"
 
 namespace sf {
+
+class Stream;
 
 struct TrainOptions {
   // --- what is trained on what (recorded in checkpoints)
@@ -84,6 +87,19 @@ struct TrainOptions {
   TensorBoardLog tensorboard = TensorBoardLog::on;  // <out>/tensorboard/ event files
   enum class Progress { bar, lines, quiet } progress = Progress::lines;
   int columns = 0;  // terminal width for the bar (0: 100)
+
+  // --- data parallel (docs/MULTI_GPU.md; not recorded: a run may resume with another N)
+  int gpus = 1;              // --gpus N: ranks of this run (the CLI starts them); 1: one process
+  int dist_timeout_s = 600;  // --dist-timeout: the longest a rank waits for the others
+  // Set in each rank of a data-parallel run (not flags): its communicator (null: one rank) and
+  // the run id every rank has (names of the shared memory). --batch-size stays the GLOBAL
+  // batch: each rank trains on rows rank, rank + N, ... of each one.
+  dist::Communicator* comm = nullptr;
+  std::string run_id;
+  // GPU ranks (NCCL): the device form of the gradients' reduce-scatter (DataParallel's).
+  std::function<void(float* data, size_t shard, Stream& stream)> device_reduce_scatter;
+  int rank() const { return comm ? comm->rank() : 0; }
+  int world() const { return comm ? comm->world_size() : 1; }
 
   // Names of options the user set (flag names without "--", e.g. "lr", "batch-size").
   std::set<std::string> explicit_options;

@@ -83,6 +83,24 @@ int64_t rows_per_epoch(TrainStream& train) {
   return std::max<int64_t>(1, std::llround(1.0 / f));
 }
 
+// b's sequences, in order, in batches of at most max_tokens tokens (a longer sequence alone).
+std::vector<Batch> split_sequences(const Batch& b, int64_t max_tokens) {
+  std::vector<Batch> out;
+  for (int s = 0; s < b.n_seqs(); ++s) {
+    const int32_t s0 = b.cu_seqlens[size_t(s)], s1 = b.cu_seqlens[size_t(s) + 1];
+    if (out.empty() || out.back().n_tokens() + (s1 - s0) > max_tokens) {
+      out.emplace_back();
+      out.back().cu_seqlens.push_back(0);
+    }
+    Batch& cur = out.back();
+    cur.tokens.insert(cur.tokens.end(), b.tokens.begin() + s0, b.tokens.begin() + s1);
+    cur.labels.insert(cur.labels.end(), b.labels.begin() + s0, b.labels.begin() + s1);
+    cur.positions.insert(cur.positions.end(), b.positions.begin() + s0, b.positions.begin() + s1);
+    cur.cu_seqlens.push_back(int32_t(cur.tokens.size()));
+  }
+  return out;
+}
+
 // The executor keeps its training state in the format asked for (an engine that cannot would
 // otherwise train in another one, silently).
 void check_state_format(StateFormat got, StateFormat asked, const char* engine) {
@@ -145,9 +163,11 @@ TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
 
 Trainer::Trainer(const TrainOptions& requested, std::ostream& log)
     : out_(prepared_out_dir(requested)),
-      lock_(out_),
       progress_(log, display_mode(requested.progress), requested.log_every, requested.columns) {
-  remove_checkpoint_temporaries(out_);
+  if (requested.rank() == 0) {  // the other ranks of a data-parallel run write nothing here
+    lock_.emplace(out_);
+    remove_checkpoint_temporaries(out_);
+  }
   resolve_start(requested);
 }
 
@@ -171,6 +191,10 @@ void Trainer::resolve_start(const TrainOptions& requested) {
     std::vector<std::string> notes;
     json changes;
     opt_ = settings_for_resume(requested, resume_->settings(), resume_dir, notes, changes);
+    opt_.comm = requested.comm;  // this run's ranks, whatever the checkpoint's were
+    opt_.run_id = requested.run_id;
+    opt_.device_reduce_scatter = requested.device_reduce_scatter;
+    opt_.gpus = requested.gpus;
     validate_train_options(opt_);
     for (auto& n : notes) say(n);
     schedule_changes_ = resume_->schedule_changes();
@@ -197,7 +221,21 @@ bool Trainer::already_done() {
   return true;
 }
 
+// Data parallel: an error of this rank stops the others at once (their waits and collectives
+// throw naming it) instead of after --dist-timeout.
 TrainResult Trainer::run() {
+  if (!opt_.comm) return run_steps();
+  try {
+    return run_steps();
+  } catch (const std::exception& e) {
+    const std::string why = cat("rank ", opt_.rank(), ": ", e.what());
+    if (dp_.counters) dp_.counters->fail(opt_.rank(), why);
+    opt_.comm->abort(why);
+    throw;
+  }
+}
+
+TrainResult Trainer::run_steps() {
   // The length is known before set-up unless it comes from --epochs and the data's size.
   if (opt_.epochs == 0 && already_done()) return result_;
   set_up();
@@ -255,20 +293,30 @@ void Trainer::open_data() {
 }
 
 // The executor, with the checkpoint's weights and moments, the model's, or a random init.
+// Data parallel: the shared state first (collective), each rank's executor over its share;
+// rank 0 alone writes the state, and params_changed() (collective) lets the others see it.
 void Trainer::build_executor() {
-  const ExecutorRequest er = executor_request(opt_);
+  ExecutorRequest er = executor_request(opt_);
+  if (opt_.comm) {
+    shared_state_ = std::make_unique<SharedTrainingState>(*opt_.comm, opt_.run_id, state_units(layout_),
+                                                          opt_.state_format);
+    dp_ = shared_state_->data_parallel();
+    dp_.device_reduce_scatter = opt_.device_reduce_scatter;
+    er.data_parallel = &dp_;
+    er.step.micro_tokens = int64_t(opt_.batch_size / opt_.world()) * opt_.seq_len;
+  }
   planned_ = plan_run(cfg(), er);
   exec_ = make_executor(cfg(), er, planned_);
   ParamStore& store = exec_->params();
   check_state_format(store.format(), opt_.state_format, exec_->name());
   if (resume_) {
-    load_resume_tensors(resume_->dir(), layout_, store);  // converts a changed format
+    if (primary()) load_resume_tensors(resume_->dir(), layout_, store);  // converts a changed format
     store.step = resume_->optimizer_step();
     store.rounding_seed = resume_->rounding_seed();
   } else {
     store.rounding_seed = state_rounding_seed(opt_.seed);
-    if (src_.weights_dir.empty()) init_store_weights(layout_, store, opt_.seed);
-    else load_store_weights(src_.weights_dir, cfg(), layout_, store);
+    if (primary() && src_.weights_dir.empty()) init_store_weights(layout_, store, opt_.seed);
+    else if (primary()) load_store_weights(src_.weights_dir, cfg(), layout_, store);
   }
   exec_->params_changed();
 }
@@ -284,6 +332,7 @@ void Trainer::restore_run_position() {
 // A fresh run deletes an earlier run's checkpoints (--overwrite) and plot; metrics.jsonl then
 // holds exactly the history the run starts from.
 void Trainer::open_logs() {
+  if (!primary()) return;
   std::vector<json> history;  // metrics records so far (one per step, plus evaluations)
   if (resume_) {
     history = resume_->metrics();
@@ -346,12 +395,35 @@ void Trainer::announce_schedule() {
 
 // ---- the loop -------------------------------------------------------------------------
 
-bool Trainer::stop_requested() const { return opt_.stop_requested && opt_.stop_requested(); }
+// Several ranks: any rank's request stops all of them after the same step (collective).
+bool Trainer::stop_requested() const {
+  const bool mine = opt_.stop_requested && opt_.stop_requested();
+  if (!opt_.comm) return mine;
+  return sum_over_ranks(*opt_.comm, mine ? 1.0 : 0.0) > 0;
+}
+
+// Rows rank, rank + N, ... of the next global batch of batch_size rows (every rank draws all
+// of them, so the streams stay at the same position, the one-rank run's).
+Batch Trainer::next_rows() {
+  if (!opt_.comm) return data_.train->next(opt_.batch_size);
+  Batch mine;
+  mine.cu_seqlens.push_back(0);
+  for (int row = 0; row < opt_.batch_size; ++row) {
+    const Batch b = data_.train->next(1);
+    if (row % opt_.world() != opt_.rank()) continue;
+    const int32_t base = int32_t(mine.tokens.size());
+    mine.tokens.insert(mine.tokens.end(), b.tokens.begin(), b.tokens.end());
+    mine.labels.insert(mine.labels.end(), b.labels.begin(), b.labels.end());
+    mine.positions.insert(mine.positions.end(), b.positions.begin(), b.positions.end());
+    for (size_t s = 1; s < b.cu_seqlens.size(); ++s) mine.cu_seqlens.push_back(base + b.cu_seqlens[s]);
+  }
+  return mine;
+}
 
 double Trainer::session_seconds() const { return seconds_since(session_start_); }
 
 void Trainer::evaluate_at_start() {
-  if (result_.start_step != 0 || opt_.eval_every <= 0 || data_.eval.empty()) return;
+  if (!primary() || result_.start_step != 0 || opt_.eval_every <= 0 || data_.eval.empty()) return;
   double e = evaluate();
   record({{"step", 0}, {"eval_loss", e}, {"wall_time", unix_seconds()}});
   result_.eval_steps.push_back(0);
@@ -374,13 +446,14 @@ void Trainer::one_step() {
   if (!std::isnan(eval_loss))
     say(cat("eval  step ", step_, "  loss ", std::fixed, std::setprecision(4), eval_loss));
   if (opt_.fault) opt_.fault("step:" + std::to_string(step_));
-  if (opt_.save_every > 0 && step_ % opt_.save_every == 0 && step_ < opt_.steps)
+  if (opt_.fault && opt_.comm) opt_.fault(cat("rank", opt_.rank(), ":step:", step_));  // one rank's fault
+  if (primary() && opt_.save_every > 0 && step_ % opt_.save_every == 0 && step_ < opt_.steps)
     save(SaveReason::periodic);
 }
 
 // Draws the micro-batches, runs the optimizer step and advances the run's counters.
 Trainer::StepReport Trainer::train_step() {
-  for (auto& b : micro_) b = data_.train->next(opt_.batch_size);
+  for (auto& b : micro_) b = next_rows();
   OptimHyper h = opt_.hyper;
   h.lr = opt_.schedule.at(step_ + 1);
   StepReport r;
@@ -395,7 +468,7 @@ Trainer::StepReport Trainer::train_step() {
   session_step_seconds_ += r.seconds;
   result_.losses.push_back(r.stats.loss());
   result_.end_step = step_;
-  r.flops = step_model_flops(cfg(), micro_);
+  r.flops = step_model_flops(cfg(), micro_) * opt_.world();  // the global batch's (shares alike)
   return r;
 }
 
@@ -454,6 +527,7 @@ void Trainer::warn_if_not_finite(const StepReport& r) {
 // Evaluates every eval_every steps and at the last; the loss (NaN: none) goes into `record`
 // and the result. Returns it.
 double Trainer::evaluate_if_due(json& record) {
+  if (!primary()) return NAN;
   if (!((opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps))
     return NAN;
   const double eval_loss = evaluate();
@@ -470,8 +544,12 @@ double Trainer::evaluate() {
   if (data_.eval.empty()) return NAN;
   double loss = 0;
   int64_t n = 0;
+  // Several ranks: the executor is planned for one rank's share, so rank 0 evaluates each
+  // batch in pieces of that size (whole sequences; the sum is the same sequences' losses).
+  const int64_t piece = int64_t(opt_.batch_size / opt_.world()) * opt_.seq_len;
   for (const Batch& b : data_.eval) {
-    loss += exec_->eval_loss_sum(b);
+    for (const Batch& part : opt_.comm ? split_sequences(b, piece) : std::vector<Batch>{b})
+      loss += exec_->eval_loss_sum(part);
     n += b.n_valid_labels();
   }
   return loss / double(std::max<int64_t>(1, n));
@@ -497,6 +575,7 @@ void Trainer::show_progress(const StepReport& r) {
 // ---- logs, checkpoints and the end ----------------------------------------------------
 
 void Trainer::record(const json& m) {
+  if (!primary()) return;
   try {
     metrics_.append(m);
   } catch (const Error& e) {
@@ -550,11 +629,16 @@ void Trainer::save(SaveReason why) {
 }
 
 void Trainer::refresh_plot() {
+  if (!primary()) return;
   if (auto problem = metrics_.refresh_plot()) say(cat("warning: no loss plot: ", *problem));
 }
 
 TrainResult Trainer::finish() {
   result_.stopped = step_ < opt_.steps;
+  if (!primary()) {  // rank 0 saves; this rank's update is in before its params() returns
+    progress_.finish();
+    return result_;
+  }
   if (!checkpointer_.on_disk(step_))
     save(result_.stopped ? SaveReason::stopped : SaveReason::final);
   else if (result_.stopped && step_ == result_.start_step && result_.start_step == 0)

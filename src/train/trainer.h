@@ -14,6 +14,13 @@
 // run's length (--steps / --epochs), which may change with a warning and are recorded
 // (train/run_settings.h). A diverged step (non-finite loss, gradient norm 0) ends the run with
 // Error(input) before anything is saved.
+//
+// Data parallel (TrainOptions::comm set: one rank of N, docs/MULTI_GPU.md): every rank runs
+// this loop over rows rank, rank + N, ... of each global batch, with one training state in
+// shared memory (SharedTrainingState). Rank 0 alone locks and writes the output directory
+// (metrics, plot, checkpoints, the model), evaluates and initialises or loads the state; the
+// others only train. The stop request is decided together after each step, so every rank stops
+// after the same one.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -80,6 +87,7 @@ class Trainer {
     double flops = 0;    // model FLOPs of the step
   };
 
+  TrainResult run_steps();  // run() less the data-parallel error handling
   // ---- start and set-up, in this order
   void resolve_start(const TrainOptions& requested);
   bool already_done();  // the run's length is reached (said so); sets result_.total_steps
@@ -92,7 +100,9 @@ class Trainer {
   void announce();
   void announce_schedule();
   // ---- the loop
+  bool primary() const { return opt_.rank() == 0; }  // rank 0 (or the only one)
   bool stop_requested() const;
+  Batch next_rows();  // this rank's rows of the next global batch
   void evaluate_at_start();
   void one_step();
   StepReport train_step();
@@ -116,7 +126,7 @@ class Trainer {
 
   // Declared in the order they are needed; destroyed in reverse, the lock last.
   std::filesystem::path out_;
-  OutDirLock lock_;
+  std::optional<OutDirLock> lock_;  // rank 0 only
   ProgressDisplay progress_;
   TrainOptions opt_;                    // in force: the checkpoint's settings on resume
   std::optional<ResumePoint> resume_;   // empty: a fresh run
@@ -130,6 +140,8 @@ class Trainer {
   nlohmann::json model_record_;  // model_json of the model, recorded in each checkpoint
   DataSource data_;
   PlannedRun planned_;
+  std::unique_ptr<SharedTrainingState> shared_state_;  // data parallel: the ranks' one state
+  DataParallel dp_;
   std::unique_ptr<StepExecutor> exec_;
   MetricsLog metrics_;
 
