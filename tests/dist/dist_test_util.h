@@ -4,14 +4,27 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/nccl_library.h"
 
 namespace sf::dist::test {
+
+// The toolkit's NCCL where this machine has it, else null (CI without CUDA skips).
+inline std::unique_ptr<NcclLibrary> toolkit_nccl() {
+  for (const char* p : {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"}) {
+    try {
+      return NcclLibrary::open(p);
+    } catch (const Error&) {
+    }
+  }
+  return nullptr;
+}
 
 // Runs fn(rank) on `world` threads; returns each rank's exception message ("" if none).
 inline std::vector<std::string> run_ranks(int world, const std::function<void(int)>& fn) {

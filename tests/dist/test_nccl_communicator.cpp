@@ -22,18 +22,8 @@ int gpu_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-std::unique_ptr<NcclLibrary> nccl_or_null() {
-  for (const char* p : {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"}) {
-    try {
-      return NcclLibrary::open(p);
-    } catch (const Error&) {
-    }
-  }
-  return nullptr;
-}
-
 #define SF_NEED_NCCL_GPUS(n)                                                          \
-  auto lib = nccl_or_null();                                                          \
+  auto lib = test::toolkit_nccl();                                                    \
   if (!lib) GTEST_SKIP() << "no libnccl.so.2";                                        \
   if (gpu_count() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, has " << gpu_count()
 

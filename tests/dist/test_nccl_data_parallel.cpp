@@ -19,22 +19,13 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "dist/cuda/nccl_communicator.h"
+#include "dist/dist_test_util.h"
 #include "engine/data_parallel.h"
 #include "engine/sliding_executor.h"
 #include "model/model_init.h"
 
 namespace sf::dist {
 namespace {
-
-std::unique_ptr<NcclLibrary> nccl_or_null() {
-  for (const char* p : {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"}) {
-    try {
-      return NcclLibrary::open(p);
-    } catch (const Error&) {
-    }
-  }
-  return nullptr;
-}
 
 Batch random_rows(const ModelConfig& cfg, int rows, int seq, uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -47,7 +38,7 @@ Batch random_rows(const ModelConfig& cfg, int rows, int seq, uint64_t seed) {
 class NcclDataParallel : public ::testing::TestWithParam<int> {};  // resident layer homes
 
 TEST_P(NcclDataParallel, OneRankGivesThePlainEnginesBits) {
-  auto lib = nccl_or_null();
+  auto lib = test::toolkit_nccl();
   if (!lib) GTEST_SKIP() << "no libnccl.so.2";
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) GTEST_SKIP() << "no GPU";

@@ -41,19 +41,8 @@ TEST(NcclLibrary, ALibraryThatIsNotNcclIsRefused) {
   EXPECT_NE(m.find("NCCL library libm.so.6 has no ncclGetVersion"), std::string::npos) << m;
 }
 
-// The toolkit's NCCL where this machine has it (CI without CUDA skips).
-std::unique_ptr<NcclLibrary> toolkit_nccl() {
-  for (const char* p : {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2"}) {
-    try {
-      return NcclLibrary::open(p);
-    } catch (const Error&) {
-    }
-  }
-  return nullptr;
-}
-
 TEST(NcclLibrary, LoadsAndMakesUniqueIdsWithoutAGpu) {
-  auto lib = toolkit_nccl();
+  auto lib = test::toolkit_nccl();
   if (!lib) GTEST_SKIP() << "no libnccl.so.2 here";
   EXPECT_GE(lib->version(), nccl::kMinVersion);
   EXPECT_EQ(lib->version_text().rfind("NCCL 2.", 0), 0u) << lib->version_text();
@@ -66,7 +55,7 @@ TEST(NcclLibrary, LoadsAndMakesUniqueIdsWithoutAGpu) {
 }
 
 TEST(NcclLibrary, TheBootstrapCarriesRankZerosIdToEveryRank) {
-  auto lib = toolkit_nccl();
+  auto lib = test::toolkit_nccl();
   if (!lib) GTEST_SKIP() << "no libnccl.so.2 here";
   const int world = 3;
   BootstrapServer server("127.0.0.1", 0, world);
