@@ -13,6 +13,7 @@
 // over the TCP bootstrap. On the host backend the ranks talk through a ShmCommunicator. Rank 0
 // alone prints; every rank's error is prefixed "rank r: ".
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -76,6 +77,14 @@ extern "C" void on_stop_signal(int sig) {
   ::_exit(128 + sig);
 }
 
+// The launcher's stop (dist::kRankStopSignal): a stop request like the first Ctrl-C, but never
+// the second one that quits at once (a rank that also got the SIGTERM itself still saves).
+extern "C" void on_launcher_stop_signal(int sig) {
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, sig))
+    write_stderr("\nslideformer: the launcher stopped; stopping after this step and saving a checkpoint\n");
+}
+
 class StopSignals {
  public:
   StopSignals() {
@@ -86,20 +95,33 @@ class StopSignals {
     sa.sa_flags = SA_RESTART;  // file writes of a checkpoint in progress continue
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
+    sa.sa_handler = on_launcher_stop_signal;
+    ::sigaction(dist::kRankStopSignal, &sa, &old_launcher_);
   }
   ~StopSignals() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(dist::kRankStopSignal, &old_launcher_, nullptr);
   }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {}, old_term_ {}, old_launcher_ {};
 };
+
+// A rank of `--gpus N`: the stop comes when the launcher dies too (a kill -9 of it included),
+// so that no rank trains on without it; one whose launcher is already gone stops now.
+void stop_with_the_launcher() {
+  const char* pid = std::getenv(dist::kLauncherPidVariable);
+  if (pid == nullptr) return;  // not our launcher's (torchrun's, Slurm's: theirs to stop)
+  ::prctl(PR_SET_PDEATHSIG, dist::kRankStopSignal);
+  if (::getppid() != pid_t(std::atoll(pid))) ::raise(dist::kRankStopSignal);
+}
 
 // ---- test hooks (SF_TEST_FAULT) --------------------------------------------------------------
 // Comma-separated "<action>@<point>": at hook point <point> (see train/checkpoint.h), action
-// kill (SIGKILL: a crash), sigint / sigint2 (one or two Ctrl-C), sigterm, or fail (a write
-// error, as on a full disk). For the tests of tests/train; harmless when unset.
+// kill (SIGKILL: a crash), sigint / sigint2 (one or two Ctrl-C), sigterm, term-parent /
+// kill-parent (SIGTERM / SIGKILL to this rank's launcher), or fail (a write error, as on a full
+// disk). For the tests of tests/train; harmless when unset.
 FaultHook fault_hook_from_env() {
   const char* env = std::getenv("SF_TEST_FAULT");
   if (!env || !*env) return {};
@@ -117,6 +139,8 @@ FaultHook fault_hook_from_env() {
       if (action == "sigint") ::raise(SIGINT);
       if (action == "sigint2") ::raise(SIGINT), ::raise(SIGINT);
       if (action == "sigterm") ::raise(SIGTERM);
+      if (action == "term-parent") ::kill(::getppid(), SIGTERM);  // a rank's launcher stopped
+      if (action == "kill-parent") ::kill(::getppid(), SIGKILL);  // a rank's launcher killed
       if (action == "sigbus") ::raise(SIGBUS);  // as a failing mapped file would
       if (action == "fail")
         SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");
@@ -157,6 +181,10 @@ void launch_the_ranks(int n) {
     throw;
   }
   ::sigaction(SIGINT, &old_int, nullptr);
+  if (r.failed_rank < 0 && r.stop_signal != 0) {
+    std::cerr << "slideformer: --gpus " << n << ": " << r.message << "\n" << std::flush;
+    throw CLI::RuntimeError(r.exit_code);
+  }
   if (r.failed_rank < 0) return;
   std::cerr << "slideformer: error: --gpus " << n << ": " << r.message << "\n" << std::flush;
   throw CLI::RuntimeError(r.exit_code != 0 ? r.exit_code : 1);
@@ -537,6 +565,7 @@ void add_train_command(CLI::App& app) {
     if (o.gpus > 1 && !env.from_env) return launch_the_ranks(o.gpus);
 
     StopSignals signals;
+    if (env.from_env) stop_with_the_launcher();
     o.stop_requested = [] { return g_stop_signal.load() != 0; };
     o.fault = fault_hook_from_env();
     TrainResult r = env.from_env && env.world_size > 1 ? run_as_rank(o, env) : run_training(o, std::cout);

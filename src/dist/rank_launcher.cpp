@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -18,9 +19,41 @@ extern char** environ;
 
 namespace sf::dist {
 
+static_assert(kRankStopSignal == SIGUSR1);
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// SIGTERM / SIGHUP received while launch_ranks waits: how many, and the first one.
+std::atomic<int> g_stops{0}, g_first_stop{0};
+extern "C" void on_launcher_stop(int sig) {
+  int none = 0;
+  g_first_stop.compare_exchange_strong(none, sig);
+  g_stops.fetch_add(1);
+}
+
+// The handlers while the ranks run; the previous ones restored after.
+class LauncherSignals {
+ public:
+  LauncherSignals() {
+    g_stops = 0;
+    g_first_stop = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_launcher_stop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ::sigaction(SIGHUP, &sa, &old_hup_);
+  }
+  ~LauncherSignals() {
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGHUP, &old_hup_, nullptr);
+  }
+
+ private:
+  struct sigaction old_term_ {}, old_hup_ {};
+};
 
 // The parent's environment without the launcher's variables, plus rank r's.
 std::vector<std::string> rank_environment(const RankLaunch& l, int port, int rank) {
@@ -37,6 +70,7 @@ std::vector<std::string> rank_environment(const RankLaunch& l, int port, int ran
   env.push_back(cat("LOCAL_RANK=", rank));
   env.push_back(cat("MASTER_ADDR=", l.master_addr));
   env.push_back(cat("MASTER_PORT=", port));
+  env.push_back(cat(kLauncherPidVariable, "=", ::getpid()));
   return env;
 }
 
@@ -58,6 +92,14 @@ RankExit decode(int rank, int status) {
 
 bool failed(const RankExit& x) { return x.signaled || x.exit_code != 0; }
 
+// After a stop was passed on: how a rank that stopped ends (0 once its run was complete, or the
+// stop's 128 + signal), as opposed to one that failed.
+bool stopped_as_asked(const RankExit& x) {
+  if (x.signaled) return false;
+  return x.exit_code == 0 || x.exit_code == 128 + kRankStopSignal || x.exit_code == 128 + SIGTERM ||
+         x.exit_code == 128 + SIGHUP || x.exit_code == 128 + SIGINT;
+}
+
 std::string how(const RankExit& x) {
   if (!x.signaled) return cat("exited with status ", x.exit_code);
   const char* name = strsignal(x.signal);
@@ -76,6 +118,7 @@ LaunchResult launch_ranks(const RankLaunch& l) {
   res.master_port = l.master_port != 0 ? l.master_port : BootstrapServer(l.master_addr, 0, l.world_size).port();
   std::vector<std::string> args = l.argv;
   std::vector<char*> argv = c_strings(args);
+  LauncherSignals signals;
   std::vector<pid_t> pids;
   for (int r = 0; r < l.world_size; ++r) {
     std::vector<std::string> env = rank_environment(l, res.master_port, r);
@@ -93,7 +136,15 @@ LaunchResult launch_ranks(const RankLaunch& l) {
   std::vector<bool> running(pids.size(), true);
   size_t left = pids.size();
   Clock::time_point kill_at = Clock::time_point::max();
+  int stops_passed = 0;
   while (left > 0) {
+    const int stops = g_stops.load();
+    if (stops > stops_passed) {  // a stop from outside: passed on once, a second one kills
+      res.stop_signal = g_first_stop.load();
+      for (size_t q = 0; q < pids.size(); ++q)
+        if (running[q]) ::kill(pids[q], stops_passed == 0 ? kRankStopSignal : SIGKILL);
+      stops_passed = stops;
+    }
     bool reaped = false;
     for (size_t r = 0; r < pids.size(); ++r) {
       if (!running[r]) continue;
@@ -106,7 +157,7 @@ LaunchResult launch_ranks(const RankLaunch& l) {
       RankExit x = decode(int(r), status);
       x.stopped = res.failed_rank >= 0;
       res.exits[r] = x;
-      if (res.failed_rank < 0 && failed(x)) {
+      if (res.failed_rank < 0 && failed(x) && !(res.stop_signal != 0 && stopped_as_asked(x))) {
         res.failed_rank = int(r);
         res.exit_code = x.signaled ? 128 + x.signal : x.exit_code;
         for (size_t q = 0; q < pids.size(); ++q)
@@ -120,6 +171,12 @@ LaunchResult launch_ranks(const RankLaunch& l) {
       kill_at = Clock::time_point::max();
     }
     if (!reaped && left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (res.failed_rank < 0 && res.stop_signal != 0) {
+    res.exit_code = 128 + res.stop_signal;
+    const char* name = strsignal(res.stop_signal);
+    res.message = cat("stopped by signal ", res.stop_signal, " (", name != nullptr ? name : "?",
+                      "), passed on to every rank: they stop after the same step and rank 0 saves");
   }
   if (res.failed_rank >= 0)
     res.message = cat("rank ", res.failed_rank, " of ", l.world_size, " ", how(res.exits[size_t(res.failed_rank)]),

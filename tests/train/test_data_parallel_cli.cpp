@@ -11,7 +11,10 @@
 
 #include <csignal>
 #include <cmath>
+#include <chrono>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -144,6 +147,76 @@ TEST_F(DataParallelCli, AStopOfOneRankStopsAllAfterTheSameStepAndTheCheckpointRe
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
   EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
   for (const char* f : kStateFiles) EXPECT_LT(max_difference(state(one(), 4, f), state(run, 4, f)), 1e-4) << f;
+}
+
+// The step "stopped at step K of N" names, or -1.
+int stopped_step(const std::string& output) {
+  const std::string key = "stopped at step ";
+  const size_t at = output.find(key);
+  return at == std::string::npos ? -1 : std::atoi(output.c_str() + at + key.size());
+}
+
+// Whether a process whose command line mentions `what` (the run's --out) is still running.
+bool any_process_mentions(const std::string& what) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Waits (polling, at most `limit`) until no process mentions `what`; false if one still does.
+bool wait_until_gone(const std::string& what, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (any_process_mentions(what)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+// A SIGTERM to the launcher alone (a scheduler's, `kill PID`) reaches every rank as the
+// launcher's stop: they stop after the same step, rank 0 saves, the launcher exits 128 + 15
+// after them saying so, and the run resumes to the uninterrupted run's bits.
+TEST_F(DataParallelCli, ASigtermToTheLauncherStopsEveryRankAndTheRunResumes) {
+  const fs::path run = dir_->path / "launcher-term";
+  CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=term-parent@rank0:step:2"});
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+  EXPECT_NE(r.output.find("passed on to every rank"), std::string::npos) << r.output;
+  const int k = stopped_step(r.output);
+  ASSERT_GE(k, 2) << r.output;
+  ASSERT_LT(k, 4) << r.output;
+  EXPECT_TRUE(fs::exists(state(run, k, "master.safetensors"))) << r.output;
+  EXPECT_FALSE(any_process_mentions(run.string())) << "a rank outlived its launcher";
+
+  std::vector<std::string> resume = example(run, 2, 4);
+  resume.insert(resume.end(), {"--resume", "auto"});
+  CliResult rr = run_cli(resume);
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
+}
+
+// A launcher killed outright (kill -9: no handler runs) still stops its ranks: each asked for
+// the launcher's stop signal at its death, so they stop after the same step and rank 0 saves;
+// none trains on (waited for up to a generous minute: the test waits for an event, it does not
+// time one).
+TEST_F(DataParallelCli, AKilledLauncherStillStopsItsRanksWhichSave) {
+  const fs::path run = dir_->path / "launcher-killed";
+  CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=kill-parent@rank0:step:2"});
+  EXPECT_EQ(r.signal, SIGKILL) << r.output;
+  ASSERT_TRUE(wait_until_gone(run.string(), std::chrono::seconds(60))) << "ranks outlived their launcher";
+  bool saved = false;
+  for (int k = 2; k < 4; ++k) saved = saved || fs::exists(state(run, k, "master.safetensors"));
+  EXPECT_TRUE(saved) << "no checkpoint of the stopped step";
+  EXPECT_FALSE(fs::exists(run / "checkpoint-4"));
+  std::vector<std::string> resume = example(run, 2, 4);
+  resume.insert(resume.end(), {"--resume", "auto"});
+  CliResult rr = run_cli(resume);
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
 }
 
 TEST_F(DataParallelCli, RefusesABatchTheRanksCannotShare) {
