@@ -80,6 +80,19 @@ class DataParallelCli : public ::testing::Test {
   static fs::path state(const fs::path& run, int step, const char* f) {
     return run / cat("checkpoint-", step) / "resume" / f;
   }
+  // `--resume auto` of run with --gpus `gpus` to the end (4 steps); its output.
+  static CliResult resume_to_the_end(const fs::path& run, int gpus) {
+    std::vector<std::string> args = example(run, gpus, 4);
+    args.insert(args.end(), {"--resume", "auto"});
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("resuming from"), std::string::npos) << r.output;
+    return r;
+  }
+  // The resumed run ends with the uninterrupted --gpus 2 run's bits.
+  static void expect_the_uninterrupted_bits(const fs::path& run) {
+    for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
+  }
   static inline TempDir* dir_ = nullptr;
   static inline CliResult *one_ = nullptr, *two_ = nullptr;
 };
@@ -119,12 +132,7 @@ TEST_F(DataParallelCli, AKilledRankStopsTheRunNamingItAndTheLastCheckpointResume
   EXPECT_TRUE(fs::exists(state(run, 2, "master.safetensors"))) << r.output;
   EXPECT_FALSE(fs::exists(run / "checkpoint-4")) << r.output;
 
-  std::vector<std::string> resume = example(run, 2, 4);
-  resume.insert(resume.end(), {"--resume", "auto"});
-  CliResult rr = run_cli(resume);
-  ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
-  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
+  if (resume_to_the_end(run, 2).exit_code == 0) expect_the_uninterrupted_bits(run);
 }
 
 // A stop request (Ctrl-C) that reaches one rank only stops every rank after the same step (the
@@ -141,11 +149,7 @@ TEST_F(DataParallelCli, AStopOfOneRankStopsAllAfterTheSameStepAndTheCheckpointRe
   EXPECT_FALSE(fs::exists(run / "checkpoint-3")) << r.output;
   EXPECT_EQ(losses(run).size(), 2u) << r.output;
 
-  std::vector<std::string> resume = example(run, 1, 4);
-  resume.insert(resume.end(), {"--resume", "auto"});
-  CliResult rr = run_cli(resume);
-  ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  EXPECT_NE(rr.output.find("resuming from"), std::string::npos) << rr.output;
+  ASSERT_EQ(resume_to_the_end(run, 1).exit_code, 0);
   for (const char* f : kStateFiles) EXPECT_LT(max_difference(state(one(), 4, f), state(run, 4, f)), 1e-4) << f;
 }
 
@@ -192,11 +196,7 @@ TEST_F(DataParallelCli, ASigtermToTheLauncherStopsEveryRankAndTheRunResumes) {
   EXPECT_TRUE(fs::exists(state(run, k, "master.safetensors"))) << r.output;
   EXPECT_FALSE(any_process_mentions(run.string())) << "a rank outlived its launcher";
 
-  std::vector<std::string> resume = example(run, 2, 4);
-  resume.insert(resume.end(), {"--resume", "auto"});
-  CliResult rr = run_cli(resume);
-  ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
+  if (resume_to_the_end(run, 2).exit_code == 0) expect_the_uninterrupted_bits(run);
 }
 
 // A launcher killed outright (kill -9: no handler runs) still stops its ranks: each asked for
@@ -212,11 +212,7 @@ TEST_F(DataParallelCli, AKilledLauncherStillStopsItsRanksWhichSave) {
   for (int k = 2; k < 4; ++k) saved = saved || fs::exists(state(run, k, "master.safetensors"));
   EXPECT_TRUE(saved) << "no checkpoint of the stopped step";
   EXPECT_FALSE(fs::exists(run / "checkpoint-4"));
-  std::vector<std::string> resume = example(run, 2, 4);
-  resume.insert(resume.end(), {"--resume", "auto"});
-  CliResult rr = run_cli(resume);
-  ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  for (const char* f : kStateFiles) expect_same_tensors(state(two(), 4, f), state(run, 4, f));
+  if (resume_to_the_end(run, 2).exit_code == 0) expect_the_uninterrupted_bits(run);
 }
 
 TEST_F(DataParallelCli, RefusesABatchTheRanksCannotShare) {
