@@ -117,6 +117,13 @@ void stop_with_the_launcher() {
   if (::getppid() != pid_t(std::atoll(pid))) ::raise(dist::kRankStopSignal);
 }
 
+// The tests' launcher faults: until the stop they cause has reached this rank, so that the
+// ranks stop after this step however loaded the machine is (an event, not a time; the bound
+// only keeps a broken launcher from hanging the test).
+void wait_for_the_launchers_stop() {
+  for (int i = 0; i < 6000 && g_stop_signal.load() == 0; ++i) ::usleep(10000);
+}
+
 // ---- test hooks (SF_TEST_FAULT) --------------------------------------------------------------
 // Comma-separated "<action>@<point>": at hook point <point> (see train/checkpoint.h), action
 // kill (SIGKILL: a crash), sigint / sigint2 (one or two Ctrl-C), sigterm, term-parent /
@@ -139,8 +146,10 @@ FaultHook fault_hook_from_env() {
       if (action == "sigint") ::raise(SIGINT);
       if (action == "sigint2") ::raise(SIGINT), ::raise(SIGINT);
       if (action == "sigterm") ::raise(SIGTERM);
-      if (action == "term-parent") ::kill(::getppid(), SIGTERM);  // a rank's launcher stopped
-      if (action == "kill-parent") ::kill(::getppid(), SIGKILL);  // a rank's launcher killed
+      if (action == "term-parent" || action == "kill-parent") {  // a rank's launcher stopped / killed
+        ::kill(::getppid(), action == "term-parent" ? SIGTERM : SIGKILL);
+        wait_for_the_launchers_stop();
+      }
       if (action == "sigbus") ::raise(SIGBUS);  // as a failing mapped file would
       if (action == "fail")
         SF_FAIL(io, "simulated write failure at ", point, " (No space left on device)");

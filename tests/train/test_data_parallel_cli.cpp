@@ -191,8 +191,7 @@ TEST_F(DataParallelCli, ASigtermToTheLauncherStopsEveryRankAndTheRunResumes) {
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
   EXPECT_NE(r.output.find("passed on to every rank"), std::string::npos) << r.output;
   const int k = stopped_step(r.output);
-  ASSERT_GE(k, 2) << r.output;
-  ASSERT_LT(k, 4) << r.output;
+  ASSERT_EQ(k, 2) << r.output;  // the fault waits for the stop to reach rank 0 in step 2
   EXPECT_TRUE(fs::exists(state(run, k, "master.safetensors"))) << r.output;
   EXPECT_FALSE(any_process_mentions(run.string())) << "a rank outlived its launcher";
 
@@ -208,10 +207,8 @@ TEST_F(DataParallelCli, AKilledLauncherStillStopsItsRanksWhichSave) {
   CliResult r = run_cli(example(run, 2, 4), {"SF_TEST_FAULT=kill-parent@rank0:step:2"});
   EXPECT_EQ(r.signal, SIGKILL) << r.output;
   ASSERT_TRUE(wait_until_gone(run.string(), std::chrono::seconds(60))) << "ranks outlived their launcher";
-  bool saved = false;
-  for (int k = 2; k < 4; ++k) saved = saved || fs::exists(state(run, k, "master.safetensors"));
-  EXPECT_TRUE(saved) << "no checkpoint of the stopped step";
-  EXPECT_FALSE(fs::exists(run / "checkpoint-4"));
+  EXPECT_TRUE(fs::exists(state(run, 2, "master.safetensors"))) << "no checkpoint of the stopped step";
+  EXPECT_FALSE(fs::exists(run / "checkpoint-3"));
   if (resume_to_the_end(run, 2).exit_code == 0) expect_the_uninterrupted_bits(run);
 }
 
