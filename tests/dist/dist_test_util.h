@@ -3,6 +3,9 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -14,6 +17,24 @@
 #include "dist/nccl_library.h"
 
 namespace sf::dist::test {
+
+// What fn throws (its what()), or "" when it returns.
+inline std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A file's whole contents ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 // The toolkit's NCCL where this machine has it, else null (CI without CUDA skips).
 inline std::unique_ptr<NcclLibrary> toolkit_nccl() {

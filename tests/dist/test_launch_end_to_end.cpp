@@ -13,9 +13,11 @@
 #include "dist/env_launch.h"
 #include "dist/rank_launcher.h"
 #include "dist/tcp_bootstrap.h"
+#include "dist/dist_test_util.h"
 
 namespace sf::dist {
 namespace {
+using test::slurp;
 
 namespace fs = std::filesystem;
 
@@ -53,13 +55,6 @@ RankLaunch child_ranks(int world, const fs::path& out, const std::string& before
   l.argv = {"sh", "-c", before + "SF_TEST_LAUNCH_OUT='" + out.string() + "' exec '" + exe +
                             "' --gtest_filter=DistChild.* --gtest_also_run_disabled_tests > /dev/null"};
   return l;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 TEST(LaunchEndToEnd, RanksStartedByTheLauncherGetRankZerosId) {

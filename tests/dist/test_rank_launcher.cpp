@@ -14,9 +14,11 @@
 
 #include "core/error.h"
 #include "dist/rank_launcher.h"
+#include "dist/dist_test_util.h"
 
 namespace sf::dist {
 namespace {
+using test::slurp;
 
 namespace fs = std::filesystem;
 
@@ -34,13 +36,6 @@ RankLaunch shell(int world, const std::string& script) {
   l.argv = {"sh", "-c", script};
   l.world_size = world;
   return l;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 TEST(RankLauncher, EveryRankGetsItsVariables) {

@@ -7,18 +7,11 @@
 
 #include "core/error.h"
 #include "dist/shared_memory.h"
+#include "dist/dist_test_util.h"
 
 namespace sf::dist {
 namespace {
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
 std::string fresh_name(const char* what) { return shared_region_name(new_run_id(), what); }
 

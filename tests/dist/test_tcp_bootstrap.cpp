@@ -20,6 +20,7 @@ namespace sf::dist {
 namespace {
 
 using test::run_ranks;
+using test::message_of;
 
 const std::string kLocal = "127.0.0.1";
 // Generous for the paths that succeed (CI shares 2 cores); the failure cases wait out shorter
@@ -37,15 +38,6 @@ std::vector<std::byte> id_blob(size_t n) {
 int free_port() {
   BootstrapServer s(kLocal, 0, 2);
   return s.port();
-}
-
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TcpBootstrap, EveryRankReceivesRankZerosBlob) {
