@@ -48,6 +48,7 @@ void add_bench_command(CLI::App& app) {
   o->add_to(cmd);
   o->add_state_format_to(cmd);
   o->add_deterministic_to(cmd);
+  o->add_checkpoint_every_to(cmd);
   cmd->add_option("--steps", o->steps, "steps to time (the first is warm-up)");
   cmd->add_option("--lr,--learning-rate", o->lr, "learning rate");
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "global-norm clipping (0: off)");

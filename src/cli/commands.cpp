@@ -156,10 +156,19 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
                   "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
 }
 
+const char* const kCheckpointEveryHelp =
+    "sliding window: save every layer's input for the backward (1), every 2nd's or every 3rd's "
+    "(less host memory; the backward replays the forward of the others, +12.5% or +17% compute), "
+    "or auto (the planner's choice)";
+
 void RunFlags::add_deterministic_to(CLI::App* cmd) {
   cmd->add_flag("--deterministic", req.deterministic,
                 "attention backwards that give the same bits every call (slower on Hopper from 2K "
                 "tokens per sequence); default: the fastest");
+}
+
+void RunFlags::add_checkpoint_every_to(CLI::App* cmd) {
+  cmd->add_option("--checkpoint-every", req.checkpoint_every, kCheckpointEveryHelp);
 }
 
 const char* const kOptimizerStateHelp =
@@ -263,6 +272,7 @@ void add_plan_command(CLI::App& app) {
   o->add_to(cmd);
   o->add_state_format_to(cmd);
   o->add_deterministic_to(cmd);
+  o->add_checkpoint_every_to(cmd);
   cmd->add_option("--disk-speed", o->req.disk_speed,
                   "plan for --optimizer-dir on a disk of this read + write rate instead of measuring "
                   "it, e.g. 7GB/s (another machine's NVMe)");

@@ -22,6 +22,7 @@ StateFormat parse_state_format(const std::string& optimizer_state, const std::st
 // Their help texts (train, bench and plan say the same).
 extern const char* const kOptimizerStateHelp;
 extern const char* const kMasterWeightsHelp;
+extern const char* const kCheckpointEveryHelp;
 
 // "backend    host (auto: no CUDA device found)\n" plus the plan's note line, if any.
 std::string backend_lines(const PlannedRun& r);
@@ -37,6 +38,8 @@ struct RunFlags {
   void add_state_format_to(CLI::App* cmd);
   // --deterministic (bench and plan; eval and generate run no backward).
   void add_deterministic_to(CLI::App* cmd);
+  // --checkpoint-every (bench and plan: a training step's layer inputs).
+  void add_checkpoint_every_to(CLI::App* cmd);
   void check() const;
   // Checks the values (sizes, --gpu-memory with --backend host, the state format), then sets
   // req.step.

@@ -494,6 +494,7 @@ void add_train_command(CLI::App& app) {
   f.add("engine", o.engine, "auto, resident or sliding");
   f.add("device-adamw-layers", o.device_adamw_layers,
         "sliding window: the first layers whose AdamW runs on the GPU (auto or a count)");
+  f.add("checkpoint-every", o.checkpoint_every, kCheckpointEveryHelp);
   f.add("gpu-memory", o.gpu_memory, "device memory budget, e.g. 24GiB");
   f.add("host-memory", o.host_memory, "host memory budget, e.g. 100GiB");
   f.add("optimizer-dir", o.optimizer_dir,

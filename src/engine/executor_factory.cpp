@@ -205,6 +205,15 @@ int parse_device_adamw_layers(const std::string& s) {
   return n;
 }
 
+// --checkpoint-every: 0 for auto (the planner's choice), else 1, 2 or 3.
+int parse_checkpoint_every(const std::string& s) {
+  if (s == "auto") return 0;
+  SF_REQUIRE(s == "1" || s == "2" || s == "3", "--checkpoint-every \"", s,
+             "\" is not valid; use auto, or 1, 2 or 3 (save every layer's input, every 2nd's or every 3rd's; "
+             "the backward replays the others)");
+  return s[0] - '0';
+}
+
 // A rank's plan: the deferred update (its memory is within the speculative plan's), and the
 // rank's ShardedUpdate buffers in the table and the budget.
 void count_data_parallel(const ModelConfig& cfg, int world, PlannedRun& r) {
@@ -233,6 +242,7 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
 #endif
   PlannedRun r;
   r.plan_request = req.step;
+  r.plan_request.checkpoint_every = parse_checkpoint_every(req.checkpoint_every);
   choose_backend(req, r);
   set_host_budget(req, r.budget);
   set_optimizer_dir(req, r.budget);

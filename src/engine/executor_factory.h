@@ -19,6 +19,9 @@ struct ExecutorRequest {
   std::string engine = "auto";   // auto | resident | sliding
   // Sliding window: how many of the first layers run AdamW on the device ("auto" or a count).
   std::string device_adamw_layers = "auto";
+  // Sliding window: every how many layers' inputs are saved for the backward ("auto" or 1-3;
+  // StepRequest::checkpoint_every). Parsed by plan_run into the plan's request.
+  std::string checkpoint_every = "auto";
   StepRequest step;
   std::string gpu_memory;   // empty: the device's memory minus a margin
   std::string host_memory;  // empty: available RAM minus a margin

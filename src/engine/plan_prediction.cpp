@@ -89,15 +89,16 @@ double gemm_efficiency(const StepRequest& req, const Plan& p) {
 
 // What the backward reruns of the layers' forward: every layer's (projections and attention)
 // unless a resident plan keeps every layer's activations; a window's kept-attention layers
-// rerun their projections but not their attention.
+// rerun their projections but not their attention; and the whole forward of a layer below
+// each one whose input was not saved (its replay, EngineConfig::checkpoint_every).
 struct Recomputed {
-  double layers = 0, attention_layers = 0;
+  double layers = 0, attention_layers = 0, replayed = 0;
 };
 
 Recomputed recomputed_of(const Plan& p, double L) {
   if (p.mode == Plan::Mode::resident) return p.keep_activations ? Recomputed{0, 0} : Recomputed{L, L};
   const double kept = std::min(double(p.engine.kept_attention_layers), L);
-  return {L, L - kept};
+  return {L, L - kept, L - double(p.engine.n_saved_inputs(int(L)))};
 }
 
 // Seconds of GPU compute per optimizer step.
@@ -119,7 +120,8 @@ ComputeTimes compute_times(const ModelConfig& cfg, const StepShape& s, const Har
   const double rec_s1 = fwd_s1 * layer_recompute_proj_flops(cfg) / layer_proj_flops(cfg);
   ComputeTimes c;
   c.fwd_s = (fwd_s1 + att_s1) * s.L;
-  c.bwd_s = (2 * fwd_s1 + 2.5 * att_s1) * s.L + rec_s1 * rec.layers + att_s1 * rec.attention_layers;
+  c.bwd_s = (2 * fwd_s1 + 2.5 * att_s1) * s.L + rec_s1 * rec.layers + att_s1 * rec.attention_layers +
+            (fwd_s1 + att_s1) * rec.replayed;
   c.head_s = 3 * lm_head_fwd_flops(cfg, s.T) / hw.device_flops;
   return c;
 }
@@ -166,7 +168,8 @@ void predict_resident(const HardwareModel& hw, double adam_s, Plan& p) {
 
 // Seconds per optimizer step over PCIe of a sliding window: the streamed layers' weights in
 // the forward and (beyond the slots) again in the backward, the host-stored activations and
-// kept attention (out in the forward, back in the backward) and the streamed layers' gradients.
+// kept attention (out in the forward, back in the backward; a replayed segment's first input
+// comes back twice: for the replay, then for its backward) and the streamed layers' gradients.
 struct TransferTimes {
   double w_fwd = 0, w_bwd = 0, acts = 0, grads = 0;
   double total() const { return w_fwd + w_bwd + 2 * acts + grads; }
@@ -182,10 +185,15 @@ TransferTimes transfer_times(const ModelConfig& cfg, const ModelLayout& l, doubl
   const double layer_bytes = double(max_layer_numel(l)) * w_es;
   const double grad_bytes = double(max_layer_numel(l)) * es;
   const double streamed = L - double(plan_internal::resident_layer_count(l.n_layers, e));
-  const double host_act_layers = L - double(e.n_device_act_layers(l.n_layers));
+  double host_act_layers = 0, replay_fetches = 0;  // host-stored inputs: saved, fetched for a replay
+  for (int k = 0; k < l.n_layers; ++k) {
+    if (!e.saves_input(k) || e.act_on_device(k)) continue;
+    ++host_act_layers;
+    replay_fetches += k + 1 < l.n_layers && !e.saves_input(k + 1);
+  }
   TransferTimes x;
   x.w_fwd = streamed * layer_bytes / hw.h2d_bytes_per_s;
-  x.w_bwd = std::max(0.0, streamed - e.n_slots) * layer_bytes / hw.h2d_bytes_per_s;
+  x.w_bwd = (std::max(0.0, streamed - e.n_slots) * layer_bytes + replay_fetches * T * C * es) / hw.h2d_bytes_per_s;
   // A host-kept layer's att [T, Q] and lse [Hq, T] f32.
   const double host_kept_layers = e.kept_attention_on_device ? 0.0 : std::min(double(e.kept_attention_layers), L);
   const double kept_bytes = T * (double(cfg.q_dim()) * es + double(cfg.num_attention_heads) * 4);

@@ -101,6 +101,8 @@ void check_request(const PlanInputs& in) {
   SF_REQUIRE(in.device_adamw_layers <= 0 || in.cd != DType::f32,
              "AdamW on the device for some layers needs a GPU backend (the host reference "
              "computes in fp32 and keeps all state in host memory)");
+  SF_REQUIRE(in.req.checkpoint_every >= 0 && in.req.checkpoint_every <= 3, "--checkpoint-every ",
+             in.req.checkpoint_every, ": save every 1st, 2nd or 3rd layer's input (0: the planner's choice)");
   SF_REQUIRE(in.device_adamw_layers <= in.cfg.num_hidden_layers,
              "--device-adamw-layers ", in.device_adamw_layers, " is more than the model's ",
              in.cfg.num_hidden_layers, " layers");
@@ -110,7 +112,7 @@ void check_request(const PlanInputs& in) {
 //    (no recompute) if that fits too. The larger LM-head chunk first (with kept activations
 //    its scratch is its own). The first that fits, predicted; none when none fits.
 std::optional<Plan> resident_plan(const PlanInputs& in) {
-  if (!in.allow_resident) return std::nullopt;
+  if (!in.allow_resident || in.req.checkpoint_every > 1) return std::nullopt;
   const int64_t head_rows = head_chunk_rows_for(in.cfg, in.req.micro_tokens, in.cd);
   for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
                             std::pair{false, head_rows}}) {
@@ -249,9 +251,10 @@ int most_device_act_layers(const PlanInputs& in, Plan p) {
 // split that is no split (all layers or none on the device: the other stores cover those).
 std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& moments_dir,
                                      EngineConfig::HostWeights host_weights, ActivationStore store,
-                                     int slots, int64_t chunk) {
+                                     int slots, int64_t chunk, int checkpoint_every) {
   Plan p;
   p.mode = Plan::Mode::sliding;
+  p.engine.checkpoint_every = checkpoint_every;
   p.engine.state_format = in.req.state_format;
   p.engine.host_weights = host_weights;
   p.engine.moments_dir = moments_dir;
@@ -351,8 +354,18 @@ std::vector<int64_t> chunk_sizes(const StepRequest& req) {
   return chunks;
 }
 
+// Every 1st, 2nd or 3rd layer's input saved (the others replayed in the backward), or the
+// request's forced stride. A model of fewer layers than the stride saves only layer 0's.
+std::vector<int> checkpoint_strides(const PlanInputs& in) {
+  if (in.req.checkpoint_every > 0) return {in.req.checkpoint_every};
+  std::vector<int> v = {1};
+  for (int n : {2, 3})
+    if (n < in.cfg.num_hidden_layers) v.push_back(n);
+  return v;
+}
+
 // 2. Sliding window. Candidates: activation store on the device, on the host, or split;
-//    3 or 2 slots; every chunk size. For each that fits, as many layers' homes resident as
+//    every 1st, 2nd or 3rd layer's input saved; 3 or 2 slots; every chunk size. For each that fits, as many layers' homes resident as
 //    the device budget allows (no transfers for those), and the speculative update with as
 //    many "next" buffers as the host holds. Without clipping also the windows with no host
 //    copy of the layers (weights from the master, each gradient applied as it lands). The
@@ -363,10 +376,11 @@ void search_windows(const PlanInputs& in, const std::string& moments_dir, Search
   if (!in.req.clipping) host_weights.push_back(HostWeights::master);
   for (HostWeights hw : host_weights)
     for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
-      for (int slots : {3, 2})
-        for (int64_t chunk : chunk_sizes(in.req))
-          if (std::optional<Plan> p = window_candidate(in, moments_dir, hw, store, slots, chunk))
-            consider_device_adamw_counts(in, *p, r);
+      for (int every : checkpoint_strides(in))
+        for (int slots : {3, 2})
+          for (int64_t chunk : chunk_sizes(in.req))
+            if (std::optional<Plan> p = window_candidate(in, moments_dir, hw, store, slots, chunk, every))
+              consider_device_adamw_counts(in, *p, r);
 }
 
 // The AdamW moments go to --optimizer-dir's disk only when nothing fits with them in RAM.

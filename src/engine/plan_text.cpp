@@ -47,6 +47,12 @@ std::string kept_attention_words(const EngineConfig& e) {
              e.kept_attention_on_device ? "device" : "host", "; not recomputed in the backward)");
 }
 
+std::string checkpoint_words(const EngineConfig& e) {
+  if (e.checkpoint_every == 1) return std::string();
+  return cat(", every ", e.checkpoint_every == 2 ? "2nd" : "3rd",
+             " layer's input saved (the others' replayed in the backward)");
+}
+
 void say_state(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
   const StateFormat f = p.engine.state_format;
   os << "state      " << state_format_words(f) << " (" << std::fixed << std::setprecision(2)
@@ -69,7 +75,8 @@ void say_mode(const ModelConfig& cfg, const Plan& p, std::ostream& os) {
                                 : p.engine.speculative() ? "speculative update" : "deferred update")
      << device_adamw_words(p.engine) << ", chunks of " << p.engine.max_chunk_tokens
      << " tokens (" << p.engine.max_chunks << " per step), activation store on the "
-     << activation_store_words(cfg, p.engine) << kept_attention_words(p.engine) << "\n";
+     << activation_store_words(cfg, p.engine) << kept_attention_words(p.engine) << checkpoint_words(p.engine)
+     << "\n";
   say_state(cfg, p, os);
 }
 

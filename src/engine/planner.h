@@ -68,6 +68,11 @@ struct StepRequest {
   // (EngineConfig::kept_attention_layers) when that is predicted faster and fits; false
   // plans without it (`bench --no-kept-attention`, for an A/B).
   bool kept_attention = true;
+  // How often a sliding window saves a layer's input for the backward
+  // (EngineConfig::checkpoint_every): 0 lets the planner choose among 1, 2 and 3 (the fastest
+  // predicted that fits); 1-3 forces it (and with more than 1, a sliding window: the resident
+  // plans keep every layer's input).
+  int checkpoint_every = 0;
 };
 
 struct Budget {

@@ -19,6 +19,7 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::fetch_input: return "fetch_input";
     case OpKind::layer_backward: return "layer_backward";
     case OpKind::embed_backward: return "embed_backward";
+    case OpKind::replay_forward: return "replay_forward";
     case OpKind::update: return "update";
   }
   return "?";
@@ -31,6 +32,7 @@ std::string describe(const Op& op) {
   if (op.chunk >= 0) s += cat(" chunk=", op.chunk);
   if (op.slot >= 0 || op.kind == OpKind::load_weights) s += cat(" slot=", op.slot);
   if (op.buf >= 0) s += cat(" buf=", op.buf);
+  if (op.act >= 0) s += cat(" act=", op.act);
   if (op.kind == OpKind::update) s += op.device ? " on the device" : " on the host";
   return s;
 }
@@ -81,34 +83,109 @@ class Builder {
       }
       for (int c = 0; c < C; ++c) {
         // The input goes to the store while the layer computes on it (both only read it).
-        if (sh_.backward()) ops_.push_back({OpKind::offload_input, k + 1, k, c});
+        if (sh_.backward() && sh_.saves_input(k)) ops_.push_back({OpKind::offload_input, k + 1, k, c});
         ops_.push_back({OpKind::layer_forward, k + 1, k, c, slot_of(k)});
       }
     }
   }
 
-  // Saved inputs are fetched one chunk ahead into two alternating buffers.
+  // One layer visit of the backward, over every chunk: a replay or a layer's backward.
+  // act: the activation buffer a replay writes, or an unsaved layer's backward reads.
+  struct Visit {
+    OpKind kind;
+    int layer;
+    int act;
+    bool reads_saved() const { return act < 0 || (kind == OpKind::replay_forward && act == 0); }
+  };
+
+  // From the top, segments [a, top] of a saved layer a and the unsaved ones above it: the
+  // replays a .. top-1 (each writing the next one's input), then the backwards top .. a.
+  std::vector<Visit> backward_visits() const {
+    std::vector<Visit> v;
+    for (int top = sh_.n_layers - 1; top >= 0;) {
+      int a = top;
+      while (!sh_.saves_input(a)) --a;
+      SF_CHECK(a >= 0 && top - a <= 2, "at most two layers in a row without a saved input");
+      for (int j = a; j < top; ++j) v.push_back({OpKind::replay_forward, j, j - a});
+      for (int j = top; j >= a; --j) v.push_back({OpKind::layer_backward, j, j > a ? j - 1 - a : -1});
+      top = a - 1;
+    }
+    return v;
+  }
+
+  // The next visit at or after i that uses layer k's weights (visits.size(): none).
+  static size_t next_use(const std::vector<Visit>& visits, size_t i, int k) {
+    while (i < visits.size() && visits[i].layer != k) ++i;
+    return i;
+  }
+  int slot_holding(int k) const {
+    for (int s = 0; s < sh_.n_slots; ++s)
+      if (slot_layer_[size_t(s)] == k) return s;
+    return -1;
+  }
+  void load_into(int k, int slot) {
+    ops_.push_back({weights_op(k + 1), k + 1, k, -1, slot});
+    slot_layer_[size_t(slot)] = k;
+  }
+  // A slot for layer k, first used at visit `use`, other than `busy`'s: one whose layer is
+  // needed no more (k's own slot_of first, the forward's placement), else the one needed
+  // last, if after `use` (a demand load, use == from, may take any); -1: none.
+  int slot_for(const std::vector<Visit>& visits, size_t from, size_t use, int k, int busy) const {
+    int best = -1;
+    size_t best_use = 0;
+    for (int s0 = 0; s0 < sh_.n_slots; ++s0) {
+      const int s = (slot_of(k) + s0) % sh_.n_slots;
+      if (s == busy) continue;
+      const int held = slot_layer_[size_t(s)];
+      const size_t u = held < 0 ? visits.size() : next_use(visits, from, held);
+      if (u == visits.size()) return s;
+      if (u > best_use) best = s, best_use = u;
+    }
+    return best_use > use ? best : -1;
+  }
+  // Before visit i: its layer's weights in a slot, and the next other layer's loading into
+  // another one while it computes.
+  void weights_for(const std::vector<Visit>& visits, size_t i) {
+    const int k = visits[i].layer;
+    if (slot_holding(k) < 0) load_into(k, slot_for(visits, i + 1, i, k, -1));
+    size_t j = i + 1;
+    while (j < visits.size() && visits[j].layer == k) ++j;
+    if (j == visits.size() || slot_holding(visits[j].layer) >= 0) return;
+    const int s = slot_for(visits, i + 1, j, visits[j].layer, slot_holding(k));
+    if (s >= 0) load_into(visits[j].layer, s);
+  }
+
+  // Saved inputs are fetched one chunk ahead into two alternating buffers, in the order the
+  // visits read them.
   void backward() {
-    const int L = sh_.n_layers, C = sh_.n_chunks;
-    std::vector<int> buf_of(size_t(L) * size_t(C), -1);
-    int next_buf = 0;
-    auto fetch = [&](int k, int c) {
-      ops_.push_back({OpKind::fetch_input, k + 1, k, c, -1, next_buf});
-      buf_of[size_t(k) * size_t(C) + size_t(c)] = next_buf;
-      next_buf ^= 1;
+    const int C = sh_.n_chunks;
+    const std::vector<Visit> visits = backward_visits();
+    std::vector<std::pair<int, int>> fetches;  // (layer, chunk)
+    for (const Visit& v : visits)
+      if (v.reads_saved())
+        for (int c = 0; c < C; ++c) fetches.push_back({v.layer, c});
+    size_t next_fetch = 0;
+    auto fetch_next = [&] {
+      if (next_fetch == fetches.size()) return;
+      const auto [k, c] = fetches[next_fetch];
+      ops_.push_back({OpKind::fetch_input, k + 1, k, c, -1, int(next_fetch % 2)});
+      ++next_fetch;
     };
-    fetch(L - 1, 0);
-    for (int k = L - 1; k >= 0; --k) {
-      if (slot_layer_[size_t(slot_of(k))] != k) load(k);
-      // Load the next layer down into the other slot while this one computes.
-      if (k > 0 && slot_layer_[size_t(slot_of(k - 1))] != k - 1) load(k - 1);
+    fetch_next();
+    for (size_t i = 0; i < visits.size(); ++i) {
+      const Visit& v = visits[i];
+      weights_for(visits, i);
       for (int c = 0; c < C; ++c) {
-        if (c + 1 < C) fetch(k, c + 1);
-        else if (k > 0) fetch(k - 1, 0);
-        ops_.push_back({OpKind::layer_backward, k + 1, k, c, slot_of(k),
-                        buf_of[size_t(k) * size_t(C) + size_t(c)]});
+        int buf = -1;
+        if (v.reads_saved()) {
+          buf = int((next_fetch - 1) % 2);  // this one's fetch was the last issued
+          fetch_next();
+        }
+        Op op{v.kind, v.layer + 1, v.layer, c, slot_holding(v.layer), buf};
+        op.act = v.act;
+        ops_.push_back(op);
       }
-      ops_.push_back({OpKind::grads_out, k + 1, k});
+      if (v.kind == OpKind::layer_backward) ops_.push_back({OpKind::grads_out, v.layer + 1, v.layer});
     }
     for (int c = 0; c < C; ++c) ops_.push_back({OpKind::embed_backward, 0, -1, c});
   }
@@ -143,7 +220,8 @@ class Checker {
   explicit Checker(const StepShape& sh)
       : sh_(sh), slot_layer_(size_t(sh.n_slots), -1), buf_(2, {-1, -1}),
         waited_(size_t(sh.n_layers + 2), 0), updated_(size_t(sh.n_layers + 2), 0),
-        grads_left_(size_t(sh.n_layers + 2), 0), bwd_chunks_(size_t(sh.n_layers), 0) {}
+        grads_left_(size_t(sh.n_layers + 2), 0), bwd_chunks_(size_t(sh.n_layers), 0),
+        replay_chunks_(size_t(sh.n_layers), 0) {}
 
   std::string run(const std::vector<Op>& ops) {
     for (const Op& op : ops) {
@@ -172,13 +250,15 @@ class Checker {
         out_.insert({-1, op.chunk});
         return {};
       case OpKind::offload_input:
+        if (!sh_.saves_input(op.layer)) return "offloads the input of a layer that saves none";
         if (!out_.count({op.layer - 1, op.chunk})) return "its input was not produced";
         stored_.insert({op.layer, op.chunk});
         return {};
       case OpKind::layer_forward:
         if (!holds(op.slot, op.layer)) return "its slot does not hold its weights";
         if (!out_.count({op.layer - 1, op.chunk})) return "its input was not produced";
-        if (sh_.backward() && !stored_.count({op.layer, op.chunk})) return "its input was not offloaded first";
+        if (sh_.backward() && sh_.saves_input(op.layer) && !stored_.count({op.layer, op.chunk}))
+          return "its input was not offloaded first";
         out_.insert({op.layer, op.chunk});
         return {};
       case OpKind::head:
@@ -193,6 +273,7 @@ class Checker {
         buf_[size_t(op.buf)] = {op.layer, op.chunk};
         return {};
       case OpKind::layer_backward: return backward(op);
+      case OpKind::replay_forward: return replay(op);
       case OpKind::grads_out: return grads_out(op);
       case OpKind::embed_backward:
         if (bwd_chunks_[0] != sh_.n_chunks) return "layer 0's backward is not complete";
@@ -229,18 +310,59 @@ class Checker {
       if (k.first == layer) ++fwd;
     const bool fwd_open = fwd > 0 && fwd < sh_.n_chunks;
     const bool bwd_open = bwd_chunks_[size_t(layer)] > 0 && bwd_chunks_[size_t(layer)] < sh_.n_chunks;
-    return fwd_open || bwd_open;
+    const bool replay_open = replay_chunks_[size_t(layer)] > 0 && replay_chunks_[size_t(layer)] < sh_.n_chunks;
+    return fwd_open || bwd_open || replay_open;
+  }
+
+  // A saved input in its fetch buffer (consumed), or layer-1's replayed output in activation
+  // buffer `act`: "" when there, else what is wrong.
+  std::string saved_in_buffer(const Op& op) {
+    if (op.buf < 0 || op.buf > 1 || buf_[size_t(op.buf)] != Key{op.layer, op.chunk})
+      return "its saved input is not in its buffer";
+    buf_[size_t(op.buf)] = {-1, -1};
+    return {};
+  }
+  bool replayed_in(int act, int layer, int chunk) const {
+    return act >= 0 && act < 2 && act_[size_t(act)].first == layer && act_[size_t(act)].second.count(chunk);
   }
 
   std::string backward(const Op& op) {
     if (!holds(op.slot, op.layer)) return "its slot does not hold its weights";
-    if (op.buf < 0 || op.buf > 1 || buf_[size_t(op.buf)] != Key{op.layer, op.chunk})
-      return "its saved input is not in its buffer";
+    if (sh_.saves_input(op.layer)) {
+      if (std::string e = saved_in_buffer(op); !e.empty()) return e;
+    } else if (op.buf >= 0 || !replayed_in(op.act, op.layer - 1, op.chunk)) {
+      return "its input (not saved) was not replayed into its activation buffer";
+    }
     if (op.layer + 1 < L() && bwd_chunks_[size_t(op.layer + 1)] != sh_.n_chunks)
       return "the layer above has not finished its backward";
     if (op.layer + 1 == L() && head_chunks_ != sh_.n_chunks) return "the head has not run every chunk";
-    buf_[size_t(op.buf)] = {-1, -1};
     ++bwd_chunks_[size_t(op.layer)];
+    return {};
+  }
+
+  // A replay writes the input of the unsaved layer above, before that layer's backward, into a
+  // buffer whose last replayed inputs' backward is done.
+  std::string replay(const Op& op) {
+    const int k = op.layer;
+    if (!holds(op.slot, k)) return "its slot does not hold its weights";
+    if (k + 1 >= L() || sh_.saves_input(k + 1)) return "replays the input of a layer that saved its own";
+    if (head_chunks_ != sh_.n_chunks) return "replays before the backward began";
+    if (bwd_chunks_[size_t(k + 1)] > 0) return "replays after the backward of the layer above began";
+    if (op.act < 0 || op.act > 1) return "no such activation buffer";
+    if (op.buf >= 0) {
+      if (!sh_.saves_input(k)) return "reads a saved input of a layer that saves none";
+      if (std::string e = saved_in_buffer(op); !e.empty()) return e;
+    } else if (!replayed_in(op.act - 1, k - 1, op.chunk)) {
+      return "its input was not replayed";
+    }
+    auto& [held, chunks] = act_[size_t(op.act)];
+    if (held != k && held >= 0) {
+      if (bwd_chunks_[size_t(held + 1)] != sh_.n_chunks) return "overwrites a replayed input the backward has not read";
+      chunks.clear();
+    }
+    held = k;
+    chunks.insert(op.chunk);
+    ++replay_chunks_[size_t(k)];
     return {};
   }
 
@@ -276,7 +398,9 @@ class Checker {
   std::vector<Key> buf_;
   std::set<Key> out_, stored_;  // outputs produced ({-1, c}: the embedding's), inputs stored
   std::vector<char> waited_, updated_, grads_left_;
-  std::vector<int> bwd_chunks_;
+  std::vector<int> bwd_chunks_, replay_chunks_;
+  // Per activation buffer: the layer whose replayed outputs it holds, and for which chunks.
+  std::pair<int, std::set<int>> act_[2] = {{-1, {}}, {-1, {}}};
   bool head_loaded_ = false;
   int head_chunks_ = 0, emb_chunks_ = 0;
 };

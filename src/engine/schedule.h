@@ -7,8 +7,11 @@
 // layer k+1's weights are loaded into the next slot while layer k computes, after the host
 // waited for that unit's update of the previous step (wait_update). Backward runs the layers
 // in reverse; the last n_slots layers of the forward are still in their slots and are not
-// reloaded. Each layer's saved inputs are fetched one chunk ahead into two input buffers. A
-// training step ends with the units' updates, in the order the update thread runs them.
+// reloaded. Each layer's saved inputs are fetched one chunk ahead into two input buffers.
+// Layers whose input the forward did not save (EngineConfig::checkpoint_every) get it back
+// from a replay: the forward of the saved layer below them (and of the next one up) run again
+// in the backward, into the activation buffers. A training step ends with the units' updates,
+// in the order the update thread runs them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,7 +33,10 @@ enum class OpKind : uint8_t {
   fetch_input,     // activation store -> input buffer `buf` (saved input of `layer`, `chunk`;
                    // a host-kept layer's att + lse with it, into stage `buf`)
   layer_backward,  // compute: recompute (but a kept layer's attention) + backward of `layer`
-                   // for `chunk`
+                   // for `chunk`, its input in buffer `buf` (saved) or activation buffer `act`
+  replay_forward,  // compute: the forward of `layer` for `chunk` again, from buffer `buf` (its
+                   // saved input) or activation buffer `act` - 1, into activation buffer `act`:
+                   // the input of the unsaved layer above
   embed_backward,  // d(layer-0 input) of `chunk` -> the embedding's sparse gradient
   update,          // AdamW of `unit` (on the update thread; `device`: on the device)
 };
@@ -43,6 +49,7 @@ struct Op {
   int chunk = -1;
   int slot = -1;
   int buf = -1;
+  int act = -1;  // layer_backward / replay_forward: an activation buffer (see OpKind)
   bool device = false;  // update: the unit's AdamW runs on the device
 };
 
@@ -62,6 +69,10 @@ struct StepShape {
   // Each unit is updated as its gradient lands (EngineConfig::HostWeights::master): the
   // update order is the backward's (head, last layer ... first, embedding).
   bool updates_as_gradients_land = false;
+  // Per layer (empty: every one): the forward saves its input; the others' are replayed. Layer
+  // 0's is always saved, and at most two layers in a row are not.
+  std::vector<char> saved_input;
+  bool saves_input(int layer) const { return saved_input.empty() || saved_input[size_t(layer)]; }
 };
 
 std::vector<Op> build_step_schedule(const StepShape& shape);

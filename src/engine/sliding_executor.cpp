@@ -19,7 +19,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
       w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
       homes_(w_), emb_(w_), dev_adamw_(w_, homes_), kept_(w_),
-      timer_(be, *streams_.compute, (2 * layout_.n_layers + 1) * ec.max_chunks),
+      timer_(be, *streams_.compute, (3 * layout_.n_layers + 1) * ec.max_chunks),  // + replays
       updater_(w_, homes_, emb_, dev_adamw_, &dp_) {
   // The masters the slots load from are DMA sources: pinned (a no-op on the host backend).
   for (int u = 1; u < w_.n_units(); ++u)
@@ -116,6 +116,7 @@ StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {
     sh.device_adamw[size_t(u)] = ec_.device_adamw(u);
   }
   sh.updates_as_gradients_land = ec_.from_master();
+  for (int k = 0; k < layout_.n_layers; ++k) sh.saved_input.push_back(ec_.saves_input(k));
   return sh;
 }
 
@@ -128,6 +129,8 @@ const SlidingWindowExecutor::Schedule& SlidingWindowExecutor::schedule(int n_chu
   SF_CHECK(wrong.empty(), "the step schedule is unsound: ", wrong);
   Schedule s{std::move(ops), {}};
   for (const Op& op : s.ops) s.names.push_back(describe(op));
+  const auto fetch = std::find_if(s.ops.begin(), s.ops.end(), [](const Op& o) { return o.kind == OpKind::fetch_input; });
+  s.backward_begin = size_t(fetch - s.ops.begin());
   return schedules_.emplace(key, std::move(s)).first->second;
 }
 
@@ -210,6 +213,7 @@ void SlidingWindowExecutor::exec_op(const Op& op) {
     case OpKind::fetch_input: return fetch_input(op);
     case OpKind::layer_backward: return layer_backward(op);
     case OpKind::embed_backward: return embed_backward(op);
+    case OpKind::replay_forward: return replay_forward(op);
     case OpKind::update: SF_FAIL(internal, "update ops run after the step (HostUpdater::finish)");
   }
 }
@@ -290,7 +294,7 @@ void SlidingWindowExecutor::layer_forward(const Op& op) {
   ev_.slot_ready[size_t(op.slot)]->wait(compute);
   if (k == 0) ev_.emb_done[size_t(c)]->wait(compute);
   // x_out held layer k-1's input: its copy to the store must have left.
-  else ev_.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(compute);
+  else if (!backward_ || ec_.saves_input(k - 1)) ev_.off_done[size_t(((k + 1) % 2) * n_chunks + c)]->wait(compute);
   LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
   // A training step's kept layers write their attention where their backward reads it.
   const bool keep = backward_ && kept_.keeps(k);
@@ -447,11 +451,7 @@ void SlidingWindowExecutor::grads_to_host_home(const Op& op, Stream& gs, Mat src
 }
 
 void SlidingWindowExecutor::fetch_input(const Op& op) {
-  Stream &h2d = *streams_.h2d, &d2h = *streams_.d2h;
-  if (op.layer == layout_.n_layers - 1 && op.chunk == 0) {
-    ev_.offloads_done->record(d2h);  // every offload of the forward is enqueued by now
-    ev_.offloads_done->wait(h2d);
-  }
+  Stream& h2d = *streams_.h2d;
   ev_.buf_free[op.buf]->wait(h2d);
   Mat src = store_mat(op.layer, op.chunk);
   void* dst = bufs_.at(BufferRole::saved_input, op.buf).data();
@@ -461,11 +461,31 @@ void SlidingWindowExecutor::fetch_input(const Op& op) {
   ev_.buf_ready[op.buf]->record(h2d);
 }
 
+// The forward of a layer again, in the backward, for the unsaved layer above it (never a
+// kept-attention layer: those save their inputs, EngineConfig::saves_input). The compute
+// stream orders it after the backward that last read activation buffer `act`; a segment's
+// first replay waits for its fetched input, whose fetch follows the forward's offloads (which
+// read the activation buffers), and the others follow it on the stream.
+void SlidingWindowExecutor::replay_forward(const Op& op) {
+  const int k = op.layer, c = op.chunk;
+  SF_CHECK(!kept_.keeps(k), "a kept-attention layer is never replayed");
+  Stream& compute = *streams_.compute;
+  ev_.slot_ready[size_t(op.slot)]->wait(compute);
+  if (op.buf >= 0) ev_.buf_ready[op.buf]->wait(compute);
+  const Mat xin = op.buf >= 0 ? saved_mat(op.buf, c) : x_mat(op.act - 1, c);
+  LayerWeights w = bind_layer(layout_.layer(k), weights_on_device(op), cd_);
+  const int t = timer_.begin(true);
+  sf::layer_forward(be_, compute, cfg_, w, acts_for(c), batches_[size_t(c)]->inputs(), xin, x_mat(op.act, c));
+  timer_.end(t);
+  if (op.buf >= 0) ev_.buf_free[op.buf]->record(compute);
+  ev_.slot_free[size_t(op.slot)]->record(compute);
+}
+
 void SlidingWindowExecutor::layer_backward(const Op& op) {
   const int k = op.layer, c = op.chunk, g = k % 2;
   Stream& compute = *streams_.compute;
   ev_.slot_ready[size_t(op.slot)]->wait(compute);
-  ev_.buf_ready[op.buf]->wait(compute);
+  if (op.buf >= 0) ev_.buf_ready[op.buf]->wait(compute);
   const Unit& unit = layout_.layer(k);
   Buffer& acc = w_.layer_grad(k);
   if (c == 0) {
@@ -479,7 +499,7 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
   }
   LayerWeights w = bind_layer(unit, weights_on_device(op), cd_);
   LayerGrads gr = bind_layer(unit, acc.data(), DType::f32);
-  Mat xin(bufs_.at(BufferRole::saved_input, op.buf).data(), cd_, chunk_tokens(c), cfg_.hidden_size);
+  const Mat xin = op.buf >= 0 ? saved_mat(op.buf, c) : x_mat(op.act, c);  // saved, or replayed
   // A kept layer's attention comes from the store (or its stage): no attention forward.
   const bool kept = kept_.keeps(k);
   LayerActs acts = acts_for(c);
@@ -488,7 +508,7 @@ void SlidingWindowExecutor::layer_backward(const Op& op) {
   sf::layer_backward(be_, compute, cfg_, w, gr, acts, batches_[size_t(c)]->inputs(), xin, dx_mat(c), dx_mat(c),
                      kept ? Recompute::all_but_attention : Recompute::all);
   timer_.end(t);
-  ev_.buf_free[op.buf]->record(compute);
+  if (op.buf >= 0) ev_.buf_free[op.buf]->record(compute);
   ev_.slot_free[size_t(op.slot)]->record(compute);
   if (c == int(chunks_->size()) - 1) {
     ev_.grads_done[g]->record(compute);
@@ -527,9 +547,13 @@ void SlidingWindowExecutor::run(const Schedule& s, const std::vector<Batch>& chu
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (op.kind == OpKind::update) break;  // the step's device work is done
-    if (op.kind == OpKind::fetch_input && op.layer == layout_.n_layers - 1 && op.chunk == 0) {
+    if (i == s.backward_begin) {
       compute.synchronize();  // the forward and head are done: split the timing here
       timer_.forward_done();
+      // Every offload of the forward is enqueued by now: the fetches follow them (and so
+      // does every replay, which waits for its fetched input).
+      ev_.offloads_done->record(*streams_.d2h);
+      ev_.offloads_done->wait(*streams_.h2d);
     }
     exec(op, s.names[i]);
   }

@@ -104,6 +104,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   struct Schedule {
     std::vector<Op> ops;
     std::vector<std::string> names;  // describe(op), formatted once
+    size_t backward_begin = 0;  // the first fetch_input: the forward and head are done
   };
   // The schedule of a step of n_chunks, built and checked on first use.
   const Schedule& schedule(int n_chunks, Pass pass);
@@ -123,6 +124,7 @@ class SlidingWindowExecutor final : public StepExecutor {
   void grads_out(const Op& op);
   void fetch_input(const Op& op);
   void layer_backward(const Op& op);
+  void replay_forward(const Op& op);
   void embed_backward(const Op& op);
   // grads_out's three destinations: the device-AdamW layer's accumulator, a resident home, a
   // host home.
@@ -139,6 +141,9 @@ class SlidingWindowExecutor final : public StepExecutor {
   Mat x_mat(int which, int chunk) const { return rows(bufs_.at(BufferRole::activations, which), chunk); }
   Mat dx_mat(int chunk) const { return rows(bufs_.at(BufferRole::activation_grad), chunk); }
   Mat store_mat(int layer, int chunk) const { return rows(bufs_.at(BufferRole::act_store, layer), chunk); }
+  Mat saved_mat(int buf, int chunk) const {
+    return Mat(bufs_.at(BufferRole::saved_input, buf).data(), cd_, chunk_tokens(chunk), cfg_.hidden_size);
+  }
   void* weights_on_device(const Op& op) const;  // home (resident), device master or slot
   LayerActs acts_for(int chunk) const;
   int64_t chunk_tokens(int c) const { return batches_[size_t(c)]->inputs().n_tokens; }

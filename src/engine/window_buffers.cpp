@@ -184,11 +184,16 @@ class SpecList {
         std::max(layer_acts_bytes(cfg_, Tc_, cd_, ec_.mlp_tile_tokens), head_acts_bytes(cfg_, Tc_, cd_, rows)),
         "layer and head scratch", "layer/head scratch");
     add(BufferRole::loss, 0, Tier::device, 4, "loss", "batch inputs, loss, norms");
-    const int dev_acts = ec_.n_device_act_layers(l_.n_layers);
+    SF_REQUIRE(ec_.checkpoint_every >= 1 && ec_.checkpoint_every <= 3, "sliding window: checkpoint_every ",
+               ec_.checkpoint_every, " must be 1, 2 or 3 (the backward replays into two activation buffers)");
+    int stored[2] = {0, 0};  // [on the device]: the saved layers per tier
+    for (int k = 0; k < l_.n_layers; ++k)
+      if (ec_.saves_input(k)) ++stored[ec_.act_on_device(k)];
     for (int k = 0; k < l_.n_layers; ++k) {
+      if (!ec_.saves_input(k)) continue;
       const bool dev = ec_.act_on_device(k);
       add(BufferRole::act_store, k, dev ? Tier::device : Tier::host, xbytes_, cat("saved inputs of layer ", k),
-          cat("activation store (", dev ? dev_acts : l_.n_layers - dev_acts, " layers)"));
+          cat("activation store (", stored[dev], " layers)"));
     }
     kept_attention();
     for (int c = 0; c < ec_.max_chunks; ++c)

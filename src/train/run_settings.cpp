@@ -142,6 +142,8 @@ const std::vector<Setting>& run_settings() {
        [](TrainOptions& o, const json& j) { o.engine = j.get<std::string>(); }},
       {"device-adamw-layers", [](const TrainOptions& o) { return json(o.device_adamw_layers); },
        [](TrainOptions& o, const json& j) { o.device_adamw_layers = j.get<std::string>(); }},
+      {"checkpoint-every", [](const TrainOptions& o) { return json(o.checkpoint_every); },
+       [](TrainOptions& o, const json& j) { o.checkpoint_every = j.get<std::string>(); }},
       {"gpu-memory", [](const TrainOptions& o) { return json(o.gpu_memory); },
        [](TrainOptions& o, const json& j) { o.gpu_memory = j.get<std::string>(); }},
       {"host-memory", [](const TrainOptions& o) { return json(o.host_memory); },

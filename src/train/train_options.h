@@ -80,6 +80,7 @@ struct TrainOptions {
   std::string backend = "auto";  // auto | host | cuda
   std::string engine = "auto";   // auto | resident | sliding (the planner decides on auto)
   std::string device_adamw_layers = "auto";  // sliding window: the first layers' AdamW on the GPU
+  std::string checkpoint_every = "auto";     // sliding window: every how many layers' inputs are saved
   std::string gpu_memory;        // budget, e.g. "24GiB"; empty: the device's free memory
   std::string host_memory;       // budget; empty: available RAM minus a margin
   std::string optimizer_dir;     // AdamW moments on this disk when RAM is short; empty: none

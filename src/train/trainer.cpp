@@ -47,6 +47,7 @@ ExecutorRequest executor_request(const TrainOptions& opt) {
   er.backend = opt.backend;
   er.engine = opt.engine;
   er.device_adamw_layers = opt.device_adamw_layers;
+  er.checkpoint_every = opt.checkpoint_every;
   er.gpu_memory = opt.gpu_memory;
   er.host_memory = opt.host_memory;
   er.optimizer_dir = opt.optimizer_dir;

@@ -15,9 +15,9 @@
 
 #include <cstring>
 #include <memory>
-#include <random>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda/cuda_engine_test_util.h"
 #include "dist/cuda/nccl_communicator.h"
 #include "dist/dist_test_util.h"
 #include "engine/data_parallel.h"
@@ -27,14 +27,6 @@
 namespace sf::dist {
 namespace {
 
-Batch random_rows(const ModelConfig& cfg, int rows, int seq, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<std::vector<int32_t>> r(static_cast<size_t>(rows));
-  for (auto& row : r)
-    for (int i = 0; i < seq; ++i) row.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
-  return Batch::from_rows(r);
-}
-
 class NcclDataParallel : public ::testing::TestWithParam<int> {};  // resident layer homes
 
 TEST_P(NcclDataParallel, OneRankGivesThePlainEnginesBits) {
@@ -42,7 +34,7 @@ TEST_P(NcclDataParallel, OneRankGivesThePlainEnginesBits) {
   if (!lib) GTEST_SKIP() << "no libnccl.so.2";
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) GTEST_SKIP() << "no GPU";
-  ModelConfig cfg = tiny_config(Arch::llama, false);
+  ModelConfig cfg = sf::test::small_config(Arch::llama);  // head_dim 64: the GPU's attention
   cfg.num_hidden_layers = 3;
   const ModelLayout layout = ModelLayout::build(cfg);
   EngineConfig ec;
@@ -80,7 +72,8 @@ TEST_P(NcclDataParallel, OneRankGivesThePlainEnginesBits) {
   h.lr = 1e-3;
   h.weight_decay = 0.1f;
   for (int step = 0; step < 3; ++step) {
-    std::vector<Batch> micro = {random_rows(cfg, 2, 32, uint64_t(10 * step + 1)), random_rows(cfg, 2, 32, uint64_t(10 * step + 2))};
+    std::vector<Batch> micro = {sf::test::random_batch(cfg, 2, 32, uint64_t(10 * step + 1)),
+                                sf::test::random_batch(cfg, 2, 32, uint64_t(10 * step + 2))};
     const StepStats a = plain.train_step(micro, h), b = ranked.train_step(micro, h);
     EXPECT_EQ(a.loss_sum, b.loss_sum) << "step " << step;
     // The embedding's share of the norm is summed on the device in f32 there, on the host in

@@ -899,3 +899,110 @@ TEST(Planner, FallsBackToTheAttentionBackwardWithoutAWorkspaceWhereOnlyThatFits)
 }
 
 }  // namespace
+
+namespace {
+
+size_t line_bytes(const Plan& p, const std::string& prefix) {
+  size_t n = 0;
+  for (const MemoryLine& l : p.lines)
+    if (l.what.rfind(prefix, 0) == 0) n += l.bytes;
+  return n;
+}
+
+// The 32B shape on the H200 machine's 125 GiB (int8 moments + bf16 master, no clipping, a
+// 2.1 GB/s disk): every layer's saved input is 40 GiB at 64 x 1024 and pushes 48 GiB of moments
+// onto the disk. Saving every 2nd or 3rd layer's input keeps more moments in RAM, so the
+// disk, which bounds the step, moves fewer bytes: the planner picks it (predicted faster, for
+// the replays' compute), counts only the saved layers' store, and says so; each stride can be
+// forced, and a forced 1 plans as before.
+TEST(Planner, SavesFewerLayerInputsWhereTheStoreCrowdsOutTheState) {
+  const ModelConfig cfg = model_preset("qwen2.5-32b");
+  StepRequest req{64 * 1024, 1, 1024};
+  req.clipping = false;
+  req.state_format = StateFormat{MomentFormat::int8, MasterFormat::bf16};
+  HardwareModel hw;
+  hw.disk_bytes_per_s = 2.1e9;
+  Budget b{size_t(24) << 30, size_t(116) << 30, false};
+  b.moments_dir = "/nvme/sf";
+  b.moments_dir_free = size_t(60) << 30;
+  auto plan_with = [&](int every) {
+    StepRequest r = req;
+    r.checkpoint_every = every;
+    Plan p = make_plan(cfg, r, b, DType::bf16, hw);
+    EXPECT_TRUE(p.fits) << every << ": " << p.advice;
+    EXPECT_EQ(p.mode, Plan::Mode::sliding);
+    return p;
+  };
+  const Plan all = plan_with(1), two = plan_with(2), three = plan_with(3), chosen = plan_with(0);
+  EXPECT_EQ(all.engine.checkpoint_every, 1);
+  EXPECT_EQ(two.engine.checkpoint_every, 2);
+  EXPECT_EQ(three.engine.checkpoint_every, 3);
+  EXPECT_GT(chosen.engine.checkpoint_every, 1);
+  // The store: the saved layers' [T, C] bf16 inputs only (wherever they live).
+  const size_t x = size_t(64 * 1024) * size_t(cfg.hidden_size) * 2;
+  for (const Plan* p : {&all, &two, &three}) {
+    const int saved = p->engine.n_saved_inputs(cfg.num_hidden_layers);
+    EXPECT_EQ(line_bytes(*p, "activation store ("), size_t(saved) * x) << p->engine.checkpoint_every;
+  }
+  EXPECT_EQ(two.engine.n_saved_inputs(cfg.num_hidden_layers), 32);
+  // Fewer bytes on the disk, more compute, a faster step: the disk bounds it.
+  EXPECT_LT(two.disk_bytes, all.disk_bytes);
+  EXPECT_GT(two.compute_seconds, all.compute_seconds);
+  EXPECT_LT(two.step_seconds, all.step_seconds);
+  EXPECT_TRUE(all.optimizer_disk_bound);
+  EXPECT_LE(chosen.step_seconds, std::min(two.step_seconds, three.step_seconds) * 1.005);
+  const std::string text = describe_plan(cfg, req, b, two);
+  EXPECT_NE(text.find("every 2nd layer's input saved (the others' replayed in the backward)"), std::string::npos)
+      << text;
+  EXPECT_EQ(describe_plan(cfg, req, b, all).find("layer's input saved"), std::string::npos);
+
+  // A forced stride out of range is an error naming the flag.
+  StepRequest bad = req;
+  bad.checkpoint_every = 4;
+  try {
+    make_plan(cfg, bad, b, DType::bf16, hw);
+    ADD_FAILURE() << "--checkpoint-every 4 was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--checkpoint-every 4"), std::string::npos) << e.what();
+  }
+}
+
+// The replays' compute: one whole layer forward (projections and attention) per unsaved layer.
+// 8B at 1 x 8192 (one chunk size), on a roomy host.
+TEST(Planner, CountsOneLayerForwardPerReplayedInput) {
+  const ModelConfig cfg = model_preset("llama3-8b");
+  StepRequest req{8192, 1, 8192};
+  req.kept_attention = false;
+  const Budget b{size_t(24) << 30, size_t(112) << 30, false};
+  const HardwareModel hw;
+  req.checkpoint_every = 1;
+  const Plan one = make_plan(cfg, req, b, DType::bf16, hw);
+  req.checkpoint_every = 2;
+  const Plan two = make_plan(cfg, req, b, DType::bf16, hw);
+  ASSERT_TRUE(one.fits && two.fits);
+  ASSERT_EQ(one.engine.max_chunk_tokens, 8192);
+  ASSERT_EQ(two.engine.max_chunk_tokens, 8192);
+  ASSERT_EQ(one.engine.layer_grad_buffers, two.engine.layer_grad_buffers);
+  const double T = 8192, C = double(cfg.hidden_size), Q = double(cfg.q_dim()), KV = double(cfg.kv_dim()),
+               F = double(cfg.intermediate_size), ctx = (T + 1) / 2;
+  const double fwd_s1 = 2 * (C * (Q + 2 * KV) + Q * C + 3 * C * F) * T / (T / (T + 512)) / hw.device_flops;
+  const double att_s1 = 4 * Q * ctx * T / hw.attention_rate(ctx);
+  EXPECT_NEAR(two.compute_seconds - one.compute_seconds, 16 * (fwd_s1 + att_s1), 1e-9 * one.compute_seconds);
+}
+
+// A forced stride of 2 or 3 plans a sliding window even where everything would be resident
+// (the resident executors keep every layer's input): the flag is never ignored.
+TEST(Planner, AForcedCheckpointStridePlansASlidingWindow) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  cfg.num_hidden_layers = 8;
+  const Budget roomy{size_t(130) << 30, size_t(112) << 30, false};
+  StepRequest req{8 * 1024, 1, 1024};
+  EXPECT_EQ(make_plan(cfg, req, roomy, DType::bf16, HardwareModel{}).mode, Plan::Mode::resident);
+  req.checkpoint_every = 2;
+  const Plan p = make_plan(cfg, req, roomy, DType::bf16, HardwareModel{});
+  ASSERT_TRUE(p.fits) << p.advice;
+  EXPECT_EQ(p.mode, Plan::Mode::sliding);
+  EXPECT_EQ(p.engine.checkpoint_every, 2);
+}
+
+}  // namespace

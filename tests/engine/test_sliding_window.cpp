@@ -121,6 +121,8 @@ struct Case {
   int disk_units = -1;  // moments on disk: of this many units only (EngineConfig::disk_moment_units)
   int kept_attention = 0;  // EngineConfig::kept_attention_layers
   bool kept_on_host = false;  // their attention store in pinned host memory
+  int checkpoint_every = 1;  // EngineConfig::checkpoint_every (the other layers' inputs replayed)
+  int layers = 0;            // the model's layers when > 0 (the tiny config's otherwise)
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -133,7 +135,8 @@ struct Case {
                                : cat("_", master_format_name(state.master), "master_",
                                      moment_format_name(state.moments), "moments"),
                mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "",
-               kept_attention ? cat("_keptattn", kept_attention, kept_on_host ? "host" : "dev") : "");
+               kept_attention ? cat("_keptattn", kept_attention, kept_on_host ? "host" : "dev") : "",
+               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "", layers ? cat("_layers", layers) : "");
   }
 };
 
@@ -157,6 +160,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   SCOPED_TRACE(tc.name());
   ModelConfig cfg = tiny_config(tc.arch, tc.tied);
   if (tc.dev_adamw > 2) cfg.num_hidden_layers = 4;  // layer 2 on the device: its own accumulator
+  if (tc.layers > 0) cfg.num_hidden_layers = tc.layers;
   const int rows = 2, seq = 12;
   InitOptions init;
   init.norm_jitter = 0.1f;
@@ -195,6 +199,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.grads_stream = !tc.grads_on_compute;
   ec.kept_attention_layers = tc.kept_attention;
   ec.kept_attention_on_device = !tc.kept_on_host;
+  ec.checkpoint_every = tc.checkpoint_every;
   if (tc.mlp_tile > 0) {
     ec.mlp_tile_tokens = tc.mlp_tile;
     // The tile is in effect: the window's layer scratch is smaller than the untiled chunk's.
@@ -304,6 +309,13 @@ Case kept_attention(Case c, int layers, bool on_host) {
   return c;
 }
 
+// Only every n-th layer's input saved (of `layers`), the others' replayed in the backward.
+Case checkpoint_every(Case c, int n, int layers) {
+  c.checkpoint_every = n;
+  c.layers = layers;
+  return c;
+}
+
 // Moments on disk for `units` of the units only, the others' in RAM.
 Case disk_units(Case c, int units) {
   c.moments_on_disk = true;
@@ -400,7 +412,21 @@ std::vector<Case> engine_cases() {
           kept_attention(Case{Arch::qwen2, false, 0.05f, 1, 64, false, 1, true}, 1, true),
           kept_attention(from_master(Case{Arch::llama, false, 0.f, 3, 16, false}), 2, true),
           kept_attention(from_master(Case{Arch::qwen3, true, 0.f, 2, 16, true}), 1, false),
-          kept_attention(mlp_tiled(Case{Arch::mistral, true, 0.5f, 2, 16, true}, 5), 2, true)};
+          kept_attention(mlp_tiled(Case{Arch::mistral, true, 0.5f, 2, 16, true}, 5), 2, true),
+          // Only every 2nd / 3rd layer's input saved, the others' replayed in the backward:
+          // one chunk (bitwise), 5 layers (a segment of one at the top); split chunks with
+          // accumulation, tied, clipped; the store on the device; resident homes with
+          // speculation; after kept-attention layers (host); from the master; a compact state
+          // with some moments on disk.
+          checkpoint_every(Case{Arch::llama, false, 0.f, 1, 64, false}, 2, 4),
+          checkpoint_every(Case{Arch::qwen2, false, 0.05f, 1, 64, false}, 3, 5),
+          checkpoint_every(Case{Arch::qwen3, true, 0.05f, 2, 16, false}, 2, 5),
+          checkpoint_every(Case{Arch::mistral, false, 0.f, 3, 16, true}, 3, 6),
+          checkpoint_every(Case{Arch::llama, false, 0.05f, 1, 64, false, 1, true}, 2, 5),
+          checkpoint_every(kept_attention(Case{Arch::qwen3, false, 0.05f, 2, 16, false}, 1, true), 2, 4),
+          checkpoint_every(from_master(Case{Arch::mistral, false, 0.f, 1, 64, false}), 3, 4),
+          checkpoint_every(disk_units(in_format(Case{Arch::llama, false, 50.f, 1, 64, false}, MomentFormat::int8,
+                                                MasterFormat::bf16), 2), 2, 4)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
@@ -714,6 +740,53 @@ TEST(SlidingWindow, FromMasterRefusesClippingAndFailsANonFiniteStep) {
   EXPECT_EQ(eng.params().master(last)[5], std::numeric_limits<float>::infinity());
 }
 
+// Replayed inputs are the forward's bits: a window that saves every 2nd or 3rd layer's input
+// gives every bit of the one that saves all, in the cases the reference comparison above can
+// only bound (split chunks, accumulation, tied tables, clipping, speculation with redo), on
+// lazy threaded streams (the replay's ordering against the offloads and fetches).
+TEST(SlidingWindow, ReplayedInputsGiveTheSavedInputsBits) {
+  struct Sparse {
+    Arch arch;
+    bool tied;
+    int every, layers, accum;
+    float clip;
+    bool speculative, acts_on_device;
+  };
+  for (const Sparse& sc : {Sparse{Arch::mistral, false, 3, 4, 2, 0.f, false, false},
+                           Sparse{Arch::qwen3, true, 2, 5, 2, 0.05f, true, false},
+                           Sparse{Arch::llama, false, 2, 6, 3, 0.05f, false, true},
+                           Sparse{Arch::qwen2, false, 3, 7, 1, 0.f, true, true}}) {
+    SCOPED_TRACE(cat(arch_name(sc.arch), " every ", sc.every, " of ", sc.layers));
+    ModelConfig cfg = tiny_config(sc.arch, sc.tied);
+    cfg.num_hidden_layers = sc.layers;
+    EngineConfig ec;
+    ec.n_slots = 2;
+    ec.max_chunk_tokens = 16;  // micro-batches in several chunks
+    ec.max_chunks = 8;
+    ec.activations_on_device = sc.acts_on_device;
+    ec.speculation = sc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
+    EngineConfig sparse = ec;
+    sparse.checkpoint_every = sc.every;
+    HostBackend be_a;
+    LazyStreams lazy;
+    SlidingWindowExecutor all(be_a, cfg, ec), replaying(lazy.be, cfg, sparse);
+    same_start(cfg, all, replaying, 7);
+    OptimHyper h;
+    h.lr = 3e-3;
+    h.weight_decay = 0.1f;
+    h.max_grad_norm = sc.clip;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Batch> micro;
+      for (int m = 0; m < sc.accum; ++m) micro.push_back(random_batch(cfg, 2, 12, uint64_t(10 * step + m)));
+      const StepStats a = all.train_step(micro, h), b = replaying.train_step(micro, h);
+      EXPECT_EQ(a.loss_sum, b.loss_sum) << "step " << step;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << step;
+    }
+    expect_same_state(all, replaying, true);
+    EXPECT_EQ(lazy.be.ops_run_unforced(), 0u);
+  }
+}
+
 TEST(Schedule, EveryComputeHasItsWeightsAndInputs) {
   for (int slots : {2, 3}) {
     for (int chunks : {1, 3}) {
@@ -966,21 +1039,29 @@ TEST(SlidingWindow, LazyStreamsCatchAnOmittedWaitOrSynchronize) {
 
 namespace {
 
+// Which of 5 layers save their input: all; every 2nd (a one-layer segment at the top); every
+// 3rd; after one kept-attention layer, every 2nd (EngineConfig::saves_input).
+std::vector<std::vector<char>> saved_input_patterns() {
+  return {{}, {1, 0, 1, 0, 1}, {1, 0, 0, 1, 0}, {1, 1, 0, 1, 0}};
+}
+
 // The shapes the executor builds: resident homes and device-AdamW layers among them.
 std::vector<StepShape> checked_shapes() {
   std::vector<StepShape> v;
   for (int slots : {2, 3})
     for (int chunks : {1, 3})
-      for (int home : {0, 1, 2}) {  // none, the last two layers + head, device-AdamW layers 0-1
-        StepShape sh{5, chunks, slots, Pass::train};
-        sh.weights_on_device.assign(7, 0);
-        sh.device_adamw.assign(7, 0);
-        if (home == 1) sh.weights_on_device[4] = sh.weights_on_device[5] = sh.weights_on_device[6] = 1;
-        if (home == 2) sh.weights_on_device[1] = sh.weights_on_device[2] = sh.device_adamw[1] = sh.device_adamw[2] = 1;
-        v.push_back(sh);
-        sh.pass = Pass::evaluate;
-        v.push_back(sh);
-      }
+      for (int home : {0, 1, 2})  // none, the last two layers + head, device-AdamW layers 0-1
+        for (const std::vector<char>& saved : saved_input_patterns()) {
+          StepShape sh{5, chunks, slots, Pass::train};
+          sh.weights_on_device.assign(7, 0);
+          sh.device_adamw.assign(7, 0);
+          sh.saved_input = saved;
+          if (home == 1) sh.weights_on_device[4] = sh.weights_on_device[5] = sh.weights_on_device[6] = 1;
+          if (home == 2) sh.weights_on_device[1] = sh.weights_on_device[2] = sh.device_adamw[1] = sh.device_adamw[2] = 1;
+          v.push_back(sh);
+          sh.pass = Pass::evaluate;
+          v.push_back(sh);
+        }
   return v;
 }
 
@@ -988,6 +1069,20 @@ TEST(Schedule, BuiltSchedulesPassTheProducerConsumerCheck) {
   for (const StepShape& sh : checked_shapes()) {
     const std::vector<Op> ops = build_step_schedule(sh);
     EXPECT_EQ(check_schedule(sh, ops), "") << sh.n_slots << " slots, " << sh.n_chunks << " chunks";
+    // An unsaved layer's input is replayed once per chunk, and no layer's weights load more
+    // than once in the backward (the replay of a segment's first layer keeps its slot for
+    // its backward).
+    int replays = 0, unsaved = 0, bwd_loads = 0;
+    bool in_backward = false;
+    for (const Op& op : ops) {
+      replays += op.kind == OpKind::replay_forward;
+      in_backward |= op.kind == OpKind::fetch_input;
+      bwd_loads += in_backward && op.kind == OpKind::load_weights && op.unit <= sh.n_layers;
+    }
+    for (int k = 0; k < sh.n_layers; ++k) unsaved += !sh.saves_input(k);
+    if (!sh.backward()) continue;
+    EXPECT_EQ(replays, unsaved * sh.n_chunks);
+    EXPECT_LE(bwd_loads, sh.n_layers - 1);
     // A training step ends with every unit's update, device-AdamW layers first.
     if (!sh.backward()) continue;
     std::vector<int> order;
@@ -1035,6 +1130,40 @@ TEST(Schedule, CheckCatchesBrokenSchedules) {
   EXPECT_NE(broken([&](auto& o) { o[first(OpKind::load_weights)].kind = OpKind::home_weights; }), "");
   const std::string msg = broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::offload_input, 2))); });
   EXPECT_NE(msg.find("layer=2"), std::string::npos) << msg;
+}
+
+// The same for the replays of a step that saves every 2nd layer's input: a replay dropped, an
+// unsaved layer reading a fetch buffer, a replay into the buffer the backward still reads, an
+// offload of an unsaved layer, and a replay after the backward it feeds.
+TEST(Schedule, CheckCatchesBrokenReplays) {
+  StepShape sh{5, 2, 2, Pass::train};
+  sh.saved_input = {1, 0, 1, 0, 1};
+  const std::vector<Op> good = build_step_schedule(sh);
+  ASSERT_EQ(check_schedule(sh, good), "");
+  auto first = [&](OpKind k, int layer) {
+    for (size_t i = 0; i < good.size(); ++i)
+      if (good[i].kind == k && good[i].layer == layer) return i;
+    ADD_FAILURE() << "no " << op_kind_name(k) << " of layer " << layer;
+    return size_t(0);
+  };
+  auto broken = [&](auto edit) {
+    std::vector<Op> ops = good;
+    edit(ops);
+    return check_schedule(sh, ops);
+  };
+  EXPECT_NE(broken([&](auto& o) { o.erase(o.begin() + long(first(OpKind::replay_forward, 2))); }), "");
+  EXPECT_NE(broken([&](auto& o) { o[first(OpKind::layer_backward, 3)].buf = 0; }), "");
+  EXPECT_NE(broken([&](auto& o) { o[first(OpKind::replay_forward, 0)].act = 1; }), "");
+  EXPECT_NE(broken([&](auto& o) {
+              Op off{OpKind::offload_input, 4, 3, 0};
+              o.insert(o.begin() + long(first(OpKind::layer_forward, 3)), off);
+            }), "");
+  EXPECT_NE(broken([&](auto& o) {
+              const size_t r = first(OpKind::replay_forward, 2), b = first(OpKind::layer_backward, 3);
+              Op op = o[r];
+              o.erase(o.begin() + long(r));
+              o.insert(o.begin() + long(b), op);  // b moved up by one: after layer 3's first backward
+            }), "");
 }
 
 }  // namespace
