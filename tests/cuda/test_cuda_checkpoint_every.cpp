@@ -20,7 +20,6 @@ using namespace sf;
 
 namespace {
 
-using sf::test::random_batch;
 using sf::test::small_config;
 
 TEST(CudaCheckpointEvery, ReplayedInputsGiveTheSavedInputsBits) {
@@ -55,29 +54,7 @@ TEST(CudaCheckpointEvery, ReplayedInputsGiveTheSavedInputsBits) {
     EngineConfig sparse = ec;
     sparse.checkpoint_every = tc.every;
     SlidingWindowExecutor saving(be_a, cfg, ec), replaying(be_b, cfg, sparse);
-    ModelLayout layout = ModelLayout::build(cfg);
-    for (int u = 0; u < saving.params().n_units(); ++u) {
-      init_unit(layout.units[size_t(u)], saving.params().master(u), 9);
-      init_unit(layout.units[size_t(u)], replaying.params().master(u), 9);
-    }
-    saving.params_changed();
-    replaying.params_changed();
-    OptimHyper h;
-    h.lr = 1e-3;
-    h.weight_decay = 0.1f;
-    h.max_grad_norm = 0.f;
-    std::vector<Batch> micro = {random_batch(cfg, 2, 96, 1), random_batch(cfg, 2, 96, 2)};
-    for (int step = 0; step < 3; ++step) {
-      StepStats a = saving.train_step(micro, h), b = replaying.train_step(micro, h);
-      EXPECT_EQ(a.loss(), b.loss()) << "step " << step;
-      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
-    }
-    ParamStore &pa = saving.params(), &pb = replaying.params();
-    for (int u = 0; u < pa.n_units(); ++u) {
-      ASSERT_EQ(0, std::memcmp(pa.master(u), pb.master(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.m(u), pb.m(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.v(u), pb.v(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-    }
+    sf::test::expect_same_three_steps(saving, replaying, cfg, 9);
     // The store holds only the saved layers' inputs: less device memory when it is there.
     if (tc.on_device) EXPECT_LT(be_b.peak_bytes_in_use(), be_a.peak_bytes_in_use());
     else EXPECT_LE(be_b.peak_bytes_in_use(), be_a.peak_bytes_in_use());

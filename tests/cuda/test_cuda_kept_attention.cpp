@@ -23,7 +23,6 @@ using namespace sf;
 
 namespace {
 
-using sf::test::random_batch;
 using sf::test::small_config;
 
 TEST(CudaKeptAttention, MatchesTheRecomputingWindowBitwise) {
@@ -53,30 +52,7 @@ TEST(CudaKeptAttention, MatchesTheRecomputingWindowBitwise) {
     kept.kept_attention_layers = kc.layers;
     kept.kept_attention_on_device = !kc.on_host;
     SlidingWindowExecutor recompute(be_a, cfg, ec), keeping(be_b, cfg, kept);
-    ModelLayout layout = ModelLayout::build(cfg);
-    for (int u = 0; u < recompute.params().n_units(); ++u) {
-      init_unit(layout.units[size_t(u)], recompute.params().master(u), 9);
-      init_unit(layout.units[size_t(u)], keeping.params().master(u), 9);
-    }
-    recompute.params_changed();
-    keeping.params_changed();
-    OptimHyper h;
-    h.lr = 1e-3;
-    h.weight_decay = 0.1f;
-    h.max_grad_norm = 0.f;
-    std::vector<Batch> micro = {random_batch(cfg, 2, 96, 1), random_batch(cfg, 2, 96, 2)};
-    for (int step = 0; step < 3; ++step) {
-      StepStats a = recompute.train_step(micro, h), b = keeping.train_step(micro, h);
-      EXPECT_EQ(a.loss(), b.loss()) << "step " << step;
-      // The norm's device reductions may sum in another order: an ulp apart at most.
-      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
-    }
-    ParamStore &pa = recompute.params(), &pb = keeping.params();
-    for (int u = 0; u < pa.n_units(); ++u) {
-      ASSERT_EQ(0, std::memcmp(pa.master(u), pb.master(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.m(u), pb.m(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.v(u), pb.v(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-    }
+    sf::test::expect_same_three_steps(recompute, keeping, cfg, 9);
     std::printf("[ENGINE] kept attention %s, chunk %lld, %d layers: bitwise equal to the recompute after 3 steps\n",
                 kc.on_host ? "on the host" : "on the device", static_cast<long long>(kc.chunk), kc.layers);
   }

@@ -117,11 +117,15 @@ struct Case {
   // Ranks 1.. sleep before each slice update (EngineTestModes::rank_update_delay_ms): a rank
   // that loaded a unit before every slice was in would train on old weights.
   bool late_slices = false;
+  // The ranks save every 2nd layer's input and replay the rest (EngineConfig::checkpoint_every;
+  // the one rank saves all): the same bits.
+  int checkpoint_every = 1;
   bool bitwise() const { return grad_accum == 1 && own_tokens && !tied; }
   std::string name() const {
     return cat("world", world, "_accum", grad_accum, max_grad_norm > 0 ? "_clip" : "_noclip",
                own_tokens ? "_owntokens" : "_sharedtokens", threaded ? "_threaded" : "", shm ? "_shm" : "",
-               tied ? "_tied" : "", late_slices ? "_lateslices" : "");
+               tied ? "_tied" : "", late_slices ? "_lateslices" : "",
+               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "");
   }
 };
 
@@ -198,8 +202,9 @@ TEST_P(DataParallelEngine, EqualsOneRankOverTheGlobalBatch) {
         bes[size_t(r)] = std::make_unique<RankBackend>(tc.threaded);
         EngineTestModes test;
         if (tc.late_slices) test.rank_update_delay_ms = 5;
-        ranks[size_t(r)] = std::make_unique<SlidingWindowExecutor>(bes[size_t(r)]->be(), cfg, window(tc.grad_accum),
-                                                                   test, dp);
+        EngineConfig ec = window(tc.grad_accum);
+        ec.checkpoint_every = tc.checkpoint_every;
+        ranks[size_t(r)] = std::make_unique<SlidingWindowExecutor>(bes[size_t(r)]->be(), cfg, ec, test, dp);
         if (r == 0)  // rank 0 alone writes the shared state
           for (int u = 0; u < int(layout.units.size()); ++u) ranks[0]->params().write_master_f32(u, initial(u).data());
         ranks[size_t(r)]->params_changed();  // collective: rank 0's writes are in
@@ -285,7 +290,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelEngine,
                                            Case{2, 1, 0.05f, true, false, false, true},
                                            Case{3, 2, 0.f, false, true, false, true},
                                            Case{3, 1, 0.f, true, false, false, false, true},
-                                           Case{2, 1, 0.05f, true, true, true, false, true}),
+                                           Case{2, 1, 0.05f, true, true, true, false, true},
+                                           Case{2, 1, 0.05f, true, true, false, false, false, 2},
+                                           Case{3, 2, 0.f, false, false, true, false, false, 2}),
                          [](const auto& info) { return info.param.name(); });
 
 // A rank whose step throws (here: a token outside the vocabulary in rank 1's share at step 1,
