@@ -157,6 +157,35 @@ TEST(Cli, ConfigFileSetsOptionsAndFlagsWin) {
   EXPECT_TRUE(contains(bad.output, "needs a GPU backend")) << bad.output;
 }
 
+// --checkpoint-every: a bad value names the flag and the choices; a forced stride trains the
+// bundled example in a sliding window that says so, the same losses as saving every input
+// (the replays recompute the forward's bits), and is recorded for the resume.
+TEST(Cli, CheckpointEveryTrainsTheSameRunAndRefusesBadValues) {
+  for (const char* v : {"0", "4", "x"}) {
+    auto bad = run_cli({"plan", "--size", "llama3-8b", "--backend", "host", "--checkpoint-every", v});
+    EXPECT_NE(bad.exit_code, 0) << v;
+    EXPECT_TRUE(contains(bad.output, std::string("--checkpoint-every \"") + v + "\" is not valid")) << bad.output;
+  }
+  TempDir tmp("sf-cli-ckpt");
+  auto train = [&](const char* every, const char* name) {
+    return run_cli({"train", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--backend", "host",
+                    "--engine", "sliding", "--checkpoint-every", every, "--out", (tmp.path / name).string()});
+  };
+  auto one = train("1", "one"), two = train("2", "two");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_TRUE(contains(two.output, "every 2nd layer's input saved (the others' replayed in the backward)"))
+      << two.output;
+  EXPECT_FALSE(contains(one.output, "layer's input saved")) << one.output;
+  const auto a = read_jsonl(tmp.path / "one" / "metrics.jsonl"), b = read_jsonl(tmp.path / "two" / "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].contains("loss")) EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "line " << i;
+  auto cfg = run_cli({"train", "--checkpoint-every", "3", "--print-config"});
+  ASSERT_EQ(cfg.exit_code, 0) << cfg.output;
+  EXPECT_TRUE(contains(cfg.output, "checkpoint-every = \"3\"")) << cfg.output;
+}
+
 // The engine benchmark on the host backend: the plan, one line per step, and a RESULT line
 // whose steady rate counts only the timed steps (2..N) that follow an unclipped step. Clipping
 // off: steps 2..4; clipping at 0.1 (the tiny model's norms are 3-5): none.
