@@ -107,7 +107,7 @@ TEST(CudaEngineFromMaster, MatchesTheWindowWithHostCopiesBitwise) {
   SF_REQUIRE_GPU();
   for (bool tied : {false, true}) {
     ModelConfig cfg = small_config(tied ? Arch::qwen3 : Arch::llama, tied);
-    const int rows = 2, seq = 96;
+    const int seq = 96;  // the helper's micro-batches: 2 x 96, one chunk each
     CudaBackend be_a, be_b;
     EngineConfig ec;
     ec.n_slots = 2;
@@ -119,29 +119,7 @@ TEST(CudaEngineFromMaster, MatchesTheWindowWithHostCopiesBitwise) {
     ec.host_weights = EngineConfig::HostWeights::master;
     ec.layer_grad_buffers = 1;
     SlidingWindowExecutor master(be_b, cfg, ec);
-    ModelLayout layout = ModelLayout::build(cfg);
-    for (int u = 0; u < copies.params().n_units(); ++u) {
-      init_unit(layout.units[size_t(u)], copies.params().master(u), 5);
-      init_unit(layout.units[size_t(u)], master.params().master(u), 5);
-    }
-    copies.params_changed();
-    master.params_changed();
-    OptimHyper h;
-    h.lr = 1e-3;
-    h.weight_decay = 0.1f;
-    h.max_grad_norm = 0.f;
-    std::vector<Batch> micro = {random_batch(cfg, rows, seq, 1), random_batch(cfg, rows, seq, 2)};
-    for (int step = 0; step < 3; ++step) {
-      StepStats a = copies.train_step(micro, h), b = master.train_step(micro, h);
-      EXPECT_EQ(a.loss(), b.loss()) << "step " << step;
-      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-6 * a.grad_norm) << "step " << step;
-    }
-    ParamStore &pa = copies.params(), &pb = master.params();
-    for (int u = 0; u < pa.n_units(); ++u) {
-      ASSERT_EQ(0, std::memcmp(pa.master(u), pb.master(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.m(u), pb.m(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-      ASSERT_EQ(0, std::memcmp(pa.v(u), pb.v(u), size_t(pa.numel(u)) * 4)) << "unit " << u;
-    }
+    sf::test::expect_same_three_steps(copies, master, cfg, 5);
     std::printf("[ENGINE] from the master, tied=%d: bitwise equal to host copies after 3 steps\n", tied);
   }
 }
