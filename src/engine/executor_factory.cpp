@@ -8,6 +8,7 @@
 #include "optim/param_store.h"
 #include "engine/device_resident_executor.h"
 #include "engine/hardware_probe.h"
+#include "engine/multi_gpu_plan.h"
 #include "engine/resident_executor.h"
 #include "engine/sliding_executor.h"
 #if SF_WITH_CUDA
@@ -253,6 +254,9 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   const bool ranks = req.data_parallel && req.data_parallel->active();
   SF_REQUIRE(!(ranks && engine == EngineChoice::resident), "--engine resident: data parallel (--gpus ",
              req.data_parallel ? req.data_parallel->world() : 1, ") runs the sliding window; use --engine auto");
+  SF_REQUIRE(!(engine == EngineChoice::resident && r.plan_request.checkpoint_every > 1), "--checkpoint-every ",
+             r.plan_request.checkpoint_every, ": only the sliding window saves fewer layers' inputs (--engine resident "
+             "keeps every layer's); use --engine auto or sliding, or --checkpoint-every auto");
   const bool allow_resident = engine != EngineChoice::sliding && !ranks;
   // Several ranks: every gradient waits for the global norm (the plans that apply each as it
   // lands are not built for several ranks).
@@ -265,6 +269,12 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   } else if (r.plan.engine.moments_streamed) {
     // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
+    r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
+  }
+  if (ranks && req.data_parallel->world() > 1 && r.plan.fits) {
+    // One host for all ranks: the state is one shared copy, each rank's own buffers get a
+    // 1/N share of the rest, so that the N ranks together stay within the budget.
+    r.budget.host_bytes = rank_host_budget(r.plan, r.budget.host_bytes, req.data_parallel->world());
     r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }
   if (ranks) count_data_parallel(cfg, req.data_parallel->world(), r);

@@ -73,11 +73,11 @@ GpuLink parse_gpu_link(const std::string& s) {
 
 bool host_line_shared(const MemoryLine& line) {
   if (line.device || line.disk) return false;
-  // The training state (ParamStore, master and moments in any format), the host homes and
-  // `next` buffers (docs/MULTI_GPU.md: shared, sliced per rank), and the one unit that local
-  // rank 0 alone loads the state through.
+  // The training state (ParamStore, master and moments in any format, in the ranks' shared
+  // memory) and the one unit that local rank 0 alone loads the state through. The host homes
+  // and `next` buffers are each rank's own as built (docs/MULTI_GPU.md's design shares them).
   for (std::string_view p : {"fp32 master +", "bf16 master +", "fp32 master", "bf16 master", "AdamW m, v",
-                             "weights/gradient homes", "next weights", "f32 weights of one unit (loading"})
+                             "f32 weights of one unit (loading"})
     if (starts_with(line.what, p) && line.what.find("stage") == std::string::npos) return true;
   return false;
 }

@@ -25,6 +25,7 @@
 #include "dist/shm_communicator.h"
 #include "dist/thread_communicator.h"
 #include "engine/data_parallel.h"
+#include "engine/multi_gpu_plan.h"
 #include "engine/executor_factory.h"
 #include "engine/sliding_executor.h"
 #include "model/model_init.h"
@@ -401,6 +402,14 @@ TEST(DataParallelEngine, PlansARanksWindowWithItsBuffers) {
   bool counted = false;
   for (const MemoryLine& l : rank.plan.lines) counted |= l.what.find("data parallel") != std::string::npos && l.bytes == dp_bytes;
   EXPECT_TRUE(counted) << describe_plan(cfg, req.step, rank.budget, rank.plan);
+  // The host is the ranks' one: a rank plans within the state's shared copy and half the rest.
+  req.host_memory = "1GiB";
+  const PlannedRun shared = plan_run(cfg, req);
+  size_t state = 0;
+  for (const MemoryLine& l : shared.plan.lines) state += host_line_shared(l) ? l.bytes : 0;
+  ASSERT_GT(state, 0u);
+  EXPECT_EQ(shared.budget.host_bytes, state + ((size_t(1) << 30) - state) / 2);
+  req.host_memory.clear();
   req.engine = "resident";
   EXPECT_THROW(plan_run(cfg, req), Error);
 }

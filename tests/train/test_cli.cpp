@@ -166,6 +166,10 @@ TEST(Cli, CheckpointEveryTrainsTheSameRunAndRefusesBadValues) {
     EXPECT_NE(bad.exit_code, 0) << v;
     EXPECT_TRUE(contains(bad.output, std::string("--checkpoint-every \"") + v + "\" is not valid")) << bad.output;
   }
+  auto resident = run_cli({"plan", "--size", "tiny", "--backend", "host", "--engine", "resident",
+                           "--checkpoint-every", "2"});
+  EXPECT_NE(resident.exit_code, 0);
+  EXPECT_TRUE(contains(resident.output, "only the sliding window saves fewer layers' inputs")) << resident.output;
   TempDir tmp("sf-cli-ckpt");
   auto train = [&](const char* every, const char* name) {
     return run_cli({"train", "--steps", "3", "--batch-size", "2", "--seq-len", "32", "--backend", "host",
