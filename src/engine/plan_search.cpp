@@ -322,6 +322,8 @@ void consider_kept_attention(const PlanInputs& in, const Plan& p, SearchResult& 
   bool tier_full[2] = {false, false};  // [on_device]
   for (const KeptAttentionOption& o : kept_attention_options(in)) {
     if (tier_full[o.on_device]) continue;
+    // Every layer kept saves every input: the same plan as saving every input (stride 1).
+    if (o.layers >= in.cfg.num_hidden_layers && p.engine.checkpoint_every > 1) continue;
     Plan q = p;
     q.engine.kept_attention_layers = o.layers;
     q.engine.kept_attention_on_device = o.on_device;
@@ -354,6 +356,17 @@ std::vector<int64_t> chunk_sizes(const StepRequest& req) {
   return chunks;
 }
 
+// Whether the fastest plan so far is at least as fast as p's compute alone could be, with its
+// kept-attention options at their largest saving: saving fewer inputs only adds compute, so
+// none of p's variants could win then (the search skips them: it is 2-3x longer otherwise).
+bool outrun_by_the_fastest(const PlanInputs& in, const Plan& p, const SearchResult& r) {
+  if (r.fastest.lines.empty()) return false;
+  Plan q = p;
+  predict(in.cfg, in.req, in.hw, q);
+  const double kept = kept_attention_options(in).empty() ? 0.0 : kept_attention_share(in.cfg, in.req, in.hw);
+  return r.fastest.step_seconds <= q.compute_seconds * (1.0 - kept);
+}
+
 // Every 1st, 2nd or 3rd layer's input saved (the others replayed in the backward), or the
 // request's forced stride. A model of fewer layers than the stride saves only layer 0's.
 std::vector<int> checkpoint_strides(const PlanInputs& in) {
@@ -374,13 +387,15 @@ void search_windows(const PlanInputs& in, const std::string& moments_dir, Search
   using HostWeights = EngineConfig::HostWeights;
   std::vector<HostWeights> host_weights = {HostWeights::copies};
   if (!in.req.clipping) host_weights.push_back(HostWeights::master);
-  for (HostWeights hw : host_weights)
-    for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
-      for (int every : checkpoint_strides(in))
+  // Every input saved first, so that the fastest of those can rule out what saving fewer
+  // cannot beat.
+  for (int every : checkpoint_strides(in))
+    for (HostWeights hw : host_weights)
+      for (ActivationStore store : {ActivationStore::device, ActivationStore::host, ActivationStore::split})
         for (int slots : {3, 2})
           for (int64_t chunk : chunk_sizes(in.req))
             if (std::optional<Plan> p = window_candidate(in, moments_dir, hw, store, slots, chunk, every))
-              consider_device_adamw_counts(in, *p, r);
+              if (every == 1 || !outrun_by_the_fastest(in, *p, r)) consider_device_adamw_counts(in, *p, r);
 }
 
 // The AdamW moments go to --optimizer-dir's disk only when nothing fits with them in RAM.
