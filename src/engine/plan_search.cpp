@@ -378,11 +378,11 @@ std::vector<int> checkpoint_strides(const PlanInputs& in) {
 }
 
 // 2. Sliding window. Candidates: activation store on the device, on the host, or split;
-//    every 1st, 2nd or 3rd layer's input saved; 3 or 2 slots; every chunk size. For each that fits, as many layers' homes resident as
-//    the device budget allows (no transfers for those), and the speculative update with as
-//    many "next" buffers as the host holds. Without clipping also the windows with no host
-//    copy of the layers (weights from the master, each gradient applied as it lands). The
-//    fastest predicted candidate wins.
+//    every 1st, 2nd or 3rd layer's input saved; 3 or 2 slots; every chunk size. For each that
+//    fits, as many layers' homes resident as the device budget allows (no transfers for
+//    those), and the speculative update with as many "next" buffers as the host holds.
+//    Without clipping also the windows with no host copy of the layers (weights from the
+//    master, each gradient applied as it lands). The fastest predicted candidate wins.
 void search_windows(const PlanInputs& in, const std::string& moments_dir, SearchResult& r) {
   using HostWeights = EngineConfig::HostWeights;
   std::vector<HostWeights> host_weights = {HostWeights::copies};

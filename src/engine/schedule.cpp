@@ -61,10 +61,11 @@ class Builder {
   OpKind weights_op(int u) const {
     return flag(sh_.weights_on_device, u) ? OpKind::home_weights : OpKind::load_weights;
   }
-  void load(int k) {
-    ops_.push_back({weights_op(k + 1), k + 1, k, -1, slot_of(k)});
-    slot_layer_[size_t(slot_of(k))] = k;
+  void load_into(int k, int slot) {
+    ops_.push_back({weights_op(k + 1), k + 1, k, -1, slot});
+    slot_layer_[size_t(slot)] = k;
   }
+  void load(int k) { load_into(k, slot_of(k)); }
 
   void forward() {
     const int L = sh_.n_layers, C = sh_.n_chunks;
@@ -123,10 +124,6 @@ class Builder {
       if (slot_layer_[size_t(s)] == k) return s;
     return -1;
   }
-  void load_into(int k, int slot) {
-    ops_.push_back({weights_op(k + 1), k + 1, k, -1, slot});
-    slot_layer_[size_t(slot)] = k;
-  }
   // A slot for layer k, first used at visit `use`, other than `busy`'s: one whose layer is
   // needed no more (k's own slot_of first, the forward's placement), else the one needed
   // last, if after `use` (a demand load, use == from, may take any); -1: none.
@@ -147,7 +144,11 @@ class Builder {
   // another one while it computes.
   void weights_for(const std::vector<Visit>& visits, size_t i) {
     const int k = visits[i].layer;
-    if (slot_holding(k) < 0) load_into(k, slot_for(visits, i + 1, i, k, -1));
+    if (slot_holding(k) < 0) {
+      const int s = slot_for(visits, i + 1, i, k, -1);
+      SF_CHECK(s >= 0, "no weight slot for layer ", k);  // every slot's next use is after i
+      load_into(k, s);
+    }
     size_t j = i + 1;
     while (j < visits.size() && visits[j].layer == k) ++j;
     if (j == visits.size() || slot_holding(visits[j].layer) >= 0) return;
@@ -314,8 +315,7 @@ class Checker {
     return fwd_open || bwd_open || replay_open;
   }
 
-  // A saved input in its fetch buffer (consumed), or layer-1's replayed output in activation
-  // buffer `act`: "" when there, else what is wrong.
+  // The op's saved input in its fetch buffer (then consumed): "" when there, else what is wrong.
   std::string saved_in_buffer(const Op& op) {
     if (op.buf < 0 || op.buf > 1 || buf_[size_t(op.buf)] != Key{op.layer, op.chunk})
       return "its saved input is not in its buffer";

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine_config.h"
 #include "engine/step_executor.h"
 
 #include "io/model_config.h"
@@ -35,6 +36,19 @@ inline Batch random_batch(const ModelConfig& cfg, int rows, int seq, uint64_t se
   for (auto& row : r)
     for (int i = 0; i < seq; ++i) row.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
   return Batch::from_rows(r);
+}
+
+// A 2-slot window over chunks of `chunk` tokens (4 per step), the last layer's and the head's
+// homes resident, their update trips in 777-element ring pieces (many, the last one ragged).
+inline EngineConfig small_window(int64_t chunk) {
+  EngineConfig ec;
+  ec.n_slots = 2;
+  ec.max_chunk_tokens = chunk;
+  ec.max_chunks = 4;
+  ec.resident_layers = 1;
+  ec.head_resident = true;
+  ec.ring_piece = 777;
+  return ec;
 }
 
 // Two executors that must train alike: the same initial weights (init_unit with `seed`), 3 steps

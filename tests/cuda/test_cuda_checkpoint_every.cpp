@@ -40,13 +40,7 @@ TEST(CudaCheckpointEvery, ReplayedInputsGiveTheSavedInputsBits) {
     CudaBackend be_a, be_b;
     be_a.set_gemm_tuning(false);
     be_b.set_gemm_tuning(false);
-    EngineConfig ec;
-    ec.n_slots = 2;
-    ec.max_chunk_tokens = tc.chunk;
-    ec.max_chunks = 4;
-    ec.resident_layers = 1;
-    ec.head_resident = true;
-    ec.ring_piece = 777;
+    EngineConfig ec = sf::test::small_window(tc.chunk);
     ec.activations_on_device = tc.on_device;
     ec.kept_attention_layers = tc.kept;
     ec.kept_attention_on_device = false;

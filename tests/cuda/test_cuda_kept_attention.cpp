@@ -41,13 +41,7 @@ TEST(CudaKeptAttention, MatchesTheRecomputingWindowBitwise) {
     CudaBackend be_a, be_b;
     be_a.set_gemm_tuning(false);
     be_b.set_gemm_tuning(false);
-    EngineConfig ec;
-    ec.n_slots = 2;
-    ec.max_chunk_tokens = kc.chunk;
-    ec.max_chunks = 4;
-    ec.resident_layers = 1;
-    ec.head_resident = true;
-    ec.ring_piece = 777;
+    const EngineConfig ec = sf::test::small_window(kc.chunk);
     EngineConfig kept = ec;
     kept.kept_attention_layers = kc.layers;
     kept.kept_attention_on_device = !kc.on_host;
