@@ -153,7 +153,7 @@ void RunFlags::add_to(CLI::App* cmd, bool with_accum) {
   cmd->add_option("--gpu-memory", req.gpu_memory, "device memory budget, e.g. 24GiB");
   cmd->add_option("--host-memory", req.host_memory, "host memory budget, e.g. 100GiB");
   cmd->add_option("--optimizer-dir", req.optimizer_dir,
-                  "a directory on a fast disk (NVMe) for the AdamW moments when RAM is short");
+                  "a directory on a fast disk (NVMe) for the AdamW moments (and a bf16 master, with clipping) when RAM is short");
 }
 
 const char* const kCheckpointEveryHelp =

@@ -115,6 +115,13 @@ struct EngineConfig {
   // the fewest that let the rest fit in the host budget (each costs its bytes of disk traffic
   // twice per step).
   int disk_moment_units = -1;
+  // With moments_dir and a bf16 master: those units' masters go to the file too, moved with
+  // their moments by the optimizer's sweep, the only reader of a master whose weights stream
+  // from compute-dtype homes (copies; not from_master, where the slots load the master itself,
+  // and never the embedding's, whose table the GPU gathers from). The planner's choice when
+  // even every unit's moments on the disk leave RAM short: 2 B/param less RAM for 2 B/param
+  // more disk traffic each way.
+  bool masters_on_disk = false;
   // The moments do not fit in the page cache (the planner's estimate): each unit's are
   // written back and dropped from the cache once its update is done (ParamStore), so the
   // sweep streams them at the disk's pace instead of stalling in page reclaim.

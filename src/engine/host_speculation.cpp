@@ -89,16 +89,16 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       // coefficient: update them now (their bf16 copy too), off the critical path.
       if (!emb_untouched_done_ && w_.store.format().is_fp32()) {  // compact: no undo for a skipped step
         ScopedSeconds busy(sp.busy_seconds);
-        w_.store.acquire_moments(0);  // moments on disk: a slot, not the file's mapping
+        w_.store.acquire_disk_unit(0);  // moments on disk: a slot, not the file's mapping
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::untouched, s, s, opt_pool());
-        w_.store.moments_done(0);
+        w_.store.disk_unit_done(0);
         emb_untouched_done_ = true;
       }
       if (u > 0) w_.ev.grads_home[size_t(u)]->synchronize();
       ScopedSeconds busy(sp.busy_seconds);  // from here on the CPU works on unit u
       for (int v = u - 1; v >= 0; --v)  // the backward's next unit with moments on disk
         if (w_.store.moments_on_disk(v)) {
-          w_.store.prefetch_moments(v);
+          w_.store.prefetch_disk_unit(v);
           break;
         }
       const double sq = unit_sumsq(u);
@@ -110,16 +110,16 @@ void HostUpdater::speculate_loop(AdamWStep s, float max_norm) {
       const bool safe = may_speculate(running, max_norm, w_.test.speculate_everything);
       if (!safe || !can_speculate(u) || sp.closing) continue;
       if (u == 0) {
-        w_.store.acquire_moments(0);
+        w_.store.acquire_disk_unit(0);
         emb_.adamw(EmbeddingGrad::Kind::update, EmbeddingGrad::Rows::touched, s, s, opt_pool());
-        w_.store.moments_done(0);
+        w_.store.disk_unit_done(0);
         sp.speculated[0] = 1;
         continue;
       }
-      w_.store.acquire_moments(u);  // moments on disk: its slot (prefetched one unit ago)
+      w_.store.acquire_disk_unit(u);  // moments on disk: its slot (prefetched one unit ago)
       if (w_.store.format().is_fp32()) unit_adamw(EmbeddingGrad::Kind::update, u, WeightsTo::out, spec_out(u), s, s);
       else unit_weights(u, spec_out(u), s);
-      w_.store.moments_done(u);
+      w_.store.disk_unit_done(u);
       sp.speculated[size_t(u)] = 1;
     }
   } catch (...) {

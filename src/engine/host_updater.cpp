@@ -199,19 +199,19 @@ void HostUpdater::start_updates(std::function<bool(int)> touches_moments, std::f
       acquire[size_t(u)] = touches_moments(u) && store.moments_on_disk(u);
       if (acquire[size_t(u)]) next = u;
     }
-    if (next >= 0) store.prefetch_moments(next);
+    if (next >= 0) store.prefetch_disk_unit(next);
   }
   updates_.start(std::move(order), [this, n_units, next_of = std::move(next_of), acquire = std::move(acquire),
                                     update = std::move(update), wait_for_gradient = std::move(wait_for_gradient)](int u) {
     if (wait_for_gradient) wait_for_gradient(u);
-    if (next_of[size_t(u)] >= 0) w_.store.prefetch_moments(next_of[size_t(u)]);
-    if (acquire[size_t(u)]) w_.store.acquire_moments(u);
+    if (next_of[size_t(u)] >= 0) w_.store.prefetch_disk_unit(next_of[size_t(u)]);
+    if (acquire[size_t(u)]) w_.store.acquire_disk_unit(u);
     if (u > 0) homes_.set(u, HomeState::gradient, HomeState::updating, "update");
     trace_mark("update: starts unit", u);
     update(u);
     trace_mark("update: done unit", u);
     if (u > 0) homes_.set(u, HomeState::updating, HomeState::weights, "update");
-    w_.store.moments_done(u);
+    w_.store.disk_unit_done(u);
     if (u == n_units - 1) w_.streams.upd_h2d->synchronize();  // the round ends with nothing in flight
   }, std::move(after));
 }

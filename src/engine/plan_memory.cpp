@@ -30,8 +30,9 @@ std::string state_line_name(StateFormat f) {
   return cat(master_format_name(f.master), " master + ", moment_format_name(f.moments), " AdamW m, v");
 }
 
-// The state as ParamStore allocates it: in RAM, or with the m and v of ec.disk_moment_units
-// units in --optimizer-dir's file (the int8 scales stay in RAM) and the tier's two slots.
+// The state as ParamStore allocates it: in RAM, or with the m and v (and, masters_on_disk,
+// the bf16 masters) of ec.disk_moment_units units in --optimizer-dir's file (the int8 scales
+// stay in RAM) and the tier's two slots.
 void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<MemoryLine>& m) {
   const std::vector<StateUnit> units = state_units(l);
   const StateFormat f = ec.state_format;
@@ -41,24 +42,31 @@ void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<M
     m.push_back({state_line_name(f), all, false});
     return;
   }
-  const std::vector<char> on_disk = disk_unit_choice(units, ec.disk_moment_units);
+  const DiskUnits disk{ec.disk_moment_units, ec.masters_on_disk};
+  const std::vector<char> on_disk = disk_unit_choice(units, disk.count);
+  const std::vector<char> master_on_disk = master_disk_choice(units, disk);
   size_t in_ram = 0, ram_moments = 0;
-  int n_disk = 0;
+  int n_disk = 0, n_masters = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const UnitStateLayout ul = unit_state_layout(units[u], f);
-    in_ram += ul.master_bytes + 2 * size_t(ul.scale_count) * 4;
+    in_ram += (master_on_disk[u] ? 0 : ul.master_bytes) + 2 * size_t(ul.scale_count) * 4;
+    n_masters += master_on_disk[u];
     if (on_disk[u]) ++n_disk;
     else ram_moments += 2 * ul.moment_bytes;
   }
   const int n = int(units.size());
-  m.push_back({cat(master_format_name(f.master), " master", f.moments == MomentFormat::int8 ? " + int8 scales" : ""),
-               in_ram, false});
+  const std::string master = cat(master_format_name(f.master), " master",
+                                 n_masters > 0 ? cat(" of ", n - n_masters, " units") : std::string());
+  m.push_back({cat(master, f.moments == MomentFormat::int8 ? " + int8 scales" : ""), in_ram, false});
   if (ram_moments > 0)
     m.push_back({cat("AdamW m, v of ", n - n_disk, " of ", n, " units (RAM)"), ram_moments, false});
-  m.push_back({n_disk == n ? std::string("AdamW m, v (a file in --optimizer-dir)")
-                           : cat("AdamW m, v of ", n_disk, " units (--optimizer-dir)"),
-               moments_file_bytes(units, f, ec.disk_moment_units), false, true});
-  m.push_back({"disk tier slots (2 units' m, v)", moment_slot_bytes(units, f, ec.disk_moment_units), false});
+  const std::string what = n_masters > 0 ? cat("m, v of ", n_disk, " + ", n_masters, " masters")
+                           : n_disk == n ? std::string("AdamW m, v")
+                                         : cat("AdamW m, v of ", n_disk, " units");
+  m.push_back({cat(what, n_disk == n && n_masters == 0 ? " (a file in --optimizer-dir)" : " (--optimizer-dir)"),
+               disk_file_bytes(units, f, disk), false, true});
+  m.push_back({n_masters > 0 ? "disk tier slots (2 units' m, v, master)" : "disk tier slots (2 units' m, v)",
+               disk_slot_bytes(units, f, disk), false});
 }
 
 // What the process holds on the host beside the executor's buffers and state, so that the

@@ -190,22 +190,33 @@ bool beats(const Plan& p, const Plan& fastest) {
 
 // Moments on --optimizer-dir's disk: as few units' as let the rest of p fit in the host
 // budget (each unit there costs its moments' bytes read and written every step, the others
-// update at the CPU's pace); every unit's when even that is short (the closest miss).
+// update at the CPU's pace); when even every unit's leave RAM short, a bf16 master whose
+// weights stream from homes goes with its unit's moments (as few units' again); every unit's
+// state when even that is short (the closest miss).
 void choose_disk_units(const PlanInputs& in, Plan& p) {
   const int64_t n = in.cfg.num_hidden_layers + 2;  // the layout's units
-  auto fits_with = [&](int64_t k) {
+  auto fits_with = [&](int64_t k, bool masters) {
     Plan q = p;
     q.engine.disk_moment_units = int(k);
+    q.engine.masters_on_disk = masters;
     count_window_memory(in, q);
     return fits(in.budget, q);
   };
-  int64_t lo = 1, hi = n;  // the fewest that fit lies in [lo, hi]; n: none fits
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (fits_with(mid)) hi = mid;
-    else lo = mid + 1;
-  }
-  p.engine.disk_moment_units = lo >= n ? -1 : int(lo);
+  // The fewest units that fit, in [1, n]; n + 1: none fits.
+  auto fewest = [&](bool masters) {
+    int64_t lo = 1, hi = n + 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (fits_with(mid, masters)) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  int64_t k = fewest(false);
+  const bool masters_may_go = p.engine.bf16_master() && !p.engine.from_master();
+  p.engine.masters_on_disk = k > n && masters_may_go;
+  if (p.engine.masters_on_disk) k = fewest(true);
+  p.engine.disk_moment_units = k >= n ? -1 : int(k);
   count_window_memory(in, p);
 }
 
@@ -511,7 +522,7 @@ void say_fits_with_compact_state(const PlanInputs& in, std::ostream& a) {
 Plan refusal(const PlanInputs& in, Plan best, BatchSuggestion suggest) {
   predict(in.cfg, in.req, in.hw, best);
   std::ostringstream a;
-  const size_t moments = moments_file_bytes(state_units(ModelLayout::build(in.cfg)), in.req.state_format);
+  const size_t moments = disk_file_bytes(state_units(ModelLayout::build(in.cfg)), in.req.state_format);
   say_host_shortfall(in.budget, best, moments, a);
   say_optimizer_dir_shortfall(in.budget, moments, a);
   say_device_shortfall(in, best, a);

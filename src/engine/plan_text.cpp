@@ -137,7 +137,8 @@ void say_prediction(const Plan& p, std::ostream& os) {
 void say_optimizer_bound(const Plan& p, std::ostream& os) {
   if (p.optimizer_disk_bound) {
     os << "bound      the optimizer's disk (" << std::setprecision(2) << p.optimizer_seconds
-       << " s per step to read and write the AdamW moments): more tokens per step amortise it "
+       << " s per step to read and write the AdamW moments"
+       << (p.engine.masters_on_disk ? " and bf16 masters" : "") << "): more tokens per step amortise it "
        << "while RAM holds their layer inputs (each GiB they take puts a GiB more of moments on "
        << "the disk); more RAM (fewer units' moments on the disk) or a faster disk removes it\n";
     return;

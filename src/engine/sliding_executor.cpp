@@ -12,8 +12,8 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
       cd_(be.compute_dtype()),
       name_(cat("sliding window (", ec.n_slots, " slots) on ", be.name(),
                 dp.active() ? cat(", rank ", dp.rank(), " of ", dp.world()) : std::string())),
-      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed, ec.disk_moment_units,
-             dp.active() ? dp.state : ExternalStateMemory{}),
+      store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed,
+             DiskUnits{ec.disk_moment_units, ec.masters_on_disk}, dp.active() ? dp.state : ExternalStateMemory{}),
       bufs_(be, checked_specs(be, layout_, cfg, ec)),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
@@ -55,6 +55,9 @@ std::vector<BufferSpec> SlidingWindowExecutor::checked_specs(Backend& be, const 
   SF_REQUIRE(ec.state_format.is_fp32() || !ec.speculative() || cd != DType::f32,
              "sliding window: a compact optimizer state speculates only the weights, into bf16 `next` "
              "buffers, so a speculative update needs a reduced compute dtype");
+  SF_REQUIRE(!ec.masters_on_disk || (ec.bf16_master() && !ec.from_master() && !ec.moments_dir.empty()),
+             "sliding window: masters on the disk tier need a bf16 master, an --optimizer-dir and weights "
+             "that stream from compute-dtype homes (not from the master)");
   return window_buffer_specs(cfg, ec, cd);
 }
 
@@ -103,7 +106,7 @@ void SlidingWindowExecutor::params_changed() {
   homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
   // Streamed moments just loaded from a checkpoint: to disk and out of the page cache before
   // the first sweep, which would otherwise stall in page reclaim (no-op when nothing changed).
-  for (int u = 0; u < store_.n_units(); ++u) store_.moments_done(u);
+  for (int u = 0; u < store_.n_units(); ++u) store_.disk_unit_done(u);
 }
 
 StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {

@@ -1,6 +1,6 @@
 // ParamStore (see param_store.h): allocation per unit from its UnitStateLayout, the fp32
-// accessors and master conversions, and the moments on disk (the tier: map_moments,
-// moments_of, prefetch / acquire / moments_done, kept together at the end).
+// accessors and master conversions, and the units on disk (the tier: map_from_disk,
+// arrays_of, prefetch / acquire / done, kept together at the end).
 #include "optim/param_store.h"
 
 #include <fcntl.h>
@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <tuple>
 
 #include "core/bytes.h"
 #include "core/dtype.h"
@@ -68,14 +67,18 @@ HostArray& HostArray::operator=(HostArray&& o) noexcept {
 
 namespace {
 
-// A unit's parts in the tier's file: m, then v (each 4 KiB-aligned there and in a slot); none
-// (two empty parts) for a unit whose moments stay in RAM.
-std::vector<std::vector<size_t>> moment_parts(const std::vector<StateUnit>& units, StateFormat format,
-                                              const std::vector<char>& on_disk) {
+// A unit's parts in the tier's file: m, v, then the master (each 4 KiB-aligned there and in a
+// slot); empty parts for what stays in RAM.
+enum DiskPart { kPartM = 0, kPartV = 1, kPartMaster = 2 };
+std::vector<std::vector<size_t>> disk_parts(const std::vector<StateUnit>& units, StateFormat format,
+                                            DiskUnits disk) {
+  const std::vector<char> on_disk = disk_unit_choice(units, disk.count);
+  const std::vector<char> master = master_disk_choice(units, disk);
   std::vector<std::vector<size_t>> parts;
   for (size_t u = 0; u < units.size(); ++u) {
-    const size_t b = on_disk[u] ? unit_state_layout(units[u], format).moment_bytes : 0;
-    parts.push_back({b, b});
+    const UnitStateLayout l = unit_state_layout(units[u], format);
+    const size_t b = on_disk[u] ? l.moment_bytes : 0;
+    parts.push_back({b, b, master[u] ? l.master_bytes : 0});
   }
   return parts;
 }
@@ -97,15 +100,22 @@ std::vector<char> disk_unit_choice(const std::vector<StateUnit>& units, int disk
   return on;
 }
 
-size_t moments_file_bytes(const std::vector<StateUnit>& units, StateFormat format, int disk_units) {
-  return StateDisk::file_bytes_for(moment_parts(units, format, disk_unit_choice(units, disk_units)));
+std::vector<char> master_disk_choice(const std::vector<StateUnit>& units, DiskUnits disk) {
+  std::vector<char> on(units.size(), 0);
+  if (!disk.masters) return on;
+  on = disk_unit_choice(units, disk.count);
+  if (!on.empty()) on[0] = 0;
+  return on;
 }
 
-size_t moment_slot_bytes(const std::vector<StateUnit>& units, StateFormat format, int disk_units) {
+size_t disk_file_bytes(const std::vector<StateUnit>& units, StateFormat format, DiskUnits disk) {
+  return StateDisk::file_bytes_for(disk_parts(units, format, disk));
+}
+
+size_t disk_slot_bytes(const std::vector<StateUnit>& units, StateFormat format, DiskUnits disk) {
   size_t largest = 0;
-  for (auto& parts : moment_parts(units, format, disk_unit_choice(units, disk_units)))
-    largest = std::max(largest, StateDisk::file_bytes_for({parts}));
-  return size_t(ParamStore::kMomentSlots) * largest;
+  for (auto& parts : disk_parts(units, format, disk)) largest = std::max(largest, StateDisk::file_bytes_for({parts}));
+  return size_t(ParamStore::kDiskSlots) * largest;
 }
 
 size_t disk_free_bytes(const std::string& dir) {
@@ -139,11 +149,15 @@ void ParamStore::allocate_in_ram(UnitState& s) {
   fault_in(s.v);
 }
 
-// m and v of unit u mapped from the tier's file (shared: for the readers outside the sweep).
-void ParamStore::map_moments(UnitState& s, int u) {
+// m and v (and the master, on disk) of unit u mapped from the tier's file (shared: for the
+// readers outside the sweep).
+void ParamStore::map_from_disk(UnitState& s, int u) {
   const size_t bytes = s.layout.moment_bytes;
-  s.m = HostArray(disk_->fd(), disk_->part_file_offset(u, 0), bytes, "AdamW first moments");
-  s.v = HostArray(disk_->fd(), disk_->part_file_offset(u, 1), bytes, "AdamW second moments");
+  s.m = HostArray(disk_->fd(), disk_->part_file_offset(u, kPartM), bytes, "AdamW first moments");
+  s.v = HostArray(disk_->fd(), disk_->part_file_offset(u, kPartV), bytes, "AdamW second moments");
+  if (master_on_disk(u))
+    s.master = HostArray(disk_->fd(), disk_->part_file_offset(u, kPartMaster), s.layout.master_bytes,
+                         master_what(format_));
 }
 
 namespace {
@@ -167,9 +181,11 @@ size_t ParamStore::external_bytes(const std::vector<StateUnit>& units, StateForm
 }
 
 ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
-                       const std::string& moments_dir, bool streamed, int disk_units,
+                       const std::string& moments_dir, bool streamed, DiskUnits disk,
                        ExternalStateMemory external)
     : format_(format) {
+  SF_CHECK(!disk.masters || (format.master == MasterFormat::bf16 && !moments_dir.empty()),
+           "parameter store: only a bf16 master goes to the disk tier, and only with a moments directory");
   if (external.base) {
     SF_REQUIRE(moments_dir.empty(), "--optimizer-dir: the AdamW moments cannot go to a disk when the "
                "training state is shared by several ranks; leave --optimizer-dir out or train with --gpus 1");
@@ -202,8 +218,9 @@ ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
   if (!moments_dir.empty()) {
     DirectFileOptions o;
     o.direct = streamed ? DirectIo::when_supported : DirectIo::buffered;  // cached: the page cache holds them
-    on_disk_ = disk_unit_choice(units, disk_units);
-    disk_ = std::make_unique<StateDisk>(moments_dir, moment_parts(units, format, on_disk_), kMomentSlots, o);
+    on_disk_ = disk_unit_choice(units, disk.count);
+    master_on_disk_ = master_disk_choice(units, disk);
+    disk_ = std::make_unique<StateDisk>(moments_dir, disk_parts(units, format, disk), kDiskSlots, o);
     held_.assign(units.size(), UnitBytes{});
     mapped_.assign(units.size(), 0);
   }
@@ -215,8 +232,8 @@ ParamStore::ParamStore(const std::vector<StateUnit>& units, StateFormat format,
     s.numel = unit.numel;
     s.layout = unit_state_layout(unit, format);
     s.ranges = unit.ranges;
-    s.master = HostArray(s.layout.master_bytes, master_what(format));
-    if (moments_on_disk(int(u))) map_moments(s, int(u));
+    if (!master_on_disk(int(u))) s.master = HostArray(s.layout.master_bytes, master_what(format));
+    if (moments_on_disk(int(u))) map_from_disk(s, int(u));
     else allocate_in_ram(s);
     const size_t scale_bytes = size_t(s.layout.scale_count) * sizeof(float);
     s.m_scale = HostArray(scale_bytes, "int8 AdamW first-moment scales");
@@ -235,8 +252,10 @@ UnitStateView ParamStore::state(int u) const {
   UnitStateView v;
   v.format = format_;
   v.layout = &s.layout;
-  v.master = s.master.data();
-  std::tie(v.m, v.v) = moments_of(u);
+  const Arrays a = arrays_of(u);
+  v.master = a.master;
+  v.m = a.m;
+  v.v = a.v;
   v.m_scale = s.m_scale.as<float>();
   v.v_scale = s.v_scale.as<float>();
   v.rounding_seed = rounding_seed;
@@ -254,19 +273,19 @@ float* ParamStore::master(int u) const {
 uint16_t* ParamStore::master_bf16(int u) const {
   SF_CHECK(format_.master == MasterFormat::bf16, "ParamStore::master_bf16(", u,
            "): the master weights are ", master_format_name(format_.master), ", not bf16");
-  return unit(u).master.as<uint16_t>();
+  return static_cast<uint16_t*>(arrays_of(u).master);
 }
 
 float* ParamStore::m(int u) const {
   SF_CHECK(format_.moments == MomentFormat::f32, "ParamStore::m(", u, "): the AdamW moments are ",
            moment_format_name(format_.moments), ", not fp32; use state(u)");
-  return static_cast<float*>(moments_of(u).first);
+  return static_cast<float*>(arrays_of(u).m);
 }
 
 float* ParamStore::v(int u) const {
   SF_CHECK(format_.moments == MomentFormat::f32, "ParamStore::v(", u, "): the AdamW moments are ",
            moment_format_name(format_.moments), ", not fp32; use state(u)");
-  return static_cast<float*>(moments_of(u).second);
+  return static_cast<float*>(arrays_of(u).v);
 }
 
 void ParamStore::read_master_f32(int u, float* out) const {
@@ -275,7 +294,7 @@ void ParamStore::read_master_f32(int u, float* out) const {
     std::memcpy(out, s.master.data(), size_t(s.numel) * sizeof(float));
     return;
   }
-  const uint16_t* in = s.master.as<uint16_t>();
+  const uint16_t* in = static_cast<const uint16_t*>(arrays_of(u).master);
   host_pool().parallel_for(s.numel, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32(in[i]);
   }, int64_t(1) << 16);
@@ -287,7 +306,7 @@ void ParamStore::write_master_f32(int u, const float* in) {
     std::memcpy(s.master.data(), in, size_t(s.numel) * sizeof(float));
     return;
   }
-  uint16_t* out = s.master.as<uint16_t>();
+  uint16_t* out = static_cast<uint16_t*>(arrays_of(u).master);
   host_pool().parallel_for(s.numel, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = f32_to_bf16(in[i]);
   }, int64_t(1) << 16);
@@ -303,30 +322,38 @@ size_t ParamStore::host_bytes() const {
   size_t n = 0;
   for (int u = 0; u < n_units(); ++u) {
     const UnitState& s = unit(u);
-    n += s.master.bytes() + s.m_scale.bytes() + s.v_scale.bytes();
+    n += s.m_scale.bytes() + s.v_scale.bytes();
+    if (!master_on_disk(u)) n += s.master.bytes();
     if (!moments_on_disk(u)) n += s.m.bytes() + s.v.bytes();
   }
   return n;
 }
 
-// ---- moments on disk ---------------------------------------------------------------------
+// ---- units on disk ----------------------------------------------------------------------
 
-std::pair<void*, void*> ParamStore::moments_of(int u) const {
+ParamStore::Arrays ParamStore::arrays_of(int u) const {
   const UnitState& s = unit(u);
-  if (!moments_on_disk(u)) return {s.m.data(), s.v.data()};
+  const Arrays ram{s.m.data(), s.v.data(), s.master.data()};
+  if (!moments_on_disk(u)) return ram;
+  const bool master = master_on_disk(u);
   std::lock_guard<std::mutex> lk(disk_mu_);
   const UnitBytes& h = held_[size_t(u)];
-  if (h.n_parts > 0) return {h.part[0], h.part[1]};
+  if (h.n_parts > 0) return {h.part[kPartM], h.part[kPartV], master ? h.part[kPartMaster] : ram.master};
   if (!mapped_[size_t(u)]) {
     disk_->evict(u);  // the file alone has the unit now: the mapping sees its bytes
     mapped_[size_t(u)] = 1;
   }
-  return {s.m.data(), s.v.data()};
+  return ram;
+}
+
+std::vector<const HostArray*> ParamStore::mapped_arrays(int u) const {
+  const UnitState& s = unit(u);
+  if (master_on_disk(u)) return {&s.m, &s.v, &s.master};
+  return {&s.m, &s.v};
 }
 
 void ParamStore::drop_mapped_pages(int u) const {
-  const UnitState& s = unit(u);
-  for (const HostArray* a : {&s.m, &s.v})
+  for (const HostArray* a : mapped_arrays(u))
     if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);  // unmap: the file has them
   const size_t off = disk_->part_file_offset(u, 0), len = disk_->extent_bytes(u);
   ::posix_fadvise(disk_->fd(), off_t(off), off_t(len), POSIX_FADV_DONTNEED);
@@ -336,16 +363,15 @@ void ParamStore::drop_mapped_pages(int u) const {
 // and the mapping's pages go (they would be stale once the slot's copy is written back).
 void ParamStore::retire_mapping_locked(int u) const {
   if (!mapped_[size_t(u)]) return;
-  const UnitState& s = unit(u);
-  for (const HostArray* a : {&s.m, &s.v})
+  for (const HostArray* a : mapped_arrays(u))
     if (a->data() && ::msync(a->data(), a->bytes(), MS_SYNC) != 0)
-      SF_FAIL(io, "--optimizer-dir ", disk_->dir(), ": writing unit ", u, "'s AdamW moments failed (",
+      SF_FAIL(io, "--optimizer-dir ", disk_->dir(), ": writing unit ", u, "'s optimizer state failed (",
               std::strerror(errno), "); free space on ", disk_->dir(), " or choose another --optimizer-dir");
   drop_mapped_pages(u);
   mapped_[size_t(u)] = 0;
 }
 
-void ParamStore::prefetch_moments(int u) const {
+void ParamStore::prefetch_disk_unit(int u) const {
   if (!moments_on_disk(u)) return;
   {
     std::lock_guard<std::mutex> lk(disk_mu_);
@@ -355,7 +381,7 @@ void ParamStore::prefetch_moments(int u) const {
   disk_->prefetch(u);
 }
 
-void ParamStore::acquire_moments(int u) const {
+void ParamStore::acquire_disk_unit(int u) const {
   if (!moments_on_disk(u)) return;
   {
     std::lock_guard<std::mutex> lk(disk_mu_);
@@ -367,7 +393,7 @@ void ParamStore::acquire_moments(int u) const {
   held_[size_t(u)] = b;
 }
 
-void ParamStore::moments_done(int u) {
+void ParamStore::disk_unit_done(int u) {
   if (!moments_on_disk(u)) return;
   std::unique_lock<std::mutex> lk(disk_mu_);
   if (held_[size_t(u)].n_parts > 0) {
@@ -390,7 +416,7 @@ void ParamStore::moments_done(int u) {
   last_done_ = u;
 }
 
-void ParamStore::flush_moments() const {
+void ParamStore::flush_disk() const {
   if (disk_) disk_->flush();
 }
 

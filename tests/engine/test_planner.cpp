@@ -709,9 +709,9 @@ TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
   const int k = p.engine.disk_moment_units;
   ASSERT_GT(k, 0);
   ASSERT_LT(k, int(units.size()));
-  EXPECT_EQ(p.disk_bytes, moments_file_bytes(units, {}, k));
-  EXPECT_LT(p.disk_bytes, moments_file_bytes(units));
-  EXPECT_GT(moments_file_bytes(units), size_t(59) << 30);  // 2 x 4 B x 8.03 B parameters
+  EXPECT_EQ(p.disk_bytes, disk_file_bytes(units, {}, {k}));
+  EXPECT_LT(p.disk_bytes, disk_file_bytes(units));
+  EXPECT_GT(disk_file_bytes(units), size_t(59) << 30);  // 2 x 4 B x 8.03 B parameters
   {
     EngineConfig fewer = p.engine;
     fewer.disk_moment_units = k - 1;
@@ -778,7 +778,7 @@ TEST(Planner, MomentsOnDiskAreNotCountedAsRam) {
     if (l.disk) disk += l.bytes;
     if (l.what == "fp32 master") host_state = l.bytes;
   }
-  EXPECT_EQ(disk, moments_file_bytes(state_units(ModelLayout::build(cfg))));
+  EXPECT_EQ(disk, disk_file_bytes(state_units(ModelLayout::build(cfg))));
   EXPECT_EQ(host_state, eng.params().host_bytes());
 }
 
@@ -907,6 +907,70 @@ size_t line_bytes(const Plan& p, const std::string& prefix) {
   for (const MemoryLine& l : p.lines)
     if (l.what.rfind(prefix, 0) == 0) n += l.bytes;
   return n;
+}
+
+// Clipping keeps a bf16 home per layer beside a bf16 master: 4 B/param of weights. When even
+// every unit's moments on the disk leave RAM short, the masters whose weights stream from
+// those homes go with their moments (never the embedding's): the plan fits, its disk line
+// names the masters, the file and the step's disk traffic count them, and one unit fewer on
+// the disk does not fit. Without clipping the weights stream from the master itself (it is
+// the home), whose RAM such a plan never gives up.
+TEST(Planner, PutsBf16MastersOnTheDiskWhenTheMomentsAloneAreNotEnough) {
+  const ModelConfig cfg = model_preset("qwen2.5-14b");
+  StepRequest req{32 * 1024, 1, 1024};
+  req.state_format = StateFormat{MomentFormat::int8, MasterFormat::bf16};
+  HardwareModel hw;
+  hw.disk_bytes_per_s = 6e9;
+  Budget b{size_t(24) << 30, size_t(48) << 30, false};
+  b.moments_dir = "/nvme/sf";
+  b.moments_dir_free = size_t(200) << 30;
+  const Plan p = make_plan(cfg, req, b, DType::bf16, hw);
+  ASSERT_TRUE(p.fits) << p.advice;
+  EXPECT_FALSE(p.engine.from_master());
+  EXPECT_TRUE(p.engine.masters_on_disk);
+  EXPECT_LE(p.host_bytes, b.host_bytes);
+  const std::vector<StateUnit> units = state_units(ModelLayout::build(cfg));
+  const int k = p.engine.disk_moment_units;
+  const DiskUnits disk{k, true};
+  EXPECT_EQ(p.disk_bytes, disk_file_bytes(units, req.state_format, disk));
+  EXPECT_GT(p.disk_bytes, disk_file_bytes(units, req.state_format));  // more than every unit's moments
+  const std::vector<char> masters = master_disk_choice(units, disk);
+  EXPECT_FALSE(masters[0]);
+  int n_masters = 0;
+  for (char m : masters) n_masters += m;
+  EXPECT_GT(n_masters, 0);
+  // The fewest: with every unit's moments and one master fewer, RAM is short.
+  if (k > 0) {
+    EngineConfig fewer = p.engine;
+    fewer.disk_moment_units = k - 1;
+    size_t host = 0;
+    for (const MemoryLine& l : sliding_memory(cfg, fewer, DType::bf16))
+      if (!l.device && !l.disk) host += l.bytes;
+    EXPECT_GT(host, b.host_bytes);
+  }
+  EngineConfig no_masters = p.engine;
+  no_masters.masters_on_disk = false;
+  no_masters.disk_moment_units = -1;
+  size_t host = 0;
+  for (const MemoryLine& l : sliding_memory(cfg, no_masters, DType::bf16))
+    if (!l.device && !l.disk) host += l.bytes;
+  EXPECT_GT(host, b.host_bytes) << "the moments alone on the disk would have been enough";
+  if (p.optimizer_disk_bound) {
+    EXPECT_NEAR(p.optimizer_seconds, 2.0 * double(p.disk_bytes) / hw.disk_bytes_per_s, 1e-6 * p.optimizer_seconds);
+  }
+  const std::string text = describe_plan(cfg, req, b, p);
+  for (std::string line : {cat("m, v of ", k < 0 ? int(units.size()) : k, " + ", n_masters, " masters (--optimizer-dir)"),
+                           std::string("disk tier slots (2 units' m, v, master)"),
+                           cat("bf16 master of ", int(units.size()) - n_masters, " units")})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+
+  // Without clipping the plan may stream the weights from the master instead (no homes); it
+  // never puts a master it streams from on the disk.
+  StepRequest off = req;
+  off.clipping = false;
+  const Plan q = make_plan(cfg, off, b, DType::bf16, hw);
+  ASSERT_TRUE(q.fits) << q.advice;
+  EXPECT_TRUE(!q.engine.masters_on_disk || !q.engine.from_master());
 }
 
 // The 32B shape on the H200 machine's 125 GiB (int8 moments + bf16 master, no clipping, a

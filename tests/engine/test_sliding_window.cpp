@@ -123,6 +123,7 @@ struct Case {
   bool kept_on_host = false;  // their attention store in pinned host memory
   int checkpoint_every = 1;  // EngineConfig::checkpoint_every (the other layers' inputs replayed)
   int layers = 0;            // the model's layers when > 0 (the tiny config's otherwise)
+  bool masters_on_disk = false;  // the disk units' bf16 masters in the file too
   std::string name() const {
     return cat(arch_name(arch), tied ? "_tied" : "", max_grad_norm > 0 ? "_clip" : "",
                "_accum", grad_accum, "_chunk", chunk_tokens, acts_on_device ? "_devacts" : "",
@@ -136,7 +137,8 @@ struct Case {
                                      moment_format_name(state.moments), "moments"),
                mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "",
                kept_attention ? cat("_keptattn", kept_attention, kept_on_host ? "host" : "dev") : "",
-               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "", layers ? cat("_layers", layers) : "");
+               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "", layers ? cat("_layers", layers) : "",
+               masters_on_disk ? "_diskmasters" : "");
   }
 };
 
@@ -195,6 +197,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.ring_piece = 777;  // device homes' update trips in many pieces (odd size: ragged last one)
   if (tc.moments_on_disk) ec.moments_dir = ::testing::TempDir();
   ec.disk_moment_units = tc.disk_units;
+  ec.masters_on_disk = tc.masters_on_disk;
   ec.moments_streamed = tc.moments_on_disk && tc.arch != Arch::llama;  // both ways
   ec.grads_stream = !tc.grads_on_compute;
   ec.kept_attention_layers = tc.kept_attention;
@@ -219,6 +222,14 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
     for (int u = 0; u < eng.params().n_units(); ++u) on_disk += eng.params().moments_on_disk(u);
     ASSERT_EQ(on_disk, tc.disk_units);
     ASSERT_LT(on_disk, eng.params().n_units());
+  }
+  int masters_on_disk = 0;
+  for (int u = 0; u < eng.params().n_units(); ++u) masters_on_disk += eng.params().master_on_disk(u);
+  if (tc.masters_on_disk) {  // the disk units' but the embedding's
+    const int n = eng.params().n_units();
+    ASSERT_EQ(masters_on_disk, tc.disk_units < 0 ? n - 1 : std::min(tc.disk_units, n - 1));
+  } else {
+    ASSERT_EQ(masters_on_disk, 0);
   }
 
   same_start(cfg, ref, eng, 42, init);
@@ -323,6 +334,13 @@ Case disk_units(Case c, int units) {
   return c;
 }
 
+// A bf16 master (with `moments`) in the file with its unit's moments, of `units` units (-1 all).
+Case masters_on_disk(Case c, MomentFormat moments, int units) {
+  c = disk_units(in_format(c, moments, MasterFormat::bf16), units);
+  c.masters_on_disk = true;
+  return c;
+}
+
 std::vector<Case> engine_cases() {
   return {Case{Arch::llama, false, 0.f, 1, 64, false},
           Case{Arch::mistral, false, 0.f, 1, 64, false},
@@ -401,6 +419,15 @@ std::vector<Case> engine_cases() {
           disk_units(Case{Arch::mistral, false, 0.05f, 1, 64, false, 0, true, -1, true}, 3),
           disk_units(in_format(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, MomentFormat::int8, MasterFormat::bf16), 1),
           disk_units(from_master(Case{Arch::qwen2, false, 0.f, 1, 64, false}), 2),
+          // bf16 masters on disk with their moments: every unit's but the embedding's in one
+          // chunk (bitwise; cached, int8); one layer's, tied, clipped, split chunks
+          // (streamed); resident homes and bf16 moments, clipped; fp32
+          // moments with a device-AdamW layer; every 2nd layer's input saved.
+          masters_on_disk(Case{Arch::llama, false, 0.f, 1, 64, false}, MomentFormat::int8, -1),
+          masters_on_disk(Case{Arch::qwen3, true, 0.05f, 2, 16, true}, MomentFormat::int8, 1),
+          masters_on_disk(Case{Arch::mistral, false, 0.05f, 1, 64, false, 1}, MomentFormat::bf16, -1),
+          masters_on_disk(Case{Arch::qwen2, false, 0.f, 1, 64, false, 0, false, -1, false, 1}, MomentFormat::f32, 3),
+          checkpoint_every(masters_on_disk(Case{Arch::llama, false, 50.f, 1, 64, false}, MomentFormat::int8, 2), 2, 5),
           // Kept attention (no attention forward in the backward): every layer's on the
           // device and on the host in one chunk (bitwise: the reference's order); split
           // chunks with accumulation; qk_norm with clipping; one layer of two with resident

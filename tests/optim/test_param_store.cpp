@@ -44,7 +44,7 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
     // Only the master counts as RAM when the moments are on disk.
     EXPECT_EQ(disk.host_bytes() * 3, ram.host_bytes());
     for (int u = 0; u < disk.n_units(); ++u) {
-      disk.prefetch_moments(u);
+      disk.prefetch_disk_unit(u);
       for (int64_t i = 0; i < disk.numel(u); ++i) {
         ASSERT_EQ(disk.m(u)[i], 0.f);
         ASSERT_EQ(disk.v(u)[i], 0.f);
@@ -60,7 +60,7 @@ TEST(ParamStore, MomentsOnDiskAreZeroWritableAndLeaveNothingBehind) {
         ASSERT_EQ(disk.m(u)[i], float(u) + float(i) * 1e-3f) << u << " " << i;
         ASSERT_EQ(disk.v(u)[i], -float(u) - float(i) * 1e-3f) << u << " " << i;
       }
-    EXPECT_GE(moments_file_bytes(state_units(layout)), 2 * sizeof(float) * size_t(layout.total_numel()));
+    EXPECT_GE(disk_file_bytes(state_units(layout)), 2 * sizeof(float) * size_t(layout.total_numel()));
     // The file has no name: the directory stays empty while it is in use.
     EXPECT_TRUE(fs::is_empty(dir.path));
   }
@@ -102,7 +102,7 @@ TEST(ParamStore, SomeUnitsOnDiskTheRestInRam) {
   const ModelLayout layout = tiny_layout();
   const std::vector<StateUnit> units = state_units(layout);
   for (StateFormat f : {StateFormat{}, StateFormat{MomentFormat::int8, MasterFormat::bf16}}) {
-    ParamStore ram(units, f), part(units, f, dir.path.string(), true, 1);
+    ParamStore ram(units, f), part(units, f, dir.path.string(), true, {1});
     const std::vector<char> on = disk_unit_choice(units, 1);
     size_t ram_moments_on_disk = 0;
     for (int u = 0; u < part.n_units(); ++u) {
@@ -110,18 +110,18 @@ TEST(ParamStore, SomeUnitsOnDiskTheRestInRam) {
       if (on[size_t(u)]) ram_moments_on_disk += 2 * part.layout(u).moment_bytes;
     }
     EXPECT_EQ(part.host_bytes() + ram_moments_on_disk, ram.host_bytes());
-    EXPECT_GE(moments_file_bytes(units, f, 1), ram_moments_on_disk);
-    EXPECT_LT(moments_file_bytes(units, f, 1), moments_file_bytes(units, f));
+    EXPECT_GE(disk_file_bytes(units, f, {1}), ram_moments_on_disk);
+    EXPECT_LT(disk_file_bytes(units, f, {1}), disk_file_bytes(units, f));
     for (int u = 0; u < part.n_units(); ++u) {  // a pattern through the sweep's calls
-      part.prefetch_moments(u);
-      part.acquire_moments(u);
+      part.prefetch_disk_unit(u);
+      part.acquire_disk_unit(u);
       UnitStateView st = part.state(u);
       const size_t b = part.layout(u).moment_bytes;
       std::memset(st.m, 0x10 + u, b);
       std::memset(st.v, 0x40 + u, b);
-      part.moments_done(u);
+      part.disk_unit_done(u);
     }
-    part.flush_moments();
+    part.flush_disk();
     for (int u = 0; u < part.n_units(); ++u) {
       const UnitStateView st = part.state(u);
       const size_t b = part.layout(u).moment_bytes;
@@ -181,12 +181,12 @@ TEST(ParamStore, StreamedMomentsAreWrittenAndDroppedBehindTheSweep) {
   ParamStore s(state_units(layout), dir.path.string(), true);
   ASSERT_TRUE(s.moments_on_disk());
   for (int u = 0; u < s.n_units(); ++u) {
-    s.prefetch_moments(u);
+    s.prefetch_disk_unit(u);
     for (int64_t i = 0; i < s.numel(u); ++i) {
       s.m(u)[i] = 0.5f + float(i % 97);
       s.v(u)[i] = 2.0f + float(u);
     }
-    s.moments_done(u);
+    s.disk_unit_done(u);
   }
   // Unit 0 (the embedding, the largest) was dropped when unit 1 was done.
   const size_t page = size_t(::sysconf(_SC_PAGESIZE));
@@ -235,11 +235,11 @@ TEST(ParamStoreFormats, BytesPerParameterOfLlama3_8b) {
   for (MomentFormat m : {MomentFormat::f32, MomentFormat::bf16, MomentFormat::int8}) {
     size_t moments = 0;
     for (auto& u : units) moments += 2 * unit_state_layout(u, {m, MasterFormat::f32}).moment_bytes;
-    const size_t file = moments_file_bytes(units, {m, MasterFormat::f32});
+    const size_t file = disk_file_bytes(units, {m, MasterFormat::f32});
     EXPECT_GE(file, moments);
     EXPECT_LT(file, moments + units.size() * 2 * 4096) << moment_format_name(m);
   }
-  EXPECT_EQ(moments_file_bytes(units), moments_file_bytes(units, {}));
+  EXPECT_EQ(disk_file_bytes(units), disk_file_bytes(units, {}));
 }
 
 // What the store allocates is what the planner counts: unit_state_bytes, unit by unit.
@@ -363,9 +363,9 @@ TEST(ParamStoreFormats, CompactMomentsOnDiskHoldTheSameBytes) {
       const auto w = test::random_vec(n, 7, -1.f, 1.f), m = test::random_vec(n, 8, -0.1f, 0.1f),
                  v = test::random_vec(n, 9, 0.f, 0.01f);
       for (ParamStore* s : {&ram, &disk}) {
-        s->prefetch_moments(u);
+        s->prefetch_disk_unit(u);
         state_from_f32(s->state(u), 0, s->numel(u), w.data(), m.data(), v.data(), s->ranges(u));
-        s->moments_done(u);
+        s->disk_unit_done(u);
       }
     }
     for (int u = 0; u < ram.n_units(); ++u) {
@@ -380,6 +380,74 @@ TEST(ParamStoreFormats, CompactMomentsOnDiskHoldTheSameBytes) {
     }
     EXPECT_TRUE(fs::is_empty(dir.path));
   }
+}
+
+// bf16 masters in the file with their units' moments (DiskUnits::masters): never the
+// embedding's; RAM and file bytes as counted; the same bytes as a store in RAM through the
+// sweep's slots, and both views (the slot's, the mapping's) agree with the file both ways.
+TEST(ParamStoreFormats, MastersOnDiskMoveWithTheirMoments) {
+  TempDir dir;
+  const std::vector<StateUnit> units = state_units(compact_layout());
+  const int n = int(units.size());
+  for (StateFormat f : {kModes[3], kModes[5]}) {
+    for (int count : {-1, 2}) {
+      for (bool streamed : {false, true}) {
+        SCOPED_TRACE(cat(mode_name(f), " units ", count, streamed ? " streamed" : " cached"));
+        const DiskUnits both{count, true};
+        ParamStore ram(units, f), disk(units, f, dir.path.string(), streamed, both);
+        const std::vector<char> on = disk_unit_choice(units, count), masters = master_disk_choice(units, both);
+        size_t to_file = 0, master_file = 0;
+        for (int u = 0; u < n; ++u) {
+          EXPECT_EQ(disk.moments_on_disk(u), bool(on[size_t(u)])) << u;
+          EXPECT_EQ(disk.master_on_disk(u), bool(on[size_t(u)]) && u > 0) << u;
+          EXPECT_EQ(bool(masters[size_t(u)]), disk.master_on_disk(u)) << u;
+          if (on[size_t(u)]) to_file += 2 * disk.layout(u).moment_bytes;
+          if (disk.master_on_disk(u)) master_file += disk.layout(u).master_bytes;
+        }
+        EXPECT_FALSE(disk.master_on_disk(0)) << "the embedding's table stays in RAM";
+        EXPECT_GT(master_file, 0u);
+        EXPECT_EQ(disk.host_bytes() + to_file + master_file, ram.host_bytes());
+        EXPECT_GE(disk_file_bytes(units, f, both), disk_file_bytes(units, f, {count}) + master_file);
+        EXPECT_GT(disk_slot_bytes(units, f, both), disk_slot_bytes(units, f, {count}));
+        for (int u = 0; u < n; ++u) {  // through the sweep's slots
+          const size_t k = size_t(ram.numel(u));
+          const auto w = test::random_vec(k, 17 + u, -1.f, 1.f), m = test::random_vec(k, 18 + u, -0.1f, 0.1f),
+                     v = test::random_vec(k, 19 + u, 0.f, 0.01f);
+          for (ParamStore* s : {&ram, &disk}) {
+            s->prefetch_disk_unit(u);
+            s->acquire_disk_unit(u);
+            state_from_f32(s->state(u), 0, s->numel(u), w.data(), m.data(), v.data(), s->ranges(u));
+            s->disk_unit_done(u);
+          }
+        }
+        disk.flush_disk();
+        for (int u = 0; u < n; ++u) {  // through the mapping
+          const UnitStateView a = ram.state(u), b = disk.state(u);
+          ASSERT_EQ(0, std::memcmp(a.master, b.master, a.layout->master_bytes)) << u;
+          ASSERT_EQ(0, std::memcmp(a.m, b.m, a.layout->moment_bytes)) << u;
+          ASSERT_EQ(0, std::memcmp(a.v, b.v, a.layout->moment_bytes)) << u;
+          ASSERT_EQ(0, std::memcmp(ram.master_bf16(u), disk.master_bf16(u), a.layout->master_bytes)) << u;
+        }
+        for (int u = 0; u < n; ++u) {  // written through the mapping, read in the slot
+          const auto w = test::random_vec(size_t(disk.numel(u)), 31 + u, -2.f, 2.f);
+          disk.write_master_f32(u, w.data());
+          ram.write_master_f32(u, w.data());
+          disk.prefetch_disk_unit(u);
+          disk.acquire_disk_unit(u);
+          ASSERT_EQ(0, std::memcmp(disk.state(u).master, ram.master_bf16(u), disk.layout(u).master_bytes)) << u;
+          disk.disk_unit_done(u);
+        }
+        std::vector<float> x(size_t(disk.numel(1))), y(x.size());
+        disk.read_master_f32(1, x.data());
+        ram.read_master_f32(1, y.data());
+        EXPECT_EQ(x, y);
+      }
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path));
+  // Only a bf16 master, and only with a directory.
+  EXPECT_THROW(ParamStore(units, kModes[2], dir.path.string(), false, DiskUnits{-1, true}), Error);
+  EXPECT_THROW(ParamStore(units, kModes[5], "", false, DiskUnits{-1, true}), Error);
 }
 
 }  // namespace

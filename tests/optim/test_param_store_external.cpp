@@ -26,8 +26,8 @@ TEST(ParamStoreExternal, TwoStoresOverOneMemoryShareTheState) {
     HostArray mem(bytes + 4096, "test");  // a guard page's worth after the state
     std::memset(static_cast<char*>(mem.data()) + bytes, 0x5a, 4096);
     {
-      ParamStore a(units(), f, "", false, -1, {mem.data(), bytes});
-      ParamStore b(units(), f, "", false, -1, {mem.data(), bytes});
+      ParamStore a(units(), f, "", false, {}, {mem.data(), bytes});
+      ParamStore b(units(), f, "", false, {}, {mem.data(), bytes});
       for (int u = 0; u < a.n_units(); ++u) {
         const UnitStateView x = a.state(u), y = b.state(u);
         EXPECT_EQ(x.master, y.master) << "unit " << u;
@@ -59,12 +59,12 @@ TEST(ParamStoreExternal, RefusesAMomentsDirectoryAndTooLittleMemory) {
   const size_t bytes = ParamStore::external_bytes(units());
   HostArray mem(bytes, "test");
   try {
-    ParamStore s(units(), StateFormat{}, "/tmp", false, -1, {mem.data(), bytes});
+    ParamStore s(units(), StateFormat{}, "/tmp", false, {}, {mem.data(), bytes});
     ADD_FAILURE() << "a moments directory with external memory was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--optimizer-dir"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ParamStore(units(), StateFormat{}, "", false, -1, {mem.data(), bytes - 4096}), Error);
+  EXPECT_THROW(ParamStore(units(), StateFormat{}, "", false, {}, {mem.data(), bytes - 4096}), Error);
 }
 
 }  // namespace

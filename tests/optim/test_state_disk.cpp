@@ -261,9 +261,9 @@ float moment_value(int k, int u, int64_t i) { return k == 0 ? 0.f : float(k) + f
 void sweep_store(ParamStore& s, int have, int next, bool through_slots) {
   for (int u = 0; u < s.n_units(); ++u) {
     if (through_slots) {
-      if (u == 0) s.prefetch_moments(0);
-      if (u + 1 < s.n_units()) s.prefetch_moments(u + 1);
-      s.acquire_moments(u);
+      if (u == 0) s.prefetch_disk_unit(0);
+      if (u + 1 < s.n_units()) s.prefetch_disk_unit(u + 1);
+      s.acquire_disk_unit(u);
     }
     float *m = s.m(u), *v = s.v(u);
     for (int64_t i = 0; i < s.numel(u); ++i) {
@@ -272,7 +272,7 @@ void sweep_store(ParamStore& s, int have, int next, bool through_slots) {
       m[i] = moment_value(next, u, i);
       v[i] = -moment_value(next, u, i);
     }
-    s.moments_done(u);
+    s.disk_unit_done(u);
   }
 }
 
@@ -284,11 +284,11 @@ TEST_P(StoreOnTier, SlotsAndMappingAgree) {
   ASSERT_TRUE(s.moments_on_disk());
   size_t largest = 0;
   for (int u = 0; u < s.n_units(); ++u) largest = std::max(largest, size_t(s.numel(u)) * 8);
-  EXPECT_GE(moment_slot_bytes(state_units(layout)), ParamStore::kMomentSlots * largest);
+  EXPECT_GE(disk_slot_bytes(state_units(layout)), ParamStore::kDiskSlots * largest);
   sweep_store(s, 0, 1, true);   // the optimizer's sweep
   sweep_store(s, 1, 2, false);  // a checkpoint's load, through the mapping
   sweep_store(s, 2, 3, true);
-  s.flush_moments();
+  s.flush_disk();
   sweep_store(s, 3, 4, false);
   sweep_store(s, 4, 5, true);
   sweep_store(s, 5, 5, false);  // a checkpoint's save
@@ -307,9 +307,9 @@ TEST_P(CompactStoreOnTier, EveryMomentByteRoundTrips) {
     for (int u = 0; u < s.n_units(); ++u) {
       const bool slots = k != 1;  // the middle sweep through the mapping
       if (slots) {
-        if (u == 0) s.prefetch_moments(0);
-        if (u + 1 < s.n_units()) s.prefetch_moments(u + 1);
-        s.acquire_moments(u);
+        if (u == 0) s.prefetch_disk_unit(0);
+        if (u + 1 < s.n_units()) s.prefetch_disk_unit(u + 1);
+        s.acquire_disk_unit(u);
       }
       const UnitStateView v = s.state(u);
       for (int which = 0; which < 2; ++which) {
@@ -319,7 +319,7 @@ TEST_P(CompactStoreOnTier, EveryMomentByteRoundTrips) {
           p[i] = byte(k + 1, u, which, i);
         }
       }
-      s.moments_done(u);
+      s.disk_unit_done(u);
     }
 }
 
