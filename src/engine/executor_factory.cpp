@@ -266,8 +266,9 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
     hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);
     hw.source += cat("; --disk-speed ", req.disk_speed, " assumed");
     r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
-  } else if (r.plan.engine.moments_streamed) {
-    // The moments stream from disk: its speed is the optimizer's now. Measure it, plan again.
+  } else if (r.plan.disk_bytes > 0) {
+    // State on disk: the disk's speed bounds the optimizer (streamed: its reads and writes;
+    // cached: its writes). Measure it, plan again.
     hw.disk_bytes_per_s = probe_disk(req.optimizer_dir);
     r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   }

@@ -139,15 +139,20 @@ struct AdamWRate {
   bool disk_bound = false;  // the moments' disk, not the CPU, sets it
 };
 
-// Moments on disk that the page cache cannot hold: the sweep goes at the disk's pace when
-// that is slower than the CPU's (none of them counted as cached: a cyclic sweep larger
-// than the cache gets no hits from an LRU). With only some units' moments there, the disk
-// reads the next of them while the CPU updates the units in RAM: the sweep takes the longer
-// of the CPU's time for all and the disk's for its bytes, read and written.
+// State on disk that the page cache cannot hold (streamed): the sweep goes at the disk's
+// pace when that is slower than the CPU's (none of it counted as cached: a cyclic sweep
+// larger than the cache gets no hits from an LRU), its bytes read and written. Cached, the
+// reads hit the page cache but every byte the sweep rewrites still goes to the disk: the
+// kernel throttles the writer to the disk's pace once the dirty pages pass its limit (a
+// tenth to a fifth of RAM), so the bytes written once bound it (measured on the H200
+// machine: a 48 GiB file rewritten each step, its sweep took ~22 s at the disk's ~2.3 GB/s).
+// With only some units on disk, the disk reads the next of them while the CPU updates the
+// units in RAM: the sweep takes the longer of the CPU's time for all and the disk's.
 AdamWRate host_adamw_rate(const HardwareModel& hw, const Plan& p, double host_params) {
   AdamWRate r{hw.adamw_params_per_s, false};
-  if (p.mode == Plan::Mode::sliding && p.engine.moments_streamed) {
-    const double disk_s = 2.0 * double(p.disk_bytes) / hw.disk_bytes_per_s;
+  if (p.mode == Plan::Mode::sliding && p.disk_bytes > 0) {
+    const double passes = p.engine.moments_streamed ? 2.0 : 1.0;
+    const double disk_s = passes * double(p.disk_bytes) / hw.disk_bytes_per_s;
     const double cpu_s = host_params / hw.adamw_params_per_s;
     r.disk_bound = disk_s > cpu_s;
     if (r.disk_bound) r.params_per_s = host_params / disk_s;

@@ -113,9 +113,9 @@ void say_hardware(const Plan& p, std::ostream& os) {
   if (!(p.step_seconds > 0)) return;  // no prediction (also NaN)
   os << std::setprecision(1) << "hardware   " << p.hw.source << "; CPU AdamW "
      << p.hw.adamw_params_per_s / 1e9 << " G params/s"
-     << (p.engine.moments_streamed ? cat("; optimizer disk ", std::fixed, std::setprecision(1),
-                                         p.hw.disk_bytes_per_s / 1e9, " GB/s read + write")
-                                   : std::string())
+     << (p.disk_bytes > 0 ? cat("; optimizer disk ", std::fixed, std::setprecision(1),
+                                p.hw.disk_bytes_per_s / 1e9, " GB/s read + write")
+                          : std::string())
      << "\n";
 }
 
@@ -137,8 +137,9 @@ void say_prediction(const Plan& p, std::ostream& os) {
 void say_optimizer_bound(const Plan& p, std::ostream& os) {
   if (p.optimizer_disk_bound) {
     os << "bound      the optimizer's disk (" << std::setprecision(2) << p.optimizer_seconds
-       << " s per step to read and write the AdamW moments"
-       << (p.engine.masters_on_disk ? " and bf16 masters" : "") << "): more tokens per step amortise it "
+       << " s per step to " << (p.engine.moments_streamed ? "read and write" : "write back")
+       << " the AdamW moments" << (p.engine.masters_on_disk ? " and bf16 masters" : "")
+       << "): more tokens per step amortise it "
        << "while RAM holds their layer inputs (each GiB they take puts a GiB more of moments on "
        << "the disk); more RAM (fewer units' moments on the disk) or a faster disk removes it\n";
     return;

@@ -104,9 +104,10 @@ void SlidingWindowExecutor::params_changed() {
   updater_.wait_all();
   dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
   homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
-  // Streamed moments just loaded from a checkpoint: to disk and out of the page cache before
-  // the first sweep, which would otherwise stall in page reclaim (no-op when nothing changed).
-  for (int u = 0; u < store_.n_units(); ++u) store_.disk_unit_done(u);
+  // State on disk just loaded from a checkpoint through the file's mapping: to the file and
+  // out of this process before the first sweep (streamed: out of the page cache too, or the
+  // sweep would stall in page reclaim; no-op when nothing changed).
+  for (int u = 0; u < store_.n_units(); ++u) store_.settle_mapping(u);
 }
 
 StepShape SlidingWindowExecutor::step_shape(int n_chunks, Pass pass) const {

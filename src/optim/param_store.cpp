@@ -310,6 +310,7 @@ void ParamStore::write_master_f32(int u, const float* in) {
   host_pool().parallel_for(s.numel, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) out[i] = f32_to_bf16(in[i]);
   }, int64_t(1) << 16);
+  if (master_on_disk(u)) settle_mapping(u);  // a model's init or load: one unit at a time in RAM
 }
 
 std::vector<float*> ParamStore::master_ptrs() const {
@@ -352,9 +353,12 @@ std::vector<const HostArray*> ParamStore::mapped_arrays(int u) const {
   return {&s.m, &s.v};
 }
 
+// Out of this process (the file has them); streamed, out of the page cache too (cached, the
+// tier's buffered reads find them there).
 void ParamStore::drop_mapped_pages(int u) const {
   for (const HostArray* a : mapped_arrays(u))
-    if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);  // unmap: the file has them
+    if (a->data()) ::madvise(a->data(), a->bytes(), MADV_DONTNEED);
+  if (!streamed_) return;
   const size_t off = disk_->part_file_offset(u, 0), len = disk_->extent_bytes(u);
   ::posix_fadvise(disk_->fd(), off_t(off), off_t(len), POSIX_FADV_DONTNEED);
 }
@@ -369,6 +373,12 @@ void ParamStore::retire_mapping_locked(int u) const {
               std::strerror(errno), "); free space on ", disk_->dir(), " or choose another --optimizer-dir");
   drop_mapped_pages(u);
   mapped_[size_t(u)] = 0;
+}
+
+void ParamStore::settle_mapping(int u) const {
+  if (!moments_on_disk(u)) return;
+  std::lock_guard<std::mutex> lk(disk_mu_);
+  retire_mapping_locked(u);
 }
 
 void ParamStore::prefetch_disk_unit(int u) const {

@@ -161,6 +161,11 @@ class ParamStore {
   void disk_unit_done(int u);
   // Every write-back is on the disk (checkpoints); throws Error(io) when one failed.
   void flush_disk() const;
+  // The caller is done with unit u's view through the mapping (a load, an init): what it
+  // wrote goes to the file and its pages leave this process (they would count as its RSS
+  // until the next sweep; streamed, they leave the page cache too). A no-op for a unit in
+  // RAM or not mapped. write_master_f32 does it for a master on disk. Throws Error(io).
+  void settle_mapping(int u) const;
 
   int64_t step = 0;  // optimizer steps taken (AdamW bias correction uses step + 1 next)
   // Seeds the bf16 master's stochastic rounding (state_format.h); the trainer sets it from

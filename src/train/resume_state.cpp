@@ -230,10 +230,11 @@ StateFormat load_resume_tensors(const fs::path& dir, const ModelLayout& layout, 
   for (int u = 0; u < store.n_units(); ++u) {
     if (r.format != store.format()) {
       convert_unit(r, layout, store, u);
-      continue;
+    } else {
+      for (Part p : kParts)
+        read_unit_part(r.files[size_t(p)], p, resume_unit_name(layout, u), store.state(u));
     }
-    for (Part p : kParts)
-      read_unit_part(r.files[size_t(p)], p, resume_unit_name(layout, u), store.state(u));
+    store.settle_mapping(u);  // state on disk: written through, not held as this process's RSS
   }
   return r.format;
 }

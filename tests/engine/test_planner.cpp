@@ -730,16 +730,18 @@ TEST(Planner, PutsTheAdamWMomentsOnDiskWhenRamIsShort) {
                            std::string("optimizer disk 6.0 GB/s"), std::string("bound      the optimizer's disk")})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 
-  // RAM beyond the budget that can cache the moments: they are read once, the optimizer
-  // runs at the CPU's pace.
+  // RAM beyond the budget that can cache the moments: they are read from the page cache, but
+  // what the sweep writes still goes to the disk (the kernel holds back a writer at the disk's
+  // pace): half the disk time, and the CPU's pace where that is slower.
   Budget cached = disk;
   cached.page_cache_bytes = size_t(64) << 30;
   Plan c = make_plan(cfg, req, cached, DType::bf16, hw);
   ASSERT_TRUE(c.fits);
   EXPECT_FALSE(c.engine.moments_streamed);
   EXPECT_TRUE(p.engine.moments_streamed);
-  EXPECT_FALSE(c.optimizer_disk_bound);
-  EXPECT_LT(c.optimizer_seconds, 0.5 * p.optimizer_seconds);
+  const double cpu_s = double(cfg.num_parameters()) / hw.adamw_params_per_s;
+  EXPECT_NEAR(c.optimizer_seconds, std::max(cpu_s, double(c.disk_bytes) / 6e9), 0.02 * c.optimizer_seconds);
+  EXPECT_LT(c.optimizer_seconds, 0.75 * p.optimizer_seconds);
   EXPECT_NE(describe_plan(cfg, req, cached, c).find("the page cache holds them"), std::string::npos);
   EXPECT_NE(text.find("streamed from disk every step"), std::string::npos) << text;
 
