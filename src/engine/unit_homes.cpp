@@ -92,7 +92,10 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
   for (int u = 0; u < w_.n_units(); ++u)
     state_[size_t(u)].store(uint8_t(HomeState::weights), std::memory_order_release);
   if (!w_.reduced()) {  // weights load straight from the master, or its decoded mirror
-    for (int u = 0; u < w_.n_units(); ++u) w_.follow_master(u, 0, w_.store.numel(u));
+    for (int u = 0; u < w_.n_units(); ++u) {
+      w_.follow_master(u, 0, w_.store.numel(u));
+      w_.store.settle_mapping(u);
+    }
     // A device-AdamW layer over a bf16 master reads its weights from its home.
     for (int u = 1; u < w_.n_units() && w_.ec.bf16_master() && with_device_units; ++u)
       if (w_.ec.device_adamw(u))
@@ -114,6 +117,7 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
     host_pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
       w_.master_to_compute(u, static_cast<char*>(dst) + size_t(b) * es, b, e);
     }, 1 << 16);
+    w_.store.settle_mapping(u);  // a master on disk was read through the mapping: not RSS now
     if (u > 0 && resident(u)) {
       w_.be.copy_to_device(*w_.streams.h2d, home_[size_t(u)]->data(), tmp.data(), tmp.size());
       w_.streams.h2d->synchronize();

@@ -95,6 +95,9 @@ fs::path save_checkpoint(const fs::path& out, int64_t step, const CheckpointCont
                                           settings.value("model", std::string())));
     hook("checkpoint:model-written");
     write_resume_tensors(tmp / kResumeDir, *c.layout, *c.store, step);
+    // State on disk was read through the file's mapping: its pages leave this process now
+    // (clean and reclaimable meanwhile, they counted as RSS while the files were written).
+    for (int u = 0; u < c.store->n_units(); ++u) c.store->settle_mapping(u);
     fsync_dir(tmp / kResumeDir);
     // The state goes last: a directory whose state parses has everything else.
     write_file_atomic(tmp / kStateFile, c.trainer_state.dump(1) + "\n");

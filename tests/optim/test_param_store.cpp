@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 
@@ -17,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "model/model_init.h"
 #include "optim/param_store.h"
 #include "optim/state_adamw.h"
@@ -448,6 +450,44 @@ TEST(ParamStoreFormats, MastersOnDiskMoveWithTheirMoments) {
   // Only a bf16 master, and only with a directory.
   EXPECT_THROW(ParamStore(units, kModes[2], dir.path.string(), false, DiskUnits{-1, true}), Error);
   EXPECT_THROW(ParamStore(units, kModes[5], "", false, DiskUnits{-1, true}), Error);
+}
+
+// A master on disk written or read through the mapping (a model's init, a refresh of the
+// homes, a checkpoint) leaves the process once settled: the resident set does not keep the
+// masters' pages (in a run they would count against --host-memory until the next sweep).
+TEST(ParamStoreFormats, SettledMastersOnDiskLeaveTheResidentSet) {
+  TempDir dir;
+  ModelConfig c = sf::test::compact_config();
+  c.hidden_size = 512;
+  c.intermediate_size = 2048;
+  c.num_hidden_layers = 4;
+  const std::vector<StateUnit> units = state_units(ModelLayout::build(c));
+  ParamStore disk(units, kModes[5], dir.path.string(), false, DiskUnits{-1, true});
+  size_t master_bytes = 0, largest = 0;
+  for (int u = 0; u < disk.n_units(); ++u) {
+    if (disk.master_on_disk(u)) master_bytes += disk.layout(u).master_bytes;
+    largest = std::max(largest, size_t(disk.numel(u)));
+  }
+  ASSERT_GT(master_bytes, size_t(16) << 20);
+  std::vector<float> w = test::random_vec(largest, 5, -1.f, 1.f);  // touched before the baseline
+  const size_t before = process_memory().rss_bytes;
+  for (int u = 0; u < disk.n_units(); ++u) disk.write_master_f32(u, w.data());  // settles itself
+  const size_t after_write = process_memory().rss_bytes;
+  uint64_t sum = 0;
+  for (int u = 1; u < disk.n_units(); ++u) {
+    const uint16_t* m = disk.master_bf16(u);
+    for (int64_t i = 0; i < disk.numel(u); i += 512) sum += m[i];  // every page read
+    disk.settle_mapping(u);
+  }
+  const size_t after_read = process_memory().rss_bytes;
+  EXPECT_GT(sum, 0u);
+  EXPECT_LT(after_write, before + master_bytes / 4) << "written masters stayed resident";
+  EXPECT_LT(after_read, before + master_bytes / 4) << "read masters stayed resident";
+  for (int u = 1; u < disk.n_units(); ++u) {  // and the file has what was written
+    std::vector<float> back(size_t(disk.numel(u)));
+    disk.read_master_f32(u, back.data());
+    for (size_t i = 0; i < back.size(); i += 997) ASSERT_EQ(back[i], bf16_to_f32(f32_to_bf16(w[i]))) << u;
+  }
 }
 
 }  // namespace
