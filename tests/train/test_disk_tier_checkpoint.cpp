@@ -57,11 +57,19 @@ struct FileSizeLimit {
   }
 };
 
+// A temporary directory holding the tier's directory and a checkpoint's resume directory.
+struct TierDirs {
+  TempDir tmp;
+  fs::path moments, ckpt;
+  explicit TierDirs(const char* name) : tmp{name}, moments(tmp.path / "moments"), ckpt(tmp.path / "checkpoint-2") {
+    fs::create_directories(moments);
+    fs::create_directories(ckpt / "resume");
+  }
+};
+
 TEST(DiskTierCheckpoint, FailingOptimizerDiskLeavesTheCheckpointIntact) {
-  TempDir tmp{"sf-disk-tier"};
-  const fs::path moments = tmp.path / "moments", ckpt = tmp.path / "checkpoint-2";
-  fs::create_directories(moments);
-  fs::create_directories(ckpt / "resume");
+  const TierDirs dirs("sf-disk-tier");
+  const fs::path &moments = dirs.moments, &ckpt = dirs.ckpt;
   const ModelConfig cfg = tiny_config(Arch::qwen3);
   const ModelLayout layout = ModelLayout::build(cfg);
   HostBackend be;
@@ -120,10 +128,8 @@ TEST(DiskTierCheckpoint, FailingOptimizerDiskLeavesTheCheckpointIntact) {
 // after 2 steps (loaded through the file's mapping into a fresh window with the same tier)
 // equals the straight run bit for bit after 2 more, master, moments and scales.
 TEST(DiskTierCheckpoint, MastersOnDiskResumeBitExact) {
-  TempDir tmp{"sf-disk-masters"};
-  const fs::path moments = tmp.path / "moments", ckpt = tmp.path / "checkpoint-2";
-  fs::create_directories(moments);
-  fs::create_directories(ckpt / "resume");
+  const TierDirs dirs("sf-disk-masters");
+  const fs::path &moments = dirs.moments, &ckpt = dirs.ckpt;
   const ModelConfig cfg = tiny_config(Arch::llama);
   const ModelLayout layout = ModelLayout::build(cfg);
   EngineConfig ec;
