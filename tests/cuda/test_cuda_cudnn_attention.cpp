@@ -331,7 +331,7 @@ TEST(CudnnAttention, OneSequenceFillingItsBucketRunsTheDenseGraph) {
   const int64_t d1 = dense_runs();
   cuda::set_cudnn_dense_graphs(false);
   run_case({32, 8, 128, {1024}}, 23);
-  EXPECT_EQ(dense_runs(), d1) << "SF_CUDNN_DENSE=0 runs the packed graph";
+  EXPECT_EQ(dense_runs(), d1) << "dense graphs off (the default): the packed graph runs";
   cuda::set_cudnn_dense_graphs(prev_dense);
   cuda::set_attention_deterministic(prev_det);
 }
@@ -362,7 +362,9 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   const cuda::CudnnLibraryInfo lib = cuda::cudnn_library_info();
   if (!lib.opened) GTEST_SKIP() << "no cuDNN library found (" << lib.why << "): set SF_CUDNN_LIB";
   auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
-  // (1024 and 512 tokens of one sequence: the dense graphs.)
+  // (1024 and 512 tokens of one sequence: the dense graphs, set on below.)
+  const bool prev_dense = cuda::cudnn_dense_graphs();
+  cuda::set_cudnn_dense_graphs(true);
   for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}}, CudnnCase{8, 8, 64, {130}},
                              CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
                              CudnnCase{8, 2, 64, {512}}}) {
@@ -391,6 +393,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
       cuda::set_attention_deterministic(prev);
     }
   }
+  cuda::set_cudnn_dense_graphs(prev_dense);
 }
 
 // The switch: native never touches cuDNN; cudnn is in effect exactly where available.

@@ -99,10 +99,10 @@ bool cudnn_dense_graphs() {
   int v = g_dense.load();
   if (v < 0) {
     const char* e = std::getenv("SF_CUDNN_DENSE");
-    const std::string want = e == nullptr ? "1" : e;
+    const std::string want = e == nullptr ? "0" : e;
     SF_REQUIRE(want == "0" || want == "1", "SF_CUDNN_DENSE=", want,
-               " must be 1 (one sequence that fills its bucket runs cuDNN's dense graph, the "
-               "default) or 0 (every call runs the packed graph)");
+               " must be 1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 "
+               "(every call runs the packed graph, the default)");
     v = want == "1" ? 1 : 0;
     g_dense.store(v);
   }

@@ -68,9 +68,10 @@ void set_attention_deterministic(bool on);
 
 // Whether a call of one sequence that fills its length bucket (a power of two, or 1.5 times
 // one, from 64 tokens) runs cuDNN's dense graph: no ragged offsets, no sequence lengths, no
-// padding mask, as PyTorch's dense SDPA builds it; the packed graph otherwise. On by default;
-// SF_CUDNN_DENSE=0 turns it off (another value is an Error), the setter is for tests and A/B
-// benchmarks. Both give the same results to rounding (tests/cuda/test_cuda_cudnn_attention.cpp).
+// padding mask, as PyTorch's dense SDPA builds it; the packed graph otherwise. Off by default
+// until a GPU has timed it against the packed graph (bench_cuda_kernels' cudnn-nondet-dense
+// rows): SF_CUDNN_DENSE=1 turns it on (another value than 0 or 1 is an Error); the setter is
+// for tests and A/B benchmarks. Its accuracy test: tests/cuda/test_cuda_cudnn_attention.cpp.
 bool cudnn_dense_graphs();
 void set_cudnn_dense_graphs(bool on);
 
