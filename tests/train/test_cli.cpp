@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "engine/planner.h"
 #include "model/weights_io.h"
+#include "optim/param_store.h"
 #include "report/png.h"
 #include "train/checkpoint.h"
 #include "train_test_util.h"
@@ -396,6 +397,69 @@ TEST(Cli, OptimizerDirTrainsWhenRamIsShortAndResumesExactly) {
                         "resume/adam_v.safetensors", "model.safetensors"})
     expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
   EXPECT_TRUE(fs::is_empty(dir));  // the moments' file has no name and is gone
+}
+
+// A compact state with clipping, at the smallest host budget that fits with --optimizer-dir:
+// every unit's moments there are not enough, the bf16 masters follow them (the plan says so),
+// and the run trains, saves and resumes exactly as the same run uninterrupted.
+// (8 wider layers: a unit's master must outweigh its share of the tier's 4 KiB-aligned slots.)
+TEST(Cli, OptimizerDirTakesBf16MastersWhenTheMomentsThereAreNotEnough) {
+  CliRun run;
+  ModelConfig cfg = tiny_config(Arch::qwen3);
+  cfg.num_hidden_layers = 8;
+  cfg.hidden_size = 64;
+  cfg.intermediate_size = 128;
+  cfg.head_dim = 16;
+  {
+    const ModelLayout layout = ModelLayout::build(cfg);
+    const auto params = init_params(layout, 7);
+    std::vector<const float*> w;
+    for (auto& p : params) w.push_back(p.data());
+    SaveModelOptions so;
+    so.dtype = DType::f32;
+    save_model_dir(run.model, cfg, layout, w, so);  // replaces CliRun's model
+  }
+  StepRequest req{2 * 16, 2, 16};
+  req.state_format = StateFormat{MomentFormat::int8, MasterFormat::bf16};
+  const fs::path dir = run.tmp.path / "nvme";
+  fs::create_directories(dir);
+  auto plan_at = [&](size_t h) {
+    Budget b{h, h, true};
+    b.moments_dir = dir.string();
+    b.moments_dir_free = disk_free_bytes(dir.string());
+    return make_plan(cfg, req, b, DType::f32, HardwareModel{}, false);
+  };
+  size_t lo = 1, hi = size_t(1) << 30;  // the smallest host budget that fits
+  ASSERT_TRUE(plan_at(hi).fits);
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (plan_at(mid).fits) hi = mid;
+    else lo = mid + 1;
+  }
+  ASSERT_TRUE(plan_at(lo).engine.masters_on_disk) << "the tightest budget needs the masters on the disk";
+  const std::vector<std::string> flags = {"--engine", "sliding", "--host-memory", std::to_string(lo),
+                                          "--optimizer-dir", dir.string(), "--optimizer-state", "int8",
+                                          "--master-weights", "bf16"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.end(), flags.begin(), flags.end());
+    return a;
+  };
+  auto plan = run_cli(with({"plan", "--model", run.model.string(), "--batch-size", "2", "--seq-len", "16",
+                            "--grad-accum", "2", "--backend", "host"}));
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_TRUE(contains(plan.output, " masters (--optimizer-dir)")) << plan.output;
+  const fs::path straight = run.tmp.path / "straight";
+  auto a = run_cli(with(run.args(straight)));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const fs::path out = run.tmp.path / "disk";
+  auto b = run_cli(with(run.args(out)), {"SF_TEST_FAULT=sigint@step:3"});
+  EXPECT_EQ(b.exit_code, 130) << b.output;
+  auto c = run_cli(with({"train", "--out", out.string(), "--resume", "auto", "--backend", "host"}));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (const char* f : {"resume/master.safetensors", "resume/adam_m.safetensors",
+                        "resume/adam_v.safetensors", "model.safetensors"})
+    expect_same_tensors(straight / "checkpoint-6" / f, out / "checkpoint-6" / f);
+  EXPECT_TRUE(fs::is_empty(dir));
 }
 
 // `info` gives the training state's size, in RAM and with the moments on disk.
