@@ -56,7 +56,8 @@ void add_state_lines(const ModelLayout& l, const EngineConfig& ec, std::vector<M
   }
   const int n = int(units.size());
   const std::string master = cat(master_format_name(f.master), " master",
-                                 n_masters > 0 ? cat(" of ", n - n_masters, " units") : std::string());
+                                 n_masters > 0 ? cat(" of ", n - n_masters, n - n_masters == 1 ? " unit" : " units")
+                                               : std::string());
   m.push_back({cat(master, f.moments == MomentFormat::int8 ? " + int8 scales" : ""), in_ram, false});
   if (ram_moments > 0)
     m.push_back({cat("AdamW m, v of ", n - n_disk, " of ", n, " units (RAM)"), ram_moments, false});

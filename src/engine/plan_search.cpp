@@ -427,9 +427,13 @@ SearchResult sliding_search(const PlanInputs& in) {
 void say_host_shortfall(const Budget& budget, const Plan& best, size_t moments, std::ostream& a) {
   const size_t host_need = best.host_bytes + (budget.unified ? best.device_bytes : 0);
   if (host_need <= budget.host_bytes) return;
+  // The largest piece on the host (the state, unless the disk took most of it).
+  const MemoryLine* largest = &best.lines[0];
+  for (const MemoryLine& l : best.lines)
+    if (!l.device && !l.disk && l.bytes > largest->bytes) largest = &l;
   a << "host memory: needs " << format_bytes(host_need) << " but the budget is "
-    << format_bytes(budget.host_bytes) << " (" << best.lines[0].what << " alone is "
-    << format_bytes(best.lines[0].bytes) << "); add RAM, raise --host-memory, ";
+    << format_bytes(budget.host_bytes) << " (" << largest->what << " alone is "
+    << format_bytes(largest->bytes) << "); add RAM, raise --host-memory, ";
   if (budget.moments_dir.empty() && best.mode == Plan::Mode::sliding)
     a << "keep the AdamW moments (" << format_bytes(moments)
       << ") on a fast disk with --optimizer-dir DIR, ";

@@ -963,7 +963,8 @@ TEST(Planner, PutsBf16MastersOnTheDiskWhenTheMomentsAloneAreNotEnough) {
   const std::string text = describe_plan(cfg, req, b, p);
   for (std::string line : {cat("m, v of ", k < 0 ? int(units.size()) : k, " + ", n_masters, " masters (--optimizer-dir)"),
                            std::string("disk tier slots (2 units' m, v, master)"),
-                           cat("bf16 master of ", int(units.size()) - n_masters, " units")})
+                           cat("bf16 master of ", int(units.size()) - n_masters,
+                               int(units.size()) - n_masters == 1 ? " unit" : " units")})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 
   // Without clipping the plan may stream the weights from the master instead (no homes); it
