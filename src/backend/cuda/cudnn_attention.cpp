@@ -72,44 +72,46 @@ AttentionImpl set_attention_impl(AttentionImpl impl) {
 }
 
 namespace {
-std::atomic<int> g_deterministic{-1};  // -1: not decided yet
+
+// A 0/1 switch from the environment, read on first use; set() overrides it (tests, A/B
+// benchmarks). Another value is an Error saying what 0 and 1 mean.
+class EnvSwitch {
+ public:
+  constexpr EnvSwitch(const char* name, bool default_on, const char* meaning)
+      : name_(name), default_on_(default_on), meaning_(meaning) {}
+  bool get() {
+    int v = value_.load();
+    if (v < 0) {
+      const char* e = std::getenv(name_);
+      const std::string want = e == nullptr ? (default_on_ ? "1" : "0") : e;
+      SF_REQUIRE(want == "0" || want == "1", name_, "=", want, " must be ", meaning_);
+      v = want == "1" ? 1 : 0;
+      value_.store(v);
+    }
+    return v == 1;
+  }
+  void set(bool on) { value_.store(on ? 1 : 0); }
+
+ private:
+  const char* name_;
+  bool default_on_;
+  const char* meaning_;
+  std::atomic<int> value_{-1};  // -1: not read yet
+};
+
+EnvSwitch g_deterministic{"SF_ATTN_DETERMINISTIC", false,
+                          "1 (attention backwards give the same bits every call) or 0 (cuDNN may use its "
+                          "faster atomic-accumulating backward, the default)"};
+EnvSwitch g_dense{"SF_CUDNN_DENSE", false,
+                  "1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 (every call "
+                  "runs the packed graph, the default)"};
+
 }  // namespace
 
-bool attention_deterministic() {
-  int v = g_deterministic.load();
-  if (v < 0) {
-    const char* e = std::getenv("SF_ATTN_DETERMINISTIC");
-    const std::string want = e == nullptr ? "0" : e;
-    SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_DETERMINISTIC=", want,
-               " must be 1 (attention backwards give the same bits every call) or 0 (cuDNN may "
-               "use its faster atomic-accumulating backward, the default)");
-    v = want == "1" ? 1 : 0;
-    g_deterministic.store(v);
-  }
-  return v == 1;
-}
-
-void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
-
-namespace {
-std::atomic<int> g_dense{-1};  // -1: not decided yet
-}  // namespace
-
-bool cudnn_dense_graphs() {
-  int v = g_dense.load();
-  if (v < 0) {
-    const char* e = std::getenv("SF_CUDNN_DENSE");
-    const std::string want = e == nullptr ? "0" : e;
-    SF_REQUIRE(want == "0" || want == "1", "SF_CUDNN_DENSE=", want,
-               " must be 1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 "
-               "(every call runs the packed graph, the default)");
-    v = want == "1" ? 1 : 0;
-    g_dense.store(v);
-  }
-  return v == 1;
-}
-
-void set_cudnn_dense_graphs(bool on) { g_dense.store(on ? 1 : 0); }
+bool attention_deterministic() { return g_deterministic.get(); }
+void set_attention_deterministic(bool on) { g_deterministic.set(on); }
+bool cudnn_dense_graphs() { return g_dense.get(); }
+void set_cudnn_dense_graphs(bool on) { g_dense.set(on); }
 
 namespace {
 
