@@ -440,12 +440,15 @@ void say_host_shortfall(const Budget& budget, const Plan& best, size_t moments, 
   a << "or choose a smaller model. ";
 }
 
-// Said whichever candidate is described: the directory given cannot take the moments.
-void say_optimizer_dir_shortfall(const Budget& budget, size_t moments, std::ostream& a) {
-  if (!budget.moments_dir.empty() && moments > budget.moments_dir_free)
-    a << "--optimizer-dir " << budget.moments_dir << ": the AdamW moments need "
-      << format_bytes(moments) << " but " << format_bytes(budget.moments_dir_free)
-      << " are free there; free space or choose another directory. ";
+// Said whichever candidate is described: the directory given cannot take the moments (every
+// unit's), or what the closest miss put there (its bf16 masters too).
+void say_optimizer_dir_shortfall(const Budget& budget, const Plan& best, size_t moments, std::ostream& a) {
+  const bool masters = best.engine.masters_on_disk && best.disk_bytes > moments;
+  const size_t need = masters ? best.disk_bytes : moments;
+  if (!budget.moments_dir.empty() && need > budget.moments_dir_free)
+    a << "--optimizer-dir " << budget.moments_dir << ": the AdamW moments"
+      << (masters ? " and bf16 masters" : "") << " need " << format_bytes(need) << " but "
+      << format_bytes(budget.moments_dir_free) << " are free there; free space or choose another directory. ";
 }
 
 void say_device_shortfall(const PlanInputs& in, const Plan& best, std::ostream& a) {
@@ -528,7 +531,7 @@ Plan refusal(const PlanInputs& in, Plan best, BatchSuggestion suggest) {
   std::ostringstream a;
   const size_t moments = disk_file_bytes(state_units(ModelLayout::build(in.cfg)), in.req.state_format);
   say_host_shortfall(in.budget, best, moments, a);
-  say_optimizer_dir_shortfall(in.budget, moments, a);
+  say_optimizer_dir_shortfall(in.budget, best, moments, a);
   say_device_shortfall(in, best, a);
   if (suggest == BatchSuggestion::search) {
     say_fits_without_clipping(in, a);

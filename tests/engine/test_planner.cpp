@@ -976,6 +976,40 @@ TEST(Planner, PutsBf16MastersOnTheDiskWhenTheMomentsAloneAreNotEnough) {
   EXPECT_TRUE(!q.engine.masters_on_disk || !q.engine.from_master());
 }
 
+// At the smallest host budget that fits only with the masters on the disk too, a disk with
+// room for every moment but not for those masters: the refusal names what the directory needs.
+TEST(Planner, ADiskShortOfTheMastersIsNamedInTheRefusal) {
+  ModelConfig cfg = tiny_config(Arch::qwen3);
+  cfg.num_hidden_layers = 8;
+  cfg.hidden_size = 64;
+  cfg.intermediate_size = 128;
+  cfg.head_dim = 16;
+  StepRequest req{2 * 16, 2, 16};
+  req.state_format = StateFormat{MomentFormat::int8, MasterFormat::bf16};
+  const std::vector<StateUnit> units = state_units(ModelLayout::build(cfg));
+  auto plan_at = [&](size_t h, size_t disk_free) {
+    Budget b{h, h, true};
+    b.moments_dir = "/nvme/sf";
+    b.moments_dir_free = disk_free;
+    return make_plan(cfg, req, b, DType::f32, HardwareModel{}, false);
+  };
+  const size_t roomy = size_t(1) << 30;
+  size_t lo = 1, hi = roomy;  // the smallest host budget that fits
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (plan_at(mid, roomy).fits) hi = mid;
+    else lo = mid + 1;
+  }
+  const Plan p = plan_at(lo, roomy);
+  ASSERT_TRUE(p.fits && p.engine.masters_on_disk);
+  const size_t moments = disk_file_bytes(units, req.state_format);
+  ASSERT_GT(p.disk_bytes, moments);
+  const Plan s = plan_at(lo, moments + 1);
+  ASSERT_FALSE(s.fits);
+  EXPECT_NE(s.advice.find("--optimizer-dir /nvme/sf: the AdamW moments and bf16 masters need"), std::string::npos)
+      << s.advice;
+}
+
 // The 32B shape on the H200 machine's 125 GiB (int8 moments + bf16 master, no clipping, a
 // 2.1 GB/s disk): every layer's saved input is 40 GiB at 64 x 1024 and pushes 48 GiB of moments
 // onto the disk. Saving every 2nd or 3rd layer's input keeps more moments in RAM, so the
