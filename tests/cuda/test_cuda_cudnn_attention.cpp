@@ -307,6 +307,35 @@ TEST(CudnnAttention, NonDeterministicBackward) {
   cuda::set_attention_deterministic(prev);
 }
 
+// One sequence that fills its bucket runs the dense graph (no ragged offsets, no padding
+// mask), as accurate as the packed one, in both backward forms; with dense graphs off, or a
+// length short of its bucket, the packed graph runs.
+TEST(CudnnAttention, OneSequenceFillingItsBucketRunsTheDenseGraph) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const bool prev_det = cuda::attention_deterministic(), prev_dense = cuda::cudnn_dense_graphs();
+  cuda::set_cudnn_dense_graphs(true);
+  auto dense_runs = [] { return cuda::cudnn_attention_stats().dense_executions; };
+  for (bool det : {false, true}) {
+    cuda::set_attention_deterministic(det);
+    int64_t d0 = dense_runs();
+    run_case({32, 8, 128, {1024}}, 20);
+    EXPECT_GE(dense_runs() - d0, 1) << "D 128, 1024 tokens: the dense forward";
+    d0 = dense_runs();
+    run_case({8, 2, 64, {1536}}, 21);  // 1.5 x 1024: a bucket too
+    EXPECT_GE(dense_runs() - d0, 1) << "D 64, 1536 tokens";
+    d0 = dense_runs();
+    run_case({8, 2, 64, {1000}}, 22);  // short of its bucket: padded, packed
+    EXPECT_EQ(dense_runs(), d0);
+  }
+  cuda::set_attention_deterministic(false);
+  const int64_t d1 = dense_runs();
+  cuda::set_cudnn_dense_graphs(false);
+  run_case({32, 8, 128, {1024}}, 23);
+  EXPECT_EQ(dense_runs(), d1) << "dense graphs off (the default): the packed graph runs";
+  cuda::set_cudnn_dense_graphs(prev_dense);
+  cuda::set_attention_deterministic(prev_det);
+}
+
 // A second batch in the same bucket (B 2, S 256) reuses the plans: none is built.
 TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   SF_REQUIRE_CUDNN_ATTENTION();
@@ -333,8 +362,12 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   const cuda::CudnnLibraryInfo lib = cuda::cudnn_library_info();
   if (!lib.opened) GTEST_SKIP() << "no cuDNN library found (" << lib.why << "): set SF_CUDNN_LIB";
   auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
-  for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}},
-                             CudnnCase{8, 8, 64, {130}}, CudnnCase{14, 2, 128, {200, 17}}}) {
+  // (1024 and 512 tokens of one sequence: the dense graphs, set on below.)
+  const bool prev_dense = cuda::cudnn_dense_graphs();
+  cuda::set_cudnn_dense_graphs(true);
+  for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}}, CudnnCase{8, 8, 64, {130}},
+                             CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
+                             CudnnCase{8, 2, 64, {512}}}) {
     const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
     const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
     cuda::CudnnAttentionCall call;
@@ -360,6 +393,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
       cuda::set_attention_deterministic(prev);
     }
   }
+  cuda::set_cudnn_dense_graphs(prev_dense);
 }
 
 // The switch: native never touches cuDNN; cudnn is in effect exactly where available.

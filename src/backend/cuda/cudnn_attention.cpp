@@ -72,24 +72,46 @@ AttentionImpl set_attention_impl(AttentionImpl impl) {
 }
 
 namespace {
-std::atomic<int> g_deterministic{-1};  // -1: not decided yet
+
+// A 0/1 switch from the environment, read on first use; set() overrides it (tests, A/B
+// benchmarks). Another value is an Error saying what 0 and 1 mean.
+class EnvSwitch {
+ public:
+  constexpr EnvSwitch(const char* name, bool default_on, const char* meaning)
+      : name_(name), default_on_(default_on), meaning_(meaning) {}
+  bool get() {
+    int v = value_.load();
+    if (v < 0) {
+      const char* e = std::getenv(name_);
+      const std::string want = e == nullptr ? (default_on_ ? "1" : "0") : e;
+      SF_REQUIRE(want == "0" || want == "1", name_, "=", want, " must be ", meaning_);
+      v = want == "1" ? 1 : 0;
+      value_.store(v);
+    }
+    return v == 1;
+  }
+  void set(bool on) { value_.store(on ? 1 : 0); }
+
+ private:
+  const char* name_;
+  bool default_on_;
+  const char* meaning_;
+  std::atomic<int> value_{-1};  // -1: not read yet
+};
+
+EnvSwitch g_deterministic{"SF_ATTN_DETERMINISTIC", false,
+                          "1 (attention backwards give the same bits every call) or 0 (cuDNN may use its "
+                          "faster atomic-accumulating backward, the default)"};
+EnvSwitch g_dense{"SF_CUDNN_DENSE", false,
+                  "1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 (every call "
+                  "runs the packed graph, the default)"};
+
 }  // namespace
 
-bool attention_deterministic() {
-  int v = g_deterministic.load();
-  if (v < 0) {
-    const char* e = std::getenv("SF_ATTN_DETERMINISTIC");
-    const std::string want = e == nullptr ? "0" : e;
-    SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_DETERMINISTIC=", want,
-               " must be 1 (attention backwards give the same bits every call) or 0 (cuDNN may "
-               "use its faster atomic-accumulating backward, the default)");
-    v = want == "1" ? 1 : 0;
-    g_deterministic.store(v);
-  }
-  return v == 1;
-}
-
-void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
+bool attention_deterministic() { return g_deterministic.get(); }
+void set_attention_deterministic(bool on) { g_deterministic.set(on); }
+bool cudnn_dense_graphs() { return g_dense.get(); }
+void set_cudnn_dense_graphs(bool on) { g_dense.set(on); }
 
 namespace {
 
@@ -240,12 +262,15 @@ enum Uid : int64_t {
 struct GraphKey {
   bool backward = false;
   bool deterministic = false;  // backward only
+  // One sequence that fills its bucket (B 1, length S): the graph has no ragged offsets, no
+  // sequence-length overrides and no padding mask (the form PyTorch's dense SDPA builds).
+  bool dense = false;
   int device = 0;
   int B = 0, S = 0, hq = 0, hkv = 0, d = 0;
   int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0, lddo = 0, lddq = 0, lddk = 0, lddv = 0;
   auto tie() const {
-    return std::tie(backward, deterministic, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq, lddk,
-                    lddv);
+    return std::tie(backward, deterministic, dense, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq,
+                    lddk, lddv);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -398,29 +423,28 @@ struct Common {
   const Desc* scale;
 };
 
-Common common_tensors(Graph& g, const Shapes& sh) {
+// A dense graph has no sequence lengths (null): nothing is padded.
+Common common_tensors(Graph& g, const Shapes& sh, bool dense) {
   const Dims bdims{sh.B, 1, 1, 1}, ones{1, 1, 1, 1};
   Common c{};
-  c.seq_q = &g.tensor("seq_len_q", CUDNN_DATA_INT32, bdims, ones, kSeqQ);
-  c.seq_kv = &g.tensor("seq_len_kv", CUDNN_DATA_INT32, bdims, ones, kSeqKv);
+  if (!dense) {
+    c.seq_q = &g.tensor("seq_len_q", CUDNN_DATA_INT32, bdims, ones, kSeqQ);
+    c.seq_kv = &g.tensor("seq_len_kv", CUDNN_DATA_INT32, bdims, ones, kSeqKv);
+  }
   c.scale = &g.scalar("attn_scale", kScale);
   return c;
 }
 
-const Desc& ragged_offset(Graph& g, const char* name, const Shapes& sh, int64_t uid) {
-  return g.tensor(name, CUDNN_DATA_INT64, {sh.B + 1, 1, 1, 1}, {1, 1, 1, 1}, uid);
+// A tensor's per-sequence row offsets, or null in a dense graph (its one sequence starts at 0).
+const Desc* ragged_offset(Graph& g, const char* name, const Shapes& sh, int64_t uid, bool dense) {
+  if (dense) return nullptr;
+  return &g.tensor(name, CUDNN_DATA_INT64, {sh.B + 1, 1, 1, 1}, {1, 1, 1, 1}, uid);
 }
 
-// scores (scaled, padding-masked, causal-masked) of matmul(Q, K^T); returns the last tensor.
-const Desc& masked_scores(Graph& g, const Shapes& sh, const Common& c, const Desc& q,
-                          const Desc& kt, bool pad_zero, const Desc* subtract_stats) {
+// Padding: keep row < seq_len_q and col < seq_len_kv.
+const Desc& padding_masked(Graph& g, const Shapes& sh, const Common& c, const Desc& s2) {
   const Dims sd = sh.score(), ss = sh.score_stride();
-  const Desc& s1 = g.virt("S", CUDNN_DATA_FLOAT, sd, ss);
-  g.matmul("bmm_q_kt", q, kt, s1, c.seq_q, c.seq_kv, nullptr, pad_zero);
-  const Desc& s2 = g.virt("S_scaled", CUDNN_DATA_FLOAT, sd, ss);
-  g.pointwise("mul_scale", CUDNN_POINTWISE_MUL, s1, c.scale, nullptr, s2);
 
-  // Padding: keep row < seq_len_q and col < seq_len_kv.
   const Desc& prow = g.virt("pad_row", CUDNN_DATA_INT32, sd, ss);
   g.pointwise("gen_row_pad", CUDNN_POINTWISE_GEN_INDEX, s2, nullptr, nullptr, prow,
               CUDNN_DATA_INT32, 2);
@@ -439,46 +463,61 @@ const Desc& masked_scores(Graph& g, const Shapes& sh, const Common& c, const Des
   const Desc& ninf_pad = g.scalar("neg_inf_padding", kNegInfPad);
   const Desc& s3 = g.virt("S_padded", CUDNN_DATA_FLOAT, sd, ss);
   g.pointwise("select_padding", CUDNN_POINTWISE_BINARY_SELECT, s2, &ninf_pad, &inside, s3);
+  return s3;
+}
 
-  const Desc* last = &s3;
-  if (subtract_stats != nullptr) {  // the backward subtracts the statistics before masking
-    const Desc& s4 = g.virt("S_minus_stats", CUDNN_DATA_FLOAT, sd, ss);
-    g.pointwise("sub_stats", CUDNN_POINTWISE_SUB, s3, subtract_stats, nullptr, s4);
-    last = &s4;
-  }
-
-  // Causal, top-left: keep row >= col.
+// Causal, top-left: keep row >= col.
+const Desc& causal_masked(Graph& g, const Shapes& sh, const Desc& last) {
+  const Dims sd = sh.score(), ss = sh.score_stride();
   const Desc& crow = g.virt("causal_row", CUDNN_DATA_INT32, sd, ss);
-  g.pointwise("gen_row_causal", CUDNN_POINTWISE_GEN_INDEX, *last, nullptr, nullptr, crow,
+  g.pointwise("gen_row_causal", CUDNN_POINTWISE_GEN_INDEX, last, nullptr, nullptr, crow,
               CUDNN_DATA_FLOAT, 2);
   const Desc& ccol = g.virt("causal_col", CUDNN_DATA_INT32, sd, ss);
-  g.pointwise("gen_col_causal", CUDNN_POINTWISE_GEN_INDEX, *last, nullptr, nullptr, ccol,
+  g.pointwise("gen_col_causal", CUDNN_POINTWISE_GEN_INDEX, last, nullptr, nullptr, ccol,
               CUDNN_DATA_FLOAT, 3);
   const Desc& keep = g.virt("causal_keep", CUDNN_DATA_BOOLEAN, sd, ss);
   g.pointwise("ge_row_col", CUDNN_POINTWISE_CMP_GE, crow, &ccol, nullptr, keep,
               CUDNN_DATA_BOOLEAN);
   const Desc& ninf_c = g.scalar("neg_inf_causal", kNegInfCausal);
   const Desc& out = g.virt("S_masked", CUDNN_DATA_FLOAT, sd, ss);
-  g.pointwise("select_causal", CUDNN_POINTWISE_BINARY_SELECT, *last, &ninf_c, &keep, out);
+  g.pointwise("select_causal", CUDNN_POINTWISE_BINARY_SELECT, last, &ninf_c, &keep, out);
   return out;
+}
+
+// scores (scaled, padding-masked unless dense, causal-masked) of matmul(Q, K^T); returns the
+// last tensor.
+const Desc& masked_scores(Graph& g, const Shapes& sh, const Common& c, const Desc& q,
+                          const Desc& kt, bool pad_zero, const Desc* subtract_stats) {
+  const Dims sd = sh.score(), ss = sh.score_stride();
+  const Desc& s1 = g.virt("S", CUDNN_DATA_FLOAT, sd, ss);
+  g.matmul("bmm_q_kt", q, kt, s1, c.seq_q, c.seq_kv, nullptr, pad_zero && c.seq_q != nullptr);
+  const Desc& s2 = g.virt("S_scaled", CUDNN_DATA_FLOAT, sd, ss);
+  g.pointwise("mul_scale", CUDNN_POINTWISE_MUL, s1, c.scale, nullptr, s2);
+  const Desc* last = c.seq_q != nullptr ? &padding_masked(g, sh, c, s2) : &s2;
+  if (subtract_stats != nullptr) {  // the backward subtracts the statistics before masking
+    const Desc& s4 = g.virt("S_minus_stats", CUDNN_DATA_FLOAT, sd, ss);
+    g.pointwise("sub_stats", CUDNN_POINTWISE_SUB, *last, subtract_stats, nullptr, s4);
+    last = &s4;
+  }
+  return causal_masked(g, sh, *last);
 }
 
 void build_forward(Graph& g) {
   const GraphKey& k = g.key();
   const Shapes sh{k.B, k.S, k.hq, k.hkv, k.d};
-  const Common c = common_tensors(g, sh);
-  const Desc& oq = ragged_offset(g, "ragged_offset_q", sh, kOffQ);
-  const Desc& ok = ragged_offset(g, "ragged_offset_k", sh, kOffK);
-  const Desc& ov = ragged_offset(g, "ragged_offset_v", sh, kOffV);
-  const Desc& oo = ragged_offset(g, "ragged_offset_o", sh, kOffO);
+  const Common c = common_tensors(g, sh, k.dense);
+  const Desc* oq = ragged_offset(g, "ragged_offset_q", sh, kOffQ, k.dense);
+  const Desc* ok = ragged_offset(g, "ragged_offset_k", sh, kOffK, k.dense);
+  const Desc* ov = ragged_offset(g, "ragged_offset_v", sh, kOffV, k.dense);
+  const Desc* oo = ragged_offset(g, "ragged_offset_o", sh, kOffO, k.dense);
   const Desc& q = g.tensor("Q", CUDNN_DATA_BFLOAT16, sh.bhsd(sh.hq), sh.thd_stride(k.ldq), kQ,
-                           false, false, &oq);
+                           false, false, oq);
   const Desc& kt = g.tensor("K^T", CUDNN_DATA_BFLOAT16, sh.bhds(sh.hkv), sh.thd_t_stride(k.ldk),
-                            kK, false, false, &ok);
+                            kK, false, false, ok);
   const Desc& v = g.tensor("V", CUDNN_DATA_BFLOAT16, sh.bhsd(sh.hkv), sh.thd_stride(k.ldv), kV,
-                           false, false, &ov);
+                           false, false, ov);
   const Desc& o = g.tensor("O", CUDNN_DATA_BFLOAT16, sh.bhsd(sh.hq), sh.thd_stride(k.ldo), kO,
-                           false, false, &oo);
+                           false, false, oo);
   const Desc& stats = g.tensor("Stats", CUDNN_DATA_FLOAT, sh.row(), sh.row_stride(), kStats);
 
   const Desc& s = masked_scores(g, sh, c, q, kt, true, nullptr);
@@ -509,30 +548,30 @@ const Desc& per_query_head(Graph& g, const Shapes& sh, const char* name, const D
 void build_backward(Graph& g) {
   const GraphKey& k = g.key();
   const Shapes sh{k.B, k.S, k.hq, k.hkv, k.d};
-  const Common c = common_tensors(g, sh);
-  const Desc& oq = ragged_offset(g, "ragged_offset_q", sh, kOffQ);
-  const Desc& ok = ragged_offset(g, "ragged_offset_k", sh, kOffK);
-  const Desc& ov = ragged_offset(g, "ragged_offset_v", sh, kOffV);
-  const Desc& oo = ragged_offset(g, "ragged_offset_o", sh, kOffO);
-  const Desc& odo = ragged_offset(g, "ragged_offset_do", sh, kOffDO);
-  const Desc& odq = ragged_offset(g, "ragged_offset_dq", sh, kOffDQ);
-  const Desc& odk = ragged_offset(g, "ragged_offset_dk", sh, kOffDK);
-  const Desc& odv = ragged_offset(g, "ragged_offset_dv", sh, kOffDV);
+  const Common c = common_tensors(g, sh, k.dense);
+  const Desc* oq = ragged_offset(g, "ragged_offset_q", sh, kOffQ, k.dense);
+  const Desc* ok = ragged_offset(g, "ragged_offset_k", sh, kOffK, k.dense);
+  const Desc* ov = ragged_offset(g, "ragged_offset_v", sh, kOffV, k.dense);
+  const Desc* oo = ragged_offset(g, "ragged_offset_o", sh, kOffO, k.dense);
+  const Desc* odo = ragged_offset(g, "ragged_offset_do", sh, kOffDO, k.dense);
+  const Desc* odq = ragged_offset(g, "ragged_offset_dq", sh, kOffDQ, k.dense);
+  const Desc* odk = ragged_offset(g, "ragged_offset_dk", sh, kOffDK, k.dense);
+  const Desc* odv = ragged_offset(g, "ragged_offset_dv", sh, kOffDV, k.dense);
   const auto bf = CUDNN_DATA_BFLOAT16;
-  const Desc& q = g.tensor("Q", bf, sh.bhsd(sh.hq), sh.thd_stride(k.ldq), kQ, false, false, &oq);
+  const Desc& q = g.tensor("Q", bf, sh.bhsd(sh.hq), sh.thd_stride(k.ldq), kQ, false, false, oq);
   const Desc& kt =
-      g.tensor("K^T", bf, sh.bhds(sh.hkv), sh.thd_t_stride(k.ldk), kK, false, false, &ok);
+      g.tensor("K^T", bf, sh.bhds(sh.hkv), sh.thd_t_stride(k.ldk), kK, false, false, ok);
   const Desc& vt =
-      g.tensor("V^T", bf, sh.bhds(sh.hkv), sh.thd_t_stride(k.ldv), kV, false, false, &ov);
-  const Desc& o = g.tensor("O", bf, sh.bhsd(sh.hq), sh.thd_stride(k.ldo), kO, false, false, &oo);
+      g.tensor("V^T", bf, sh.bhds(sh.hkv), sh.thd_t_stride(k.ldv), kV, false, false, ov);
+  const Desc& o = g.tensor("O", bf, sh.bhsd(sh.hq), sh.thd_stride(k.ldo), kO, false, false, oo);
   const Desc& dout =
-      g.tensor("dO", bf, sh.bhsd(sh.hq), sh.thd_stride(k.lddo), kDO, false, false, &odo);
+      g.tensor("dO", bf, sh.bhsd(sh.hq), sh.thd_stride(k.lddo), kDO, false, false, odo);
   const Desc& dq =
-      g.tensor("dQ", bf, sh.bhsd(sh.hq), sh.thd_stride(k.lddq), kDQ, false, false, &odq);
+      g.tensor("dQ", bf, sh.bhsd(sh.hq), sh.thd_stride(k.lddq), kDQ, false, false, odq);
   const Desc& dk =
-      g.tensor("dK", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.lddk), kDK, false, false, &odk);
+      g.tensor("dK", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.lddk), kDK, false, false, odk);
   const Desc& dv =
-      g.tensor("dV", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.lddv), kDV, false, false, &odv);
+      g.tensor("dV", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.lddv), kDV, false, false, odv);
   const Desc& stats = g.tensor("Stats", CUDNN_DATA_FLOAT, sh.row(), sh.row_stride(), kStats);
   const Dims sd = sh.score(), ss = sh.score_stride(), rd = sh.row(), rs = sh.row_stride();
 
@@ -574,7 +613,7 @@ void build_backward(Graph& g) {
   // dQ = dS K (K: the transpose of K^T, same rows and offsets), through the f32 accumulator
   // unless deterministic.
   const Desc& kk =
-      g.virt("K", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.ldk), &ok);
+      g.virt("K", bf, sh.bhsd(sh.hkv), sh.thd_stride(k.ldk), ok);
   g.reshape("reshape_k", kt, kk);
   if (k.deterministic) {
     g.matmul("bmm_dS_k", ds, kk, dq, c.seq_q, nullptr, c.seq_kv);
@@ -786,6 +825,7 @@ GraphKey key_from(const AttentionShape& sh, const AttentionStrides& ld, bool bac
   k.device = device;
   k.B = int(bucket(sh.n_seqs));
   k.S = int(bucket(std::max(sh.max_seqlen, 64)));
+  k.dense = sh.n_seqs == 1 && sh.max_seqlen == k.S && cudnn_dense_graphs();
   k.hq = sh.n_heads;
   k.hkv = sh.n_kv_heads;
   k.d = sh.head_dim;
@@ -815,7 +855,7 @@ GraphKey key_of(const CudnnAttentionCall& c, int device) {
 
 std::string key_text(const GraphKey& k) {
   return cat(k.backward ? (k.deterministic ? "deterministic backward" : "backward") : "forward",
-             " B=", k.B, " S=", k.S, " Hq=", k.hq,
+             k.dense ? " dense" : "", " B=", k.B, " S=", k.S, " Hq=", k.hq,
              " Hkv=", k.hkv, " D=", k.d, " ld q/k/v/out=", k.ldq, "/", k.ldk, "/", k.ldv, "/",
              k.ldo, k.backward ? cat(" dout/dq/dk/dv=", k.lddo, "/", k.lddq, "/", k.lddk, "/",
                                      k.lddv)
@@ -916,6 +956,7 @@ void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void
     SF_FAIL(cuda, "cuDNN attention (", key_text(key), ", engine ", p.engine_index,
             "): cudnnBackendExecute: ", status_text(rc));
   ++st.stats.executions;
+  if (key.dense) ++st.stats.dense_executions;
 }
 
 void* at(void* ws, size_t off) { return static_cast<char*>(ws) + off; }
@@ -973,23 +1014,31 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
   auto* seq_len = static_cast<int32_t*>(at(ws, l.seq_len));
   auto* offsets = static_cast<int64_t*>(at(ws, l.offsets));
   auto* stats = static_cast<float*>(at(ws, l.stats));
-  launch_cudnn_attention_meta(s, c.cu_seqlens, sh.n_seqs, key.B, seq_len, offsets, lds.data(),
-                              int(lds.size()));
   auto off = [&](int j) -> void* { return offsets + int64_t(j) * (key.B + 1); };
   float scale = sh.scale, neg_inf = -INFINITY, one = 1.f;
-  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kSeqQ, kSeqKv, kNegInfPad,
-                            kNegInfCausal, kOffQ, kOffK, kOffV, kOffO};
-  std::vector<void*> ptrs{c.q.data, c.k.data, c.v.data, c.out.data, stats, &scale, seq_len,
-                          seq_len, &neg_inf, &neg_inf, off(0), off(1), off(2), off(3)};
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInfCausal};
+  std::vector<void*> ptrs{c.q.data, c.k.data, c.v.data, c.out.data, stats, &scale, &neg_inf};
+  if (!key.dense) {  // the packed graph's lengths, offsets and padding mask
+    launch_cudnn_attention_meta(s, c.cu_seqlens, sh.n_seqs, key.B, seq_len, offsets, lds.data(),
+                                int(lds.size()));
+    const int64_t packed_uids[] = {kSeqQ, kSeqKv, kNegInfPad, kOffQ, kOffK, kOffV, kOffO};
+    void* packed_ptrs[] = {seq_len, seq_len, &neg_inf, off(0), off(1), off(2), off(3)};
+    uids.insert(uids.end(), std::begin(packed_uids), std::end(packed_uids));
+    ptrs.insert(ptrs.end(), std::begin(packed_ptrs), std::end(packed_ptrs));
+  }
   if (c.backward) {
     launch_cudnn_lse_to_stats(s, stats, c.lse, c.cu_seqlens, sh.n_seqs, key.B, sh.n_heads,
                               key.S, T);
-    const int64_t more_uids[] = {kDO, kDQ, kDK, kDV, kSoftmaxSum, kOne,
-                                 kOffDO, kOffDQ, kOffDK, kOffDV};
-    void* more_ptrs[] = {c.dout.data, c.dq.data, c.dk.data, c.dv.data, at(ws, l.sum),
-                         &one, off(4), off(5), off(6), off(7)};
+    const int64_t more_uids[] = {kDO, kDQ, kDK, kDV, kSoftmaxSum, kOne};
+    void* more_ptrs[] = {c.dout.data, c.dq.data, c.dk.data, c.dv.data, at(ws, l.sum), &one};
     uids.insert(uids.end(), std::begin(more_uids), std::end(more_uids));
     ptrs.insert(ptrs.end(), std::begin(more_ptrs), std::end(more_ptrs));
+    if (!key.dense) {
+      const int64_t packed_uids[] = {kOffDO, kOffDQ, kOffDK, kOffDV};
+      void* packed_ptrs[] = {off(4), off(5), off(6), off(7)};
+      uids.insert(uids.end(), std::begin(packed_uids), std::end(packed_uids));
+      ptrs.insert(ptrs.end(), std::begin(packed_ptrs), std::end(packed_ptrs));
+    }
     if (!key.deterministic) {
       uids.push_back(kDQAccum);
       ptrs.push_back(at(ws, l.accum));

@@ -66,6 +66,15 @@ AttentionImpl set_attention_impl(AttentionImpl impl);
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
 
+// Whether a call of one sequence that fills its length bucket (a power of two, or 1.5 times
+// one, from 64 tokens) runs cuDNN's dense graph: no ragged offsets, no sequence lengths, no
+// padding mask, as PyTorch's dense SDPA builds it; the packed graph otherwise. Off by default
+// until a GPU has timed it against the packed graph (bench_cuda_kernels' cudnn-nondet-dense
+// rows): SF_CUDNN_DENSE=1 turns it on (another value than 0 or 1 is an Error); the setter is
+// for tests and A/B benchmarks. Its accuracy test: tests/cuda/test_cuda_cudnn_attention.cpp.
+bool cudnn_dense_graphs();
+void set_cudnn_dense_graphs(bool on);
+
 // One attention call, as the launchers in attention.cuh take it. The backward fills the d*
 // views and dout; the forward leaves them empty.
 struct CudnnAttentionCall {
@@ -102,6 +111,7 @@ struct CudnnAttentionStats {
   int64_t plans_built = 0;
   int64_t plans_refused = 0;
   int64_t executions = 0;
+  int64_t dense_executions = 0;  // of those, through a dense graph (cudnn_dense_graphs)
 };
 CudnnAttentionStats cudnn_attention_stats();
 
