@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -192,8 +193,18 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
   b.free_all();
 }
 
+// "--only attention:D64" (or D128) runs one head dimension's rows.
 void attention_rows(Bench& b) {
+  const std::string prefix = "attention:D";
+  const std::string d = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
+  if (!d.empty() && d != "64" && d != "128") {
+    std::fprintf(stderr, "bench_cuda_kernels: --only %s: the head dimensions are D64 and D128\n",
+                 g_only.c_str());
+    std::exit(2);
+  }
+  const int64_t only_d = d.empty() ? 0 : std::stoll(d);
   for (auto [H, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {64, 16, 64}}) {
+    if (only_d != 0 && D != only_d) continue;
     for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
     for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
   }
@@ -369,7 +380,7 @@ void run(Bench& b) {
   // ---- attention: each implementation, seq 1K..16K (16K tokens per call), then one sequence
   // of 32K, 64K, 128K; D 128 (32/8 heads) and D 64 (64/16 heads: the same hidden size and FLOPs
   // per token) ----
-  if (want("attention")) attention_rows(b);
+  if (want("attention") || g_only.rfind("attention:", 0) == 0) attention_rows(b);
   // ---- fused LM head + cross-entropy ----
   if (want("lm_head")) {
     const int64_t chunk = 4096;
