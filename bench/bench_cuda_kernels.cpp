@@ -10,11 +10,8 @@
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
 // 2.5x the forward; each attention row names its implementation (native, cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward, cudnn-nondet-dense = the
-// same through the dense graph where one sequence fills its bucket, SF_CUDNN_DENSE=1; -tuned:
-// each plan's candidate configurations timed on its first call and the fastest kept,
-// SF_CUDNN_TUNE=1; bench/torch_attention_ref.py times torch's SDPA backends at the same shapes
-// with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the
-// scratch.
+// same through the dense graph where one sequence fills its bucket, SF_CUDNN_DENSE=1; bench/torch_attention_ref.py
+// times torch's SDPA backends at the same shapes with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -148,21 +145,16 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
     cuda::AttentionImpl impl;
     bool deterministic;
     bool dense = false;  // cuda::cudnn_dense_graphs (one sequence filling its bucket)
-    bool tuned = false;  // cuda::cudnn_tuning (candidates timed on the first call)
   };
-  const cuda::AttentionImpl dnn = cuda::AttentionImpl::cudnn;
   for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
-                         Impl{"cudnn", dnn, true},
-                         Impl{"cudnn-nondet", dnn, false},
-                         Impl{"cudnn-nondet-tuned", dnn, false, false, true},
-                         Impl{"cudnn-nondet-dense", dnn, false, true},
-                         Impl{"cudnn-nondet-dense-tuned", dnn, false, true, true}}) {
+                         Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
+                         Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false},
+                         Impl{"cudnn-nondet-dense", cuda::AttentionImpl::cudnn, false, true}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
     if (im.dense && n_seqs > 1) continue;  // the packed graph runs there anyway
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(im.dense);
-    cuda::set_cudnn_tuning(im.tuned);
     // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
     auto ran = [&](int64_t before) {
       if (im.impl == cuda::AttentionImpl::native) return std::string(im.name);
@@ -189,7 +181,6 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
   cuda::set_cudnn_dense_graphs(false);
-  cuda::set_cudnn_tuning(true);
   b.free_all();
 }
 
@@ -208,8 +199,6 @@ void attention_rows(Bench& b) {
     for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
     for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
   }
-  std::printf("cuDNN attention tuning (the -tuned rows' plans):\n%s",
-              cuda::cudnn_attention_tuning_report().c_str());
 }
 
 // Times the first 8 cuBLASLt candidates of each layer GEMM at 32K tokens, forward (y = x

@@ -336,33 +336,6 @@ TEST(CudnnAttention, OneSequenceFillingItsBucketRunsTheDenseGraph) {
   cuda::set_attention_deterministic(prev_det);
 }
 
-// Tuned plans (the default outside the deterministic mode): whichever candidate the timing
-// keeps, the results are as accurate as the heuristics' first (run_case's bounds); a second
-// call in the same buckets tunes nothing again; the deterministic mode never tunes.
-TEST(CudnnAttention, TunedPlansAreAsAccurateAndTuneOnce) {
-  SF_REQUIRE_CUDNN_ATTENTION();
-  const bool prev_det = cuda::attention_deterministic(), prev_tune = cuda::cudnn_tuning();
-  cuda::set_cudnn_tuning(true);
-  cuda::set_attention_deterministic(false);
-  run_case({32, 8, 128, {700, 300}}, 40);
-  run_case({8, 2, 64, {2048}}, 41);
-  const std::string report = cuda::cudnn_attention_tuning_report();
-  std::printf("[CUDNN] tuning:\n%s", report.c_str());
-  EXPECT_NE(report.find("B=2 S=768 Hq=32 Hkv=8 D=128"), std::string::npos) << report;
-  EXPECT_NE(report.find("B=1 S=2048 Hq=8 Hkv=2 D=64"), std::string::npos) << report;
-  EXPECT_EQ(report.find("not timed yet"), std::string::npos) << "a plan that ran, untimed";
-  const cuda::CudnnAttentionStats s1 = cuda::cudnn_attention_stats();
-  run_case({32, 8, 128, {600, 350}}, 42);  // the same buckets
-  const cuda::CudnnAttentionStats s2 = cuda::cudnn_attention_stats();
-  EXPECT_EQ(s2.plans_tuned, s1.plans_tuned);
-  EXPECT_EQ(s2.plans_built, s1.plans_built);
-  cuda::set_attention_deterministic(true);
-  run_case({32, 8, 128, {900, 30}}, 43);  // new buckets, deterministic: built, never tuned
-  EXPECT_EQ(cuda::cudnn_attention_stats().plans_tuned, s2.plans_tuned);
-  cuda::set_cudnn_tuning(prev_tune);
-  cuda::set_attention_deterministic(prev_det);
-}
-
 // A second batch in the same bucket (B 2, S 256) reuses the plans: none is built.
 TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   SF_REQUIRE_CUDNN_ATTENTION();

@@ -21,9 +21,7 @@
 #include "backend/cuda/cudnn_attention.h"
 
 #include <array>
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -104,9 +102,6 @@ class EnvSwitch {
 EnvSwitch g_deterministic{"SF_ATTN_DETERMINISTIC", false,
                           "1 (attention backwards give the same bits every call) or 0 (cuDNN may use its "
                           "faster atomic-accumulating backward, the default)"};
-EnvSwitch g_tune{"SF_CUDNN_TUNE", true,
-                 "1 (each cuDNN plan times its candidate engine configurations on its first call and "
-                 "keeps the fastest, the default) or 0 (the heuristics' first configuration)"};
 EnvSwitch g_dense{"SF_CUDNN_DENSE", false,
                   "1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 (every call "
                   "runs the packed graph, the default)"};
@@ -117,8 +112,6 @@ bool attention_deterministic() { return g_deterministic.get(); }
 void set_attention_deterministic(bool on) { g_deterministic.set(on); }
 bool cudnn_dense_graphs() { return g_dense.get(); }
 void set_cudnn_dense_graphs(bool on) { g_dense.set(on); }
-bool cudnn_tuning() { return g_tune.get(); }
-void set_cudnn_tuning(bool on) { g_tune.set(on); }
 
 namespace {
 
@@ -182,7 +175,6 @@ CudnnAttentionStats cudnn_attention_stats() { return {}; }
 std::string cudnn_attention_plan_info(const CudnnAttentionCall&) {
   return "this build has no cuDNN >= 9.6";
 }
-std::string cudnn_attention_tuning_report() { return ""; }
 
 #else
 
@@ -273,14 +265,11 @@ struct GraphKey {
   // One sequence that fills its bucket (B 1, length S): the graph has no ragged offsets, no
   // sequence-length overrides and no padding mask (the form PyTorch's dense SDPA builds).
   bool dense = false;
-  // Every candidate configuration is timed on the first call and the fastest kept (never under
-  // attention_deterministic: another engine may round differently from run to run of a test).
-  bool tuned = false;
   int device = 0;
   int B = 0, S = 0, hq = 0, hkv = 0, d = 0;
   int64_t ldq = 0, ldk = 0, ldv = 0, ldo = 0, lddo = 0, lddq = 0, lddk = 0, lddv = 0;
   auto tie() const {
-    return std::tie(backward, deterministic, dense, tuned, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq,
+    return std::tie(backward, deterministic, dense, device, B, S, hq, hkv, d, ldq, ldk, ldv, ldo, lddo, lddq,
                     lddk, lddv);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
@@ -638,41 +627,12 @@ void build_backward(Graph& g) {
 
 // ---- plans -------------------------------------------------------------------------------------
 
-struct Knob {
-  cudnnBackendKnobType_t type;
-  int64_t value;
-};
-
-std::string knobs_text(const std::vector<Knob>& ks) {
-  std::string t;
-  for (const Knob& k : ks) t += cat(t.empty() ? "" : " ", "knob", int(k.type), "=", k.value);
-  return t.empty() ? "no knobs" : t;
-}
-
-// One engine configuration that finalized for a graph: its execution plan and its cost.
-struct Candidate {
-  std::vector<std::unique_ptr<Desc>> parts;  // what a hand-made configuration refers to
-  std::unique_ptr<Desc> cfg, plan;
+struct Plan {
+  std::unique_ptr<Graph> graph;  // the descriptors the op graph refers to
+  std::unique_ptr<Desc> op_graph, engine_cfg, plan;
   int64_t workspace = 0;
   int64_t engine_index = -1;
   bool nondeterministic = false;
-  std::vector<Knob> knobs;
-  float ms = -1;        // measured by tuning; -1: not timed
-  bool failed = false;  // cuDNN failed to execute it while tuning
-  std::string text() const {
-    return cat("engine ", engine_index, " (", knobs_text(knobs), ", workspace ", workspace, " B)");
-  }
-};
-
-struct Plan {
-  std::unique_ptr<Graph> graph;  // the descriptors the op graph refers to
-  std::unique_ptr<Desc> op_graph;
-  std::vector<Candidate> cands;  // [0]: the heuristics' first configuration that finalizes
-  size_t chosen = 0;
-  bool tuned = false;
-  int64_t workspace = 0;  // the most any candidate needs
-  int tried = 0;          // configurations built (finalized or not)
-  const Candidate& best() const { return cands[chosen]; }
 };
 
 int64_t get_int64(const Desc& d, cudnnBackendAttributeName_t attr, const char* attr_name) {
@@ -733,66 +693,22 @@ std::vector<std::unique_ptr<Desc>> engine_configs(const Desc& op_graph) {
   return out;
 }
 
-// The descriptors an array attribute holds (knob choices, knob infos: at most one per type).
-std::vector<std::unique_ptr<Desc>> get_descs(const Desc& d, cudnnBackendAttributeName_t attr,
-                                             cudnnBackendDescriptorType_t type, const char* what) {
-  std::vector<std::unique_ptr<Desc>> all;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
-    all.push_back(std::make_unique<Desc>(type, cat(what, " ", i, " of ", d.name())));
-    raw.push_back(all.back()->get());
-  }
+// Global index and the non-determinism note of a configuration's engine (for the plan info).
+void describe_engine(const Desc& cfg, Plan& p) {
+  Desc eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine of " + cfg.name());
+  cudnnBackendDescriptor_t e = eng.get();
   int64_t n = 0;
-  const cudnnStatus_t st = dnn().cudnnBackendGetAttribute(
-      d.get(), attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), &n, raw.data());
-  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(d.name(), " get ", what, "s"), st);
-  all.resize(size_t(std::clamp<int64_t>(n, 0, int64_t(all.size()))));
-  return all;
-}
-
-cudnnBackendKnobType_t get_knob_type(const Desc& d, cudnnBackendAttributeName_t attr) {
-  cudnnBackendKnobType_t t{};
-  int64_t n = 0;
-  const cudnnStatus_t st =
-      dnn().cudnnBackendGetAttribute(d.get(), attr, CUDNN_TYPE_KNOB_TYPE, 1, &n, &t);
-  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(d.name(), " get knob type"), st);
-  return t;
-}
-
-std::vector<Knob> knob_choices(const Desc& cfg) {
-  std::vector<Knob> out;
-  for (auto& c : get_descs(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                           CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice"))
-    out.push_back({get_knob_type(*c, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE),
-                   get_int64(*c, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
-                             "CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE")});
-  return out;
-}
-
-// A configuration's engine (a descriptor of its own, filled from the configuration).
-std::unique_ptr<Desc> engine_of(const Desc& cfg) {
-  auto eng = std::make_unique<Desc>(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine of " + cfg.name());
-  cudnnBackendDescriptor_t e = eng->get();
-  int64_t n = 0;
-  const cudnnStatus_t st = dnn().cudnnBackendGetAttribute(
-      cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e);
+  cudnnStatus_t st = dnn().cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e);
   if (st != CUDNN_STATUS_SUCCESS) refuse(cat(cfg.name(), " get CUDNN_ATTR_ENGINECFG_ENGINE"), st);
-  return eng;
-}
-
-// Global index, non-determinism note and knob choices of a configuration.
-void describe_engine(const Desc& cfg, Candidate& c) {
-  auto eng = engine_of(cfg);
-  c.engine_index = get_int64(*eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "CUDNN_ATTR_ENGINE_GLOBAL_INDEX");
+  p.engine_index = get_int64(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "CUDNN_ATTR_ENGINE_GLOBAL_INDEX");
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  int64_t n = 0;
-  const cudnnStatus_t st = dnn().cudnnBackendGetAttribute(
-      eng->get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-      CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes);
-  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(eng->name(), " get CUDNN_ATTR_ENGINE_NUMERICAL_NOTE"), st);
+  st = dnn().cudnnBackendGetAttribute(eng.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                                notes);
+  if (st != CUDNN_STATUS_SUCCESS) refuse(cat(eng.name(), " get CUDNN_ATTR_ENGINE_NUMERICAL_NOTE"), st);
   for (int64_t i = 0; i < n; ++i)
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) c.nondeterministic = true;
-  c.knobs = knob_choices(cfg);
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) p.nondeterministic = true;
 }
 
 // A plan asking for more than this is refused (a deterministic backward may want a [B, Hq, S, S]
@@ -803,144 +719,8 @@ void describe_engine(const Desc& cfg, Candidate& c) {
 constexpr int64_t kMaxPlanWorkspace = int64_t(2) << 30;
 int64_t max_plan_workspace(bool deterministic) { return deterministic ? kMaxPlanWorkspace : 2 * kMaxPlanWorkspace; }
 
-// Finalizes one configuration into a candidate; throws Refusal where it does not finalize, asks
-// for too much workspace or (deterministic key) is non-deterministic.
-Candidate finalize_candidate(std::unique_ptr<Desc> cfg, const GraphKey& key, cudnnHandle_t handle,
-                             std::vector<std::unique_ptr<Desc>> parts = {}) {
-  Candidate c;
-  c.parts = std::move(parts);
-  c.plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
-                                  "execution plan of " + cfg->name());
-  SF_SET(*c.plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  SF_SET_DESC(*c.plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
-  c.plan->finalize();
-  c.workspace = get_int64(*c.plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                          "CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
-  if (c.workspace > max_plan_workspace(key.deterministic))
-    throw Refusal(cat(cfg->name(), " wants ", c.workspace, " bytes of workspace (limit ",
-                      max_plan_workspace(key.deterministic), ")"));
-  if (key.deterministic) {
-    describe_engine(*cfg, c);  // must know: a Refusal here skips the configuration
-    if (c.nondeterministic)
-      throw Refusal(cat(cfg->name(), " (engine ", c.engine_index, ") is non-deterministic"));
-  } else {
-    try {
-      describe_engine(*cfg, c);
-    } catch (const Refusal&) {  // only the plan info and the knob variants lack it
-      c.engine_index = -1;
-    }
-  }
-  c.cfg = std::move(cfg);
-  return c;
-}
-
-// Engine `index` of the op graph with these knob choices, finalized into a candidate.
-Candidate hand_made_candidate(const Desc& op_graph, int64_t index, const std::vector<Knob>& knobs,
-                              const GraphKey& key, cudnnHandle_t handle) {
-  std::vector<std::unique_ptr<Desc>> parts;
-  auto eng = std::make_unique<Desc>(CUDNN_BACKEND_ENGINE_DESCRIPTOR, cat("engine ", index));
-  SF_SET_DESC(*eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, op_graph);
-  SF_SET(*eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index);
-  eng->finalize();
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (const Knob& k : knobs) {
-    auto c = std::make_unique<Desc>(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, cat("knob ", int(k.type)));
-    SF_SET(*c, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &k.type);
-    SF_SET(*c, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &k.value);
-    c->finalize();
-    raw.push_back(c->get());
-    parts.push_back(std::move(c));
-  }
-  auto cfg = std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-                                    cat("engine config ", index, " (", knobs_text(knobs), ")"));
-  SF_SET_DESC(*cfg, CUDNN_ATTR_ENGINECFG_ENGINE, *eng);
-  if (!raw.empty())
-    SF_SET(*cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-           int64_t(raw.size()), raw.data());
-  cfg->finalize();
-  parts.push_back(std::move(eng));
-  return finalize_candidate(std::move(cfg), key, handle, std::move(parts));
-}
-
-// The knob choices one step away from `base`: each knob the engine has, set to each other value
-// of its range (at most kValuesPerKnob of them), the others as in `base`.
-constexpr int kValuesPerKnob = 16;
-std::vector<std::vector<Knob>> knob_neighbours(const Desc& cfg, const std::vector<Knob>& base) {
-  std::vector<std::vector<Knob>> out;
-  auto eng = engine_of(cfg);
-  for (auto& info : get_descs(*eng, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR,
-                              "knob info")) {
-    const cudnnBackendKnobType_t type = get_knob_type(*info, CUDNN_ATTR_KNOB_INFO_TYPE);
-    const int64_t lo = get_int64(*info, CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, "KNOB_INFO_MINIMUM_VALUE");
-    const int64_t hi = get_int64(*info, CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, "KNOB_INFO_MAXIMUM_VALUE");
-    const int64_t step = std::max<int64_t>(1, get_int64(*info, CUDNN_ATTR_KNOB_INFO_STRIDE, "KNOB_INFO_STRIDE"));
-    int n = 0;
-    for (int64_t v = lo; v <= hi && n < kValuesPerKnob; v += step, ++n) {
-      std::vector<Knob> ks = base;
-      auto it = std::find_if(ks.begin(), ks.end(), [&](const Knob& k) { return k.type == type; });
-      if (it != ks.end() && it->value == v) continue;
-      if (it != ks.end()) it->value = v;
-      else ks.push_back({type, v});
-      out.push_back(std::move(ks));
-    }
-  }
-  return out;
-}
-
-// Tuning keeps the configurations that finalize within this much more workspace than the
-// heuristics' first (the planner's memory counts stay those of the untuned plan, near enough),
-// at most kMaxCandidates of them, built within kTuneBuildSeconds.
-constexpr int64_t kTuneWorkspaceSlack = int64_t(64) << 20;
-constexpr size_t kMaxCandidates = 24;
-constexpr double kTuneBuildSeconds = 20.0;
-
-// After the first candidate: the heuristics' other configurations, then the first's knob
-// neighbours, each kept where it finalizes within the slack.
-void add_tuning_candidates(Plan& p, std::vector<std::unique_ptr<Desc>>& rest, const GraphKey& key,
-                           cudnnHandle_t handle) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto time_left = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kTuneBuildSeconds;
-  };
-  const int64_t ws_cap = p.cands[0].workspace + kTuneWorkspaceSlack;
-  auto keep = [&](Candidate c) {
-    for (const Candidate& o : p.cands)
-      if (o.engine_index == c.engine_index && c.engine_index >= 0 && o.knobs.size() == c.knobs.size() &&
-          std::equal(o.knobs.begin(), o.knobs.end(), c.knobs.begin(),
-                     [](const Knob& a, const Knob& b) { return a.type == b.type && a.value == b.value; }))
-        return;  // the same configuration twice
-    if (c.workspace <= ws_cap) p.cands.push_back(std::move(c));
-  };
-  for (auto& cfg : rest) {
-    if (p.cands.size() >= kMaxCandidates || !time_left()) return;
-    ++p.tried;
-    try {
-      keep(finalize_candidate(std::move(cfg), key, handle));
-    } catch (const Refusal&) {
-    }
-  }
-  const Candidate& first = p.cands[0];
-  if (first.engine_index < 0) return;
-  std::vector<std::vector<Knob>> variants;
-  try {
-    variants = knob_neighbours(*first.cfg, first.knobs);
-  } catch (const Refusal&) {
-    return;
-  }
-  const int64_t index = first.engine_index;
-  for (const auto& ks : variants) {
-    if (p.cands.size() >= kMaxCandidates || !time_left()) return;
-    ++p.tried;
-    try {
-      keep(hand_made_candidate(*p.op_graph, index, ks, key, handle));
-    } catch (const Refusal&) {
-    }
-  }
-}
-
-// Builds the graph and its execution plans: the heuristics' first configuration that finalizes,
-// and, for a key that is tuned, the other candidates; throws Refusal naming the failing step
-// (every configuration's failure when none finalizes).
+// Builds the graph and the first execution plan that finalizes; throws Refusal naming the
+// failing step (every configuration's failure when none finalizes).
 std::unique_ptr<Plan> build_plan(const GraphKey& key, cudnnHandle_t handle) {
   auto p = std::make_unique<Plan>();
   p->graph = std::make_unique<Graph>(key);
@@ -949,23 +729,38 @@ std::unique_ptr<Plan> build_plan(const GraphKey& key, cudnnHandle_t handle) {
   p->op_graph = std::make_unique<Desc>(p->graph->finish(handle));
   auto cfgs = engine_configs(*p->op_graph);
   std::string tried;
-  for (size_t i = 0; i < cfgs.size() && p->cands.empty(); ++i) {
-    ++p->tried;
+  for (auto& cfg : cfgs) {
     try {
-      p->cands.push_back(finalize_candidate(std::move(cfgs[i]), key, handle));
+      auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+                                         "execution plan of " + cfg->name());
+      SF_SET(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      SF_SET_DESC(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *cfg);
+      plan->finalize();
+      p->workspace = get_int64(*plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               "CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+      if (p->workspace > max_plan_workspace(key.deterministic))
+        throw Refusal(cat(cfg->name(), " wants ", p->workspace, " bytes of workspace (limit ",
+                          max_plan_workspace(key.deterministic), ")"));
+      p->nondeterministic = false;
+      if (key.deterministic) {
+        describe_engine(*cfg, *p);  // must know: a Refusal here skips the configuration
+        if (p->nondeterministic)
+          throw Refusal(cat(cfg->name(), " (engine ", p->engine_index, ") is non-deterministic"));
+      } else {
+        try {
+          describe_engine(*cfg, *p);
+        } catch (const Refusal&) {  // only the plan info lacks it
+          p->engine_index = -1;
+        }
+      }
+      p->plan = std::move(plan);
+      p->engine_cfg = std::move(cfg);
+      return p;
     } catch (const Refusal& r) {
       tried += cat(tried.empty() ? "" : "; ", r.what());
     }
   }
-  if (p->cands.empty()) throw Refusal(cat("no engine configuration finalizes: ", tried));
-  if (key.tuned) {
-    std::vector<std::unique_ptr<Desc>> rest;
-    for (auto& c : cfgs)
-      if (c != nullptr) rest.push_back(std::move(c));
-    add_tuning_candidates(*p, rest, key, handle);
-  }
-  for (const Candidate& c : p->cands) p->workspace = std::max(p->workspace, c.workspace);
-  return p;
+  throw Refusal(cat("no engine configuration finalizes: ", tried));
 }
 
 // ---- calls -------------------------------------------------------------------------------------
@@ -1031,7 +826,6 @@ GraphKey key_from(const AttentionShape& sh, const AttentionStrides& ld, bool bac
   k.B = int(bucket(sh.n_seqs));
   k.S = int(bucket(std::max(sh.max_seqlen, 64)));
   k.dense = sh.n_seqs == 1 && sh.max_seqlen == k.S && cudnn_dense_graphs();
-  k.tuned = cudnn_tuning() && !attention_deterministic();
   k.hq = sh.n_heads;
   k.hkv = sh.n_kv_heads;
   k.d = sh.head_dim;
@@ -1061,7 +855,7 @@ GraphKey key_of(const CudnnAttentionCall& c, int device) {
 
 std::string key_text(const GraphKey& k) {
   return cat(k.backward ? (k.deterministic ? "deterministic backward" : "backward") : "forward",
-             k.dense ? " dense" : "", k.tuned ? " tuned" : "", " B=", k.B, " S=", k.S, " Hq=", k.hq,
+             k.dense ? " dense" : "", " B=", k.B, " S=", k.S, " Hq=", k.hq,
              " Hkv=", k.hkv, " D=", k.d, " ld q/k/v/out=", k.ldq, "/", k.ldk, "/", k.ldv, "/",
              k.ldo, k.backward ? cat(" dout/dq/dk/dv=", k.lddo, "/", k.lddq, "/", k.lddk, "/",
                                      k.lddv)
@@ -1137,86 +931,29 @@ Plan* plan_for(State& st, const GraphKey& key) {
   }
 }
 
-std::unique_ptr<Desc> variant_pack(const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
-                                   void* plan_ws) {
-  auto vp = std::make_unique<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-  SF_SET(*vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()),
-         uids.data());
-  SF_SET(*vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()),
-         ptrs.data());
-  SF_SET(*vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &plan_ws);
-  vp->finalize();
-  return vp;
-}
-
-// Milliseconds of `reps` executions of candidate c on stream s (events), or -1 where cuDNN
-// fails to execute it.
-float time_candidate(cudnnHandle_t h, const Candidate& c, const Desc& vp, cudaStream_t s,
-                     cudaEvent_t a, cudaEvent_t b, int reps) {
-  CUDA_CHECK(cudaEventRecord(a, s));
-  for (int i = 0; i < reps; ++i)
-    if (dnn().cudnnBackendExecute(h, c.plan->get(), vp.get()) != CUDNN_STATUS_SUCCESS) return -1;
-  CUDA_CHECK(cudaEventRecord(b, s));
-  CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  return ms / float(reps);
-}
-
-// Tuning one plan times candidates (in the heuristics' order, then the knob neighbours) until
-// it has spent the longer of kTuneMillis and kTuneRuns runs of the first: a 128K-token backward
-// (0.7 s a run on the H200) tunes in ~15 s, once per run of the program.
-constexpr float kTuneMillis = 2000.f;
-constexpr float kTuneRuns = 20.f;
-
-// Times the candidates on this call's own tensors (each execution overwrites the outputs, and
-// the chosen plan runs the call after) and keeps the fastest. Waits for the stream: once per
-// key. A stream being captured into a CUDA graph is left untuned (a later call tunes it).
-void tune(Plan& p, cudnnHandle_t h, cudaStream_t s, const Desc& vp) {
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-  if (cs != cudaStreamCaptureStatusNone) return;
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  float best = -1, spent = 0, budget = 0;
-  for (size_t i = 0; i < p.cands.size() && (i == 0 || spent < budget); ++i) {
-    Candidate& c = p.cands[i];
-    const float warm = time_candidate(h, c, vp, s, a, b, 1);
-    const int reps = warm > 20.f ? 1 : 3;
-    c.ms = warm < 0 ? -1 : time_candidate(h, c, vp, s, a, b, reps);
-    c.failed = c.ms < 0;
-    spent += std::max(warm, 0.f) + std::max(c.ms, 0.f) * float(reps);
-    if (i == 0) budget = std::max(kTuneMillis, kTuneRuns * warm);
-    if (c.ms >= 0 && (best < 0 || c.ms < best)) {
-      best = c.ms;
-      p.chosen = i;
-    }
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  p.tuned = true;
-}
-
-void execute(State& st, const GraphKey& key, Plan& p, cudaStream_t s, void* ws,
+void execute(State& st, const GraphKey& key, const Plan& p, cudaStream_t s, void* ws,
              const std::vector<int64_t>& uids, const std::vector<void*>& ptrs) {
   cudnnHandle_t h = handle_for(st, key.device);
-  std::unique_ptr<Desc> vp;
+  std::unique_ptr<Desc> vpp;
+  void* plan_ws = ws;
   try {
-    vp = variant_pack(uids, ptrs, ws);
+    vpp = std::make_unique<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    Desc& vp = *vpp;
+    SF_SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, int64_t(uids.size()),
+           uids.data());
+    SF_SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()),
+           ptrs.data());
+    SF_SET(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &plan_ws);
+    vp.finalize();
   } catch (const Refusal& r) {
     SF_FAIL(cuda, "cuDNN attention (", key_text(key), "): ", r.what());
   }
   cudnnStatus_t rc = dnn().cudnnSetStream(h, s);
   if (rc != CUDNN_STATUS_SUCCESS)
     SF_FAIL(cuda, "cuDNN attention: cudnnSetStream: ", status_text(rc));
-  if (key.tuned && !p.tuned && p.cands.size() > 1) {
-    tune(p, h, s, *vp);
-    if (p.tuned) ++st.stats.plans_tuned;
-  }
-  rc = dnn().cudnnBackendExecute(h, p.best().plan->get(), vp->get());
+  rc = dnn().cudnnBackendExecute(h, p.plan->get(), vpp->get());
   if (rc != CUDNN_STATUS_SUCCESS)
-    SF_FAIL(cuda, "cuDNN attention (", key_text(key), ", ", p.best().text(),
+    SF_FAIL(cuda, "cuDNN attention (", key_text(key), ", engine ", p.engine_index,
             "): cudnnBackendExecute: ", status_text(rc));
   ++st.stats.executions;
   if (key.dense) ++st.stats.dense_executions;
@@ -1228,17 +965,6 @@ int current_device() {
   int d = 0;
   CUDA_CHECK(cudaGetDevice(&d));
   return d;
-}
-
-// What tuning did with a plan: the candidates, the one chosen and its gain over the first.
-std::string tuning_text(const Plan& p) {
-  if (!p.graph->key().tuned) return "untuned (the heuristics' first configuration)";
-  if (p.cands.size() == 1) return cat("one candidate of ", p.tried, " configurations built");
-  if (!p.tuned) return cat(p.cands.size(), " candidates of ", p.tried, " built, not timed yet");
-  const float first = p.cands[0].ms, best = p.best().ms;
-  return cat("tuned over ", p.cands.size(), " candidates (", p.tried, " built): #", p.chosen, " ",
-             best, " ms, the heuristics' first ", first, " ms",
-             first > 0 && best > 0 ? cat(" (", 100.0 * (first - best) / first, "% faster)") : "");
 }
 
 }  // namespace
@@ -1273,7 +999,7 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
   const GraphKey key = key_of(c, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  Plan* p = plan_for(st, key);
+  const Plan* p = plan_for(st, key);
   if (p == nullptr) return false;
   const Layout l = layout_of(key, p->workspace);
   SF_REQUIRE(ws != nullptr && ws_bytes >= l.total && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
@@ -1355,26 +1081,11 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);
   if (p == nullptr) return cat("refused ", key_text(key), ": ", st.refused[key]);
-  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": ", p->best().text(),
-             p->best().nondeterministic ? " non-deterministic" : " deterministic",
-             ", call workspace ", layout_of(key, p->workspace).total, " B; ", tuning_text(*p));
-}
-
-std::string cudnn_attention_tuning_report() {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  std::string out;
-  for (const auto& [key, p] : st.plans) {
-    if (!key.tuned) continue;
-    out += cat(key_text(key), ": ", tuning_text(*p), "\n");
-    for (size_t i = 0; i < p->cands.size(); ++i) {
-      const Candidate& c = p->cands[i];
-      out += cat("  ", i == p->chosen ? "*" : " ", " #", i, " ", c.text(), ": ",
-                 c.failed ? std::string("failed to execute")
-                          : c.ms < 0 ? std::string("not timed") : cat(c.ms, " ms"), "\n");
-    }
-  }
-  return out;
+  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": engine ",
+             p->engine_index,
+             p->nondeterministic ? " (non-deterministic)" : " (deterministic)",
+             ", plan workspace ", p->workspace, " B, call workspace ",
+             layout_of(key, p->workspace).total, " B");
 }
 
 #endif  // SF_WITH_CUDNN

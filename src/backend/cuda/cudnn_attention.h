@@ -75,15 +75,6 @@ void set_attention_deterministic(bool on);
 bool cudnn_dense_graphs();
 void set_cudnn_dense_graphs(bool on);
 
-// Whether each cuDNN plan is tuned: on its first call every candidate engine configuration
-// (the heuristics' list, and the first one's knobs one step away, those that finalize within
-// 64 MiB more workspace) is timed on that call's tensors and the fastest kept for the plan's
-// life; the call waits for its stream once. PyTorch runs the heuristics' first. On by default
-// (SF_CUDNN_TUNE=0 turns it off; another value than 0 or 1 is an Error); never under
-// attention_deterministic (another engine may round differently between processes).
-bool cudnn_tuning();
-void set_cudnn_tuning(bool on);
-
 // One attention call, as the launchers in attention.cuh take it. The backward fills the d*
 // views and dout; the forward leaves them empty.
 struct CudnnAttentionCall {
@@ -121,7 +112,6 @@ struct CudnnAttentionStats {
   int64_t plans_refused = 0;
   int64_t executions = 0;
   int64_t dense_executions = 0;  // of those, through a dense graph (cudnn_dense_graphs)
-  int64_t plans_tuned = 0;       // plans whose candidates were timed (cudnn_tuning)
 };
 CudnnAttentionStats cudnn_attention_stats();
 
@@ -132,7 +122,5 @@ CudnnAttentionStats cudnn_attention_stats();
 bool cudnn_attention_built();
 std::string cudnn_attention_graph_check(const CudnnAttentionCall& call);
 std::string cudnn_attention_plan_info(const CudnnAttentionCall& call);
-// Every tuned plan so far: its candidates (engine, knobs, workspace), their times, the chosen.
-std::string cudnn_attention_tuning_report();
 
 }  // namespace sf::cuda
