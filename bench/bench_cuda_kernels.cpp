@@ -9,8 +9,9 @@
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
 // 2.5x the forward; each attention row names its implementation (native, cudnn = cuDNN with
-// the deterministic backward, cudnn-nondet = cuDNN's atomic backward, cudnn-nondet-dense = the
-// same through the dense graph where one sequence fills its bucket, SF_CUDNN_DENSE=1; bench/torch_attention_ref.py
+// the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
+// where every sequence fills its length bucket, as all these shapes do; cudnn-nondet-packed =
+// the atomic backward through the packed graph, SF_CUDNN_DENSE=0; bench/torch_attention_ref.py
 // times torch's SDPA backends at the same shapes with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
 #include <cuda_runtime.h>
 
@@ -144,17 +145,16 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
     const char* name;
     cuda::AttentionImpl impl;
     bool deterministic;
-    bool dense = false;  // cuda::cudnn_dense_graphs (one sequence filling its bucket)
+    bool packed = false;  // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
   };
   for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
                          Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
-                         Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false},
-                         Impl{"cudnn-nondet-dense", cuda::AttentionImpl::cudnn, false, true}}) {
+                         Impl{"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
+                         Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
-    if (im.dense && n_seqs > 1) continue;  // the packed graph runs there anyway
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
-    cuda::set_cudnn_dense_graphs(im.dense);
+    cuda::set_cudnn_dense_graphs(!im.packed);
     // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
     auto ran = [&](int64_t before) {
       if (im.impl == cuda::AttentionImpl::native) return std::string(im.name);
@@ -180,7 +180,7 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
   cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
-  cuda::set_cudnn_dense_graphs(false);
+  cuda::set_cudnn_dense_graphs(true);
   b.free_all();
 }
 

@@ -307,10 +307,11 @@ TEST(CudnnAttention, NonDeterministicBackward) {
   cuda::set_attention_deterministic(prev);
 }
 
-// One sequence that fills its bucket runs the dense graph (no ragged offsets, no padding
-// mask), as accurate as the packed one, in both backward forms; with dense graphs off, or a
-// length short of its bucket, the packed graph runs.
-TEST(CudnnAttention, OneSequenceFillingItsBucketRunsTheDenseGraph) {
+// Sequences that all fill their length bucket run the dense graph (no ragged offsets, no
+// padding mask; one sequence or several), as accurate as the packed one, in both backward
+// forms; with dense graphs off, a length short of its bucket or sequences of unequal lengths,
+// the packed graph runs.
+TEST(CudnnAttention, SequencesFillingTheirBucketRunTheDenseGraph) {
   SF_REQUIRE_CUDNN_ATTENTION();
   const bool prev_det = cuda::attention_deterministic(), prev_dense = cuda::cudnn_dense_graphs();
   cuda::set_cudnn_dense_graphs(true);
@@ -324,14 +325,18 @@ TEST(CudnnAttention, OneSequenceFillingItsBucketRunsTheDenseGraph) {
     run_case({8, 2, 64, {1536}}, 21);  // 1.5 x 1024: a bucket too
     EXPECT_GE(dense_runs() - d0, 1) << "D 64, 1536 tokens";
     d0 = dense_runs();
+    run_case({32, 8, 128, {512, 512, 512}}, 24);  // three sequences: B 3, not its bucket 4
+    EXPECT_GE(dense_runs() - d0, 1) << "3 x 512 tokens";
+    d0 = dense_runs();
     run_case({8, 2, 64, {1000}}, 22);  // short of its bucket: padded, packed
+    run_case({8, 2, 64, {512, 256}}, 25);  // unequal: packed
     EXPECT_EQ(dense_runs(), d0);
   }
   cuda::set_attention_deterministic(false);
   const int64_t d1 = dense_runs();
   cuda::set_cudnn_dense_graphs(false);
   run_case({32, 8, 128, {1024}}, 23);
-  EXPECT_EQ(dense_runs(), d1) << "dense graphs off (the default): the packed graph runs";
+  EXPECT_EQ(dense_runs(), d1) << "dense graphs off: the packed graph runs";
   cuda::set_cudnn_dense_graphs(prev_dense);
   cuda::set_attention_deterministic(prev_det);
 }
@@ -362,12 +367,12 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   const cuda::CudnnLibraryInfo lib = cuda::cudnn_library_info();
   if (!lib.opened) GTEST_SKIP() << "no cuDNN library found (" << lib.why << "): set SF_CUDNN_LIB";
   auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
-  // (1024 and 512 tokens of one sequence: the dense graphs, set on below.)
+  // (1024 and 512 tokens of one sequence, 2 x 256: the dense graphs, set on below.)
   const bool prev_dense = cuda::cudnn_dense_graphs();
   cuda::set_cudnn_dense_graphs(true);
   for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}}, CudnnCase{8, 8, 64, {130}},
                              CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
-                             CudnnCase{8, 2, 64, {512}}}) {
+                             CudnnCase{8, 2, 64, {512}}, CudnnCase{14, 2, 128, {256, 256}}}) {
     const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
     const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
     cuda::CudnnAttentionCall call;

@@ -102,9 +102,9 @@ class EnvSwitch {
 EnvSwitch g_deterministic{"SF_ATTN_DETERMINISTIC", false,
                           "1 (attention backwards give the same bits every call) or 0 (cuDNN may use its "
                           "faster atomic-accumulating backward, the default)"};
-EnvSwitch g_dense{"SF_CUDNN_DENSE", false,
-                  "1 (one sequence that fills its bucket runs cuDNN's dense graph) or 0 (every call "
-                  "runs the packed graph, the default)"};
+EnvSwitch g_dense{"SF_CUDNN_DENSE", true,
+                  "1 (a call whose sequences all fill their length bucket runs cuDNN's dense graph, "
+                  "the default) or 0 (every call runs the packed graph)"};
 
 }  // namespace
 
@@ -262,8 +262,9 @@ enum Uid : int64_t {
 struct GraphKey {
   bool backward = false;
   bool deterministic = false;  // backward only
-  // One sequence that fills its bucket (B 1, length S): the graph has no ragged offsets, no
-  // sequence-length overrides and no padding mask (the form PyTorch's dense SDPA builds).
+  // Sequences that all fill the bucket (B of them exactly, each S long, row b * S on): the
+  // graph has no ragged offsets, no sequence-length overrides and no padding mask (the form
+  // PyTorch's dense SDPA builds).
   bool dense = false;
   int device = 0;
   int B = 0, S = 0, hq = 0, hkv = 0, d = 0;
@@ -435,7 +436,8 @@ Common common_tensors(Graph& g, const Shapes& sh, bool dense) {
   return c;
 }
 
-// A tensor's per-sequence row offsets, or null in a dense graph (its one sequence starts at 0).
+// A tensor's per-sequence row offsets, or null in a dense graph (sequence b starts at row b * S,
+// the batch stride).
 const Desc* ragged_offset(Graph& g, const char* name, const Shapes& sh, int64_t uid, bool dense) {
   if (dense) return nullptr;
   return &g.tensor(name, CUDNN_DATA_INT64, {sh.B + 1, 1, 1, 1}, {1, 1, 1, 1}, uid);
@@ -817,15 +819,23 @@ bool check_call(const CudnnAttentionCall& c) {
   return T > 0 && sh.max_seqlen > 0 && bucket(sh.n_seqs) <= 65535;
 }
 
+// Whether every sequence of a call fills the length bucket S (tokens: the call's rows; -1 where
+// unknown, a planner's question: then only one sequence can be known to).
+bool every_sequence_fills(const AttentionShape& sh, int64_t S, int64_t tokens) {
+  return sh.max_seqlen == S && (sh.n_seqs == 1 || tokens == int64_t(sh.n_seqs) * S);
+}
+
+// A dense graph's batch is the call's sequences exactly (no empty ones: nothing is masked), a
+// packed graph's the bucket of their count.
 GraphKey key_from(const AttentionShape& sh, const AttentionStrides& ld, bool backward,
-                  int device) {
+                  int device, int64_t tokens) {
   GraphKey k;
   k.backward = backward;
   k.deterministic = backward && attention_deterministic();
   k.device = device;
-  k.B = int(bucket(sh.n_seqs));
   k.S = int(bucket(std::max(sh.max_seqlen, 64)));
-  k.dense = sh.n_seqs == 1 && sh.max_seqlen == k.S && cudnn_dense_graphs();
+  k.dense = cudnn_dense_graphs() && every_sequence_fills(sh, k.S, tokens);
+  k.B = k.dense ? sh.n_seqs : int(bucket(sh.n_seqs));
   k.hq = sh.n_heads;
   k.hkv = sh.n_kv_heads;
   k.d = sh.head_dim;
@@ -850,7 +860,7 @@ GraphKey key_of(const CudnnAttentionCall& c, int device) {
     ld.dk = c.dk.ld;
     ld.dv = c.dv.ld;
   }
-  return key_from(c.shape, ld, c.backward, device);
+  return key_from(c.shape, ld, c.backward, device, c.q.rows);
 }
 
 std::string key_text(const GraphKey& k) {
@@ -986,7 +996,7 @@ size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const Attention
              "cuda cudnn attention workspace: heads ", sh.n_heads, "/", sh.n_kv_heads,
              ", head_dim ", sh.head_dim, ", ", sh.n_seqs, " sequences: not an attention shape");
   if (sh.max_seqlen <= 0 || bucket(sh.n_seqs) > 65535) return 0;
-  const GraphKey key = key_from(sh, ld, backward, current_device());
+  const GraphKey key = key_from(sh, ld, backward, current_device(), -1);
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   const Plan* p = plan_for(st, key);

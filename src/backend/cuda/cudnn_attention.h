@@ -66,11 +66,12 @@ AttentionImpl set_attention_impl(AttentionImpl impl);
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
 
-// Whether a call of one sequence that fills its length bucket (a power of two, or 1.5 times
-// one, from 64 tokens) runs cuDNN's dense graph: no ragged offsets, no sequence lengths, no
-// padding mask, as PyTorch's dense SDPA builds it; the packed graph otherwise. Off by default
-// until a GPU has timed it against the packed graph (bench_cuda_kernels' cudnn-nondet-dense
-// rows): SF_CUDNN_DENSE=1 turns it on (another value than 0 or 1 is an Error); the setter is
+// Whether a call whose sequences all fill their length bucket (a power of two, or 1.5 times
+// one, from 64 tokens; one sequence, or n of them in n * S rows) runs cuDNN's dense graph: no
+// ragged offsets, no sequence lengths, no padding mask, as PyTorch's dense SDPA builds it; the
+// packed graph otherwise. On by default: on the H200 it is 3-13% faster than the packed graph
+// for one sequence of 16K-128K (docs/BENCHMARKS.md, bench_cuda_kernels' cudnn-nondet-packed
+// rows). SF_CUDNN_DENSE=0 turns it off (another value than 0 or 1 is an Error); the setter is
 // for tests and A/B benchmarks. Its accuracy test: tests/cuda/test_cuda_cudnn_attention.cpp.
 bool cudnn_dense_graphs();
 void set_cudnn_dense_graphs(bool on);
