@@ -279,13 +279,27 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   const double rounding_tol = tc.state.is_fp32() ? 1e-3 : 0.1;
   const double clip_tol = tc.state.is_fp32() ? 1e-4 : rounding_tol;  // an ulp of the coefficient, rounded
   const double tol = !same_order ? 3 * rounding_tol * h.lr : clipped ? 3 * clip_tol * h.lr : 0.0;
+  // Where the order differs, an element whose gradient is itself rounding noise has an AdamW
+  // step (lr x m / sqrt(v)) that the noise decides: up to one in a thousand may go past tol,
+  // never past the two runs' steps pointing apart (2 lr a step, 3 steps); a wrong gradient
+  // moves far more elements than that.
   double max_diff = 0;
+  int64_t past_tol = 0, n_params = 0;
   for (int u = 0; u < ref.params().n_units(); ++u) {
     const std::vector<float> x = master_f32(ref.params(), u), y = master_f32(eng.params(), u);
-    for (int64_t i = 0; i < ref.params().numel(u); ++i)
-      max_diff = std::max(max_diff, double(std::fabs(x[size_t(i)] - y[size_t(i)])));
+    for (int64_t i = 0; i < ref.params().numel(u); ++i) {
+      const double d = std::fabs(x[size_t(i)] - y[size_t(i)]);
+      max_diff = std::max(max_diff, d);
+      past_tol += d > tol;
+    }
+    n_params += ref.params().numel(u);
   }
-  EXPECT_LE(max_diff, tol);
+  if (tol == 0.0) {
+    EXPECT_EQ(max_diff, 0.0);
+  } else {
+    EXPECT_LE(past_tol, std::max<int64_t>(1, n_params / 1000)) << "of " << n_params << " past " << tol;
+    EXPECT_LE(max_diff, 6.0 * h.lr);
+  }
   if (tol == 0.0) expect_same_state(ref, eng, true);  // the optimizer state too (checkpoints carry it)
   // Evaluation through the engine's forward-only schedule.
   Batch e = random_batch(cfg, rows, seq, 999);

@@ -10,7 +10,9 @@
 // works for a strided q/k column block of the fused qkv output, which cannot be reshaped.
 //
 // Mean of squares and the backward dot product are accumulated in double; dw is parallel over
-// columns with rows in order, so nothing depends on the thread count.
+// columns with rows in order, so nothing depends on the thread count. A call's double partial
+// of dw is rounded to f32 before it is added: chunks summed into one accumulator give the bits
+// of the same partials summed anywhere else in f32 in that order (data parallel's ranks).
 #include <cmath>
 #include <vector>
 
@@ -115,7 +117,7 @@ void HostBackend::rmsnorm_backward(Stream&, Mat dx, Mat dw, Mat dout, Mat x, Mat
           const float* dr = frow(dout, t) + g * D;
           for (int64_t c = c0; c < c1; ++c) acc[size_t(c - c0)] += double(dr[c]) * (xr[c] * r);
         }
-      for (int64_t c = c0; c < c1; ++c) dwp[c] = float(double(dwp[c]) + acc[size_t(c - c0)]);
+      for (int64_t c = c0; c < c1; ++c) dwp[c] += float(acc[size_t(c - c0)]);
     }, std::max<int64_t>(16, 16384 / std::max<int64_t>(1, T * G)));
   }
 
