@@ -7,7 +7,8 @@
 // ragged-offset) layout: sequence b of a bucket of B is rows cu[b] .. cu[b+1] of each tensor,
 // reached through a per-tensor ragged offset cu[b] * ld; seq_len[b] drives the padding mask;
 // the causal mask is top-left per sequence (q and kv lengths are equal). Sequences past n_seqs
-// in the bucket have length 0.
+// in the bucket have length 0. A call whose sequences all fill the length bucket runs the dense
+// form instead (cudnn_dense_graphs below): no offsets, lengths or padding mask, batch n_seqs.
 //
 // Plans are cached: a graph fixes the direction, the sequence-count bucket B, the max-length
 // bucket S, the heads, head_dim and every row stride, so one plan serves every batch in its
