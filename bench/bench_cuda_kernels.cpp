@@ -2,8 +2,10 @@
 // 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
 //
 // Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP]
-// Groups: copy norm rope swiglu elementwise adamw embedding gemm attention lm_head, and
+// Groups: copy norm rope swiglu elementwise adamw embedding gemm attention varlen lm_head, and
 // gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed.
+// attention:D64 / attention:D128 and varlen:D64 / varlen:D128 run one head dimension's rows;
+// varlen = packed calls of unequal sequences (varlen_mix), the rows unequal lengths run.
 // Memory-bound ops report GB/s (bytes each op must read + write once) and the fraction of a
 // device-to-device copy measured in the same run; GEMM, attention and the LM head report
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
@@ -119,18 +121,29 @@ void add_flops(const std::string& op, const std::string& shape, double flops, do
   g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
 }
 
-// One attention shape (n_seqs sequences of L tokens, H/KV heads of D) with each implementation
-// (ours; cuDNN with its deterministic backward, the default; cuDNN's atomic backward). A row
-// names the implementation that actually ran: "cudnn>native" where cuDNN refused the call.
-void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV, int64_t D) {
+// One packed attention call (sequences of `lens` tokens, H/KV heads of D) with each
+// implementation (ours; cuDNN with its deterministic backward, the default; cuDNN's atomic
+// backward through the packed graph, then through the dense one where it applies). A row names
+// the implementation that actually ran: "cudnn>native" where cuDNN refused the call. `shape`
+// names the call in the rows.
+void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64_t KV, int64_t D,
+                    const std::string& shape) {
   auto& be = b.be;
   Stream& s = b.st;
-  const int64_t T = L * n_seqs, W = (H + 2 * KV) * D;
+  int64_t T = 0, L = 0;
+  double sum_sq = 0;
+  for (int64_t n : lens) {
+    T += n;
+    L = std::max(L, n);
+    sum_sq += double(n) * double(n);
+  }
+  const int64_t n_seqs = int64_t(lens.size()), W = (H + 2 * KV) * D;
+  const bool all_equal = std::all_of(lens.begin(), lens.end(), [&](int64_t n) { return n == L; });
   Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
   Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
   float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
-  std::vector<int32_t> cu;
-  for (int64_t t = 0; t <= T; t += L) cu.push_back(int32_t(t));
+  std::vector<int32_t> cu{0};
+  for (int64_t n : lens) cu.push_back(cu.back() + int32_t(n));
   auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
   check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
   AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(n_seqs), int(L)};
@@ -138,9 +151,8 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
       v = qkv.col_block((H + KV) * D, KV * D);
   Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
       dv = dqkv.col_block((H + KV) * D, KV * D);
-  const double fwd_flops = 4.0 * D * H * double(n_seqs) * double(L) * double(L) / 2.0;
+  const double fwd_flops = 4.0 * D * H * sum_sq / 2.0;
   const int reps = fwd_flops > 2e13 ? 5 : 20;  // the 64K / 128K rows run for seconds
-  const std::string shape = cat("seq ", L, " x ", n_seqs, ", ", H, "/", KV, " heads, D ", D);
   struct Impl {
     const char* name;
     cuda::AttentionImpl impl;
@@ -152,6 +164,8 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
                          Impl{"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
                          Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
+    if (!im.packed && im.impl == cuda::AttentionImpl::cudnn && !im.deterministic && !all_equal)
+      continue;  // unequal sequences never run the dense graph: the packed row is the same call
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
@@ -184,6 +198,12 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
   b.free_all();
 }
 
+// n_seqs sequences of L tokens.
+void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV, int64_t D) {
+  attention_call(b, std::vector<int64_t>(size_t(n_seqs), L), H, KV, D,
+                 cat("seq ", L, " x ", n_seqs, ", ", H, "/", KV, " heads, D ", D));
+}
+
 // "--only attention:D64" (or D128) runs one head dimension's rows.
 void attention_rows(Bench& b) {
   const std::string prefix = "attention:D";
@@ -198,6 +218,55 @@ void attention_rows(Bench& b) {
     if (only_d != 0 && D != only_d) continue;
     for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
     for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
+  }
+}
+
+// The packed mixes of unequal sequences: documents of 64 .. max_len tokens (a power of two
+// drawn evenly from 64 .. max_len, plus up to as much again, capped at max_len), packed until
+// `total`, the last one cut to fit. An integer LCG, so that bench/torch_attention_ref.py draws
+// the same lengths (its varlen_mix).
+std::vector<int64_t> varlen_mix(int64_t total, int64_t max_len, uint32_t seed) {
+  uint32_t x = seed;
+  auto next = [&] {
+    x = uint32_t((uint64_t(x) * 1103515245u + 12345u) % 2147483648u);
+    return int64_t(x >> 4);
+  };
+  int64_t exps = 0;
+  while ((int64_t(64) << (exps + 1)) <= max_len) ++exps;
+  std::vector<int64_t> lens;
+  for (int64_t left = total; left > 0;) {
+    const int64_t base = int64_t(64) << (next() % (exps + 1));
+    const int64_t n = std::min({max_len, base + next() % base, left});
+    lens.push_back(n);
+    left -= n;
+  }
+  return lens;
+}
+
+struct VarlenMix {
+  int64_t total, max_len;
+  uint32_t seed;
+};
+constexpr VarlenMix kVarlenMixes[] = {{16384, 2048, 1}, {32768, 8192, 2}, {65536, 32768, 3}};
+
+// "--only varlen" (or varlen:D64 / varlen:D128): the mixes above, each head dimension.
+void varlen_rows(Bench& b) {
+  const std::string prefix = "varlen:D";
+  const std::string d = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
+  if (!d.empty() && d != "64" && d != "128") {
+    std::fprintf(stderr, "bench_cuda_kernels: --only %s: the head dimensions are D64 and D128\n",
+                 g_only.c_str());
+    std::exit(2);
+  }
+  const int64_t only_d = d.empty() ? 0 : std::stoll(d);
+  for (auto [H, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {64, 16, 64}}) {
+    if (only_d != 0 && D != only_d) continue;
+    for (const VarlenMix& m : kVarlenMixes) {
+      const std::vector<int64_t> lens = varlen_mix(m.total, m.max_len, m.seed);
+      attention_call(b, lens, H, KV, D,
+                     cat("varlen ", m.total, " (", lens.size(), " seqs <= ", m.max_len, "), ", H,
+                         "/", KV, " heads, D ", D));
+    }
   }
 }
 
@@ -370,6 +439,8 @@ void run(Bench& b) {
   // of 32K, 64K, 128K; D 128 (32/8 heads) and D 64 (64/16 heads: the same hidden size and FLOPs
   // per token) ----
   if (want("attention") || g_only.rfind("attention:", 0) == 0) attention_rows(b);
+  // ---- attention over packed sequences of unequal lengths (varlen_mix) ----
+  if (want("varlen") || g_only.rfind("varlen:", 0) == 0) varlen_rows(b);
   // ---- fused LM head + cross-entropy ----
   if (want("lm_head")) {
     const int64_t chunk = 4096;

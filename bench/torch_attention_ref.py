@@ -12,8 +12,18 @@ A backend that refuses a shape prints why instead of a row.
 Rows: median ms (CUDA events) of the training forward (autograd on, so it keeps its
 statistics) and of the backward (autograd.grad), and TFLOP/s with bench_cuda_kernels'
 formula: forward 4*D*H*B*L^2/2 (causal), backward 2.5x, fwd+bwd 3.5x.
+
+--varlen: instead, packed calls of unequal sequences, bench_cuda_kernels' varlen rows (the same
+lengths: varlen_mix is its generator), each way torch can run them, credited with the same
+FLOPs (4*D*H*sum(len^2)/2 forward): varlen_attn (torch.nn.attention.varlen, flash) on the
+packed [T, H, D] tensors; every SDPA backend on the jagged nested tensor; every SDPA backend
+once per sequence (contiguous [1, H, len, D] each, made outside the timed region); every SDPA
+backend on the sequences padded to the longest, [n, H, max, D] (exact for causal attention with
+the padding after each sequence: padded rows get a zero gradient). A way that refuses the call
+prints why.
 """
 import argparse
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -85,15 +95,152 @@ def time_backend(name, backend, L, B, H, KV, D, reps):
     row(f"sdpa {name} fwd+bwd ({tag})", shape, ms + msb, 3.5 * fwd_flops)
 
 
+def varlen_mix(total, max_len, seed):
+    """bench_cuda_kernels' varlen_mix: the same integer LCG, the same lengths."""
+    x = seed
+
+    def nxt():
+        nonlocal x
+        x = (x * 1103515245 + 12345) % 2147483648
+        return x >> 4
+
+    exps = 0
+    while (64 << (exps + 1)) <= max_len:
+        exps += 1
+    lens, left = [], total
+    while left > 0:
+        base = 64 << (nxt() % (exps + 1))
+        n = min(max_len, base + nxt() % base, left)
+        lens.append(n)
+        left -= n
+    return lens
+
+
+VARLEN_MIXES = ((16384, 2048, 1), (32768, 8192, 2), (65536, 32768, 3))
+
+
+def first_line(e):
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return msg[:160]
+
+
+def time_way(way, shape, make, flops, reps):
+    """make() -> (fwd, grad): fwd() runs the forward and returns what grad(o) differentiates."""
+    try:
+        fwd, grad = make()
+        o = fwd()
+        grad(o)
+        torch.cuda.synchronize()
+    except (RuntimeError, TypeError, NotImplementedError, ValueError) as e:
+        print(f"torch  {way:<44} {shape:<34} unsupported: {first_line(e)}", flush=True)
+        return
+    ms = bench(fwd, reps=reps)
+    o = fwd()
+    msb = bench(lambda: grad(o), reps=reps)
+    row(f"{way} forward", shape, ms, flops)
+    row(f"{way} backward", shape, msb, 2.5 * flops)
+    row(f"{way} fwd+bwd", shape, ms + msb, 3.5 * flops)
+
+
+def leaf(t):
+    return t.detach().contiguous().requires_grad_(True)
+
+
+def varlen_rows(names, quick):
+    for H, KV, D in ((32, 8, 128), (64, 16, 64)):
+        for total, max_len, seed in VARLEN_MIXES:
+            lens = varlen_mix(total, max_len, seed)
+            shape = f"varlen {total} ({len(lens)} seqs <= {max_len}), {H}/{KV} heads, D {D}"
+            flops = 4.0 * D * H * sum(n * n for n in lens) / 2
+            reps = 5 if quick or flops > 2e13 else 20
+            print(f"# {shape}: lengths {lens}", flush=True)
+            varlen_call(names, lens, H, KV, D, shape, flops, reps)
+            torch.cuda.empty_cache()
+
+
+def varlen_call(names, lens, H, KV, D, shape, flops, reps):
+    torch.manual_seed(0)
+    T, g = sum(lens), H // KV
+    q = torch.randn(T, H, D, device=dev, dtype=bf)
+    k = torch.randn(T, KV, D, device=dev, dtype=bf)
+    v = torch.randn(T, KV, D, device=dev, dtype=bf)
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), device=dev, dtype=torch.int32)
+    do = torch.randn(T, H, D, device=dev, dtype=bf)
+    starts = cu.tolist()
+
+    def grad_of(leaves, dout):
+        return lambda o: torch.autograd.grad(o, leaves, dout, retain_graph=True)
+
+    def make_varlen():
+        from torch.nn.attention import varlen as tv
+        ql, kl, vl = leaf(q), leaf(k.repeat_interleave(g, 1)), leaf(v.repeat_interleave(g, 1))
+        mx = max(lens)
+        def fwd():
+            try:
+                return tv.varlen_attn(ql, kl, vl, cu, cu, mx, mx, is_causal=True)
+            except TypeError:  # newer signature: causal as a window
+                return tv.varlen_attn(ql, kl, vl, cu, cu, mx, mx, window_size=(-1, 0))
+        return fwd, grad_of((ql, kl, vl), do)
+    time_way("varlen_attn flash (kv expanded)", shape, make_varlen, flops, reps)
+
+    for name in names:
+        backend = BACKENDS[name]
+
+        def make_nested():
+            ql, kl, vl = leaf(q), leaf(k), leaf(v)
+            off = cu.to(torch.int64)
+            def fwd():
+                nq, nk, nv = (torch.nested.nested_tensor_from_jagged(t, off).transpose(1, 2)
+                              for t in (ql, kl, vl))
+                with sdpa_kernel(backend):
+                    o = F.scaled_dot_product_attention(nq, nk, nv, is_causal=True, enable_gqa=True)
+                return o.transpose(1, 2).values()
+            return fwd, grad_of((ql, kl, vl), do)
+        time_way(f"sdpa {name} nested jagged", shape, make_nested, flops, reps)
+
+        def make_loop():
+            seqs = [tuple(leaf(t[a:b].transpose(0, 1).unsqueeze(0)) for t in (q, k, v))
+                    for a, b in zip(starts, starts[1:])]
+            douts = [do[a:b].transpose(0, 1).unsqueeze(0).contiguous()
+                     for a, b in zip(starts, starts[1:])]
+            leaves = [x for s3 in seqs for x in s3]
+            def fwd():
+                with sdpa_kernel(backend):
+                    return [F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True)
+                            for a, b, c in seqs]
+            return fwd, lambda outs: torch.autograd.grad(outs, leaves, douts, retain_graph=True)
+        time_way(f"sdpa {name} per sequence", shape, make_loop, flops, reps)
+
+        def make_padded():
+            n, mx = len(lens), max(lens)
+            pads = []
+            for t in (q, k, v, do):
+                p = torch.zeros(n, mx, t.shape[1], D, device=dev, dtype=bf)
+                for i, (a, b) in enumerate(zip(starts, starts[1:])):
+                    p[i, : b - a] = t[a:b]
+                pads.append(p.transpose(1, 2).contiguous())
+            ql, kl, vl = (leaf(t) for t in pads[:3])
+            def fwd():
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(ql, kl, vl, is_causal=True, enable_gqa=True)
+            return fwd, grad_of((ql, kl, vl), pads[3])
+        time_way(f"sdpa {name} padded to the longest", shape, make_padded, flops, reps)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", choices=sorted(BACKENDS), action="append",
                     help="only these backends (repeatable); default: all")
     ap.add_argument("--quick", action="store_true", help="5 timed runs per row, not 20")
+    ap.add_argument("--varlen", action="store_true",
+                    help="packed unequal sequences (bench_cuda_kernels --only varlen) instead")
     args = ap.parse_args()
     names = args.backend or ["flash", "efficient", "cudnn"]
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"{torch.cuda.get_device_name()}", flush=True)
+    if args.varlen:
+        varlen_rows(names, args.quick)
+        return
     for L, B, H, KV, D in shapes():
         big = 4.0 * D * H * B * L * L / 2 > 2e13  # the 64K / 128K rows run for seconds
         reps = 5 if args.quick or big else 20
