@@ -198,6 +198,21 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   b.free_all();
 }
 
+// The attention head shapes (heads, kv heads, D) to run: D 128 with 32/8 heads and D 64 with
+// 64/16 (the same hidden size and FLOPs per token), or the one "--only <prefix>64|128" names.
+std::vector<std::tuple<int64_t, int64_t, int64_t>> head_shapes(const std::string& prefix) {
+  const std::string d = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
+  if (!d.empty() && d != "64" && d != "128") {
+    std::fprintf(stderr, "bench_cuda_kernels: --only %s: the head dimensions are D64 and D128\n",
+                 g_only.c_str());
+    std::exit(2);
+  }
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> all{{32, 8, 128}, {64, 16, 64}}, out;
+  for (const auto& h : all)
+    if (d.empty() || std::get<2>(h) == std::stoll(d)) out.push_back(h);
+  return out;
+}
+
 // n_seqs sequences of L tokens.
 void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV, int64_t D) {
   attention_call(b, std::vector<int64_t>(size_t(n_seqs), L), H, KV, D,
@@ -206,16 +221,7 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
 
 // "--only attention:D64" (or D128) runs one head dimension's rows.
 void attention_rows(Bench& b) {
-  const std::string prefix = "attention:D";
-  const std::string d = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
-  if (!d.empty() && d != "64" && d != "128") {
-    std::fprintf(stderr, "bench_cuda_kernels: --only %s: the head dimensions are D64 and D128\n",
-                 g_only.c_str());
-    std::exit(2);
-  }
-  const int64_t only_d = d.empty() ? 0 : std::stoll(d);
-  for (auto [H, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {64, 16, 64}}) {
-    if (only_d != 0 && D != only_d) continue;
+  for (auto [H, KV, D] : head_shapes("attention:D")) {
     for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
     for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
   }
@@ -251,16 +257,7 @@ constexpr VarlenMix kVarlenMixes[] = {{16384, 2048, 1}, {32768, 8192, 2}, {65536
 
 // "--only varlen" (or varlen:D64 / varlen:D128): the mixes above, each head dimension.
 void varlen_rows(Bench& b) {
-  const std::string prefix = "varlen:D";
-  const std::string d = g_only.rfind(prefix, 0) == 0 ? g_only.substr(prefix.size()) : "";
-  if (!d.empty() && d != "64" && d != "128") {
-    std::fprintf(stderr, "bench_cuda_kernels: --only %s: the head dimensions are D64 and D128\n",
-                 g_only.c_str());
-    std::exit(2);
-  }
-  const int64_t only_d = d.empty() ? 0 : std::stoll(d);
-  for (auto [H, KV, D] : {std::tuple<int64_t, int64_t, int64_t>{32, 8, 128}, {64, 16, 64}}) {
-    if (only_d != 0 && D != only_d) continue;
+  for (auto [H, KV, D] : head_shapes("varlen:D")) {
     for (const VarlenMix& m : kVarlenMixes) {
       const std::vector<int64_t> lens = varlen_mix(m.total, m.max_len, m.seed);
       attention_call(b, lens, H, KV, D,

@@ -232,12 +232,8 @@ void run_case(const CudnnCase& c, uint64_t seed) {
       GTEST_SKIP() << "cuDNN attention: " << cuda::cudnn_attention_unavailable_reason();  \
   } while (0)
 
-// The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
-TEST(CudnnAttention, SmokePlansAndEngines) {
-  SF_REQUIRE_CUDNN_ATTENTION();
-  const Problem p({8, 2, 128, {100, 37}}, 11);
-  const Fwd f = run_forward(p, AttentionImpl::native);
-  Bwd b{DevMat(DType::bf16, p.T, p.W)};
+// The forward call of problem p with f's outputs, as cudnn_attention.h takes it.
+cuda::CudnnAttentionCall forward_call(const Problem& p, const Fwd& f) {
   cuda::CudnnAttentionCall call;
   call.q = p.q();
   call.k = p.k();
@@ -246,6 +242,16 @@ TEST(CudnnAttention, SmokePlansAndEngines) {
   call.lse = f.lse.m.as<float>();
   call.cu_seqlens = p.dcu->ptr();
   call.shape = p.sh;
+  return call;
+}
+
+// The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
+TEST(CudnnAttention, SmokePlansAndEngines) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const Problem p({8, 2, 128, {100, 37}}, 11);
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  Bwd b{DevMat(DType::bf16, p.T, p.W)};
+  cuda::CudnnAttentionCall call = forward_call(p, f);
   const std::string fwd = cuda::cudnn_attention_plan_info(call);
   std::printf("[CUDNN] forward: %s\n", fwd.c_str());
   EXPECT_GT(cuda::cudnn_attention_workspace_bytes(call), 0u) << fwd;
@@ -359,15 +365,7 @@ TEST(CudnnAttention, PackedCallsRunInParts) {
 
   const Problem p(threes, 30);
   const Fwd f = run_forward(p, AttentionImpl::native);
-  cuda::CudnnAttentionCall call;
-  call.q = p.q();
-  call.k = p.k();
-  call.v = p.v();
-  call.out = f.out.m;
-  call.lse = f.lse.m.as<float>();
-  call.cu_seqlens = p.dcu->ptr();
-  call.shape = p.sh;
-  const std::string info = cuda::cudnn_attention_plan_info(call);
+  const std::string info = cuda::cudnn_attention_plan_info(forward_call(p, f));
   std::printf("[CUDNN] %s: %s\n", cname(threes).c_str(), info.c_str());
   EXPECT_NE(info.find("B=3 S=512"), std::string::npos) << info;
   EXPECT_NE(info.find("in 3 parts of 3 sequences; the last B=2"), std::string::npos) << info;
