@@ -23,6 +23,7 @@ the padding after each sequence: padded rows get a zero gradient). A way that re
 prints why.
 """
 import argparse
+import inspect
 import itertools
 
 import torch
@@ -41,8 +42,11 @@ BACKENDS = {
 TOKENS = 16384
 
 
+HEADS = ((32, 8, 128), (64, 16, 64))  # (query heads, kv heads, D): the same hidden size
+
+
 def shapes():
-    for H, KV, D in ((32, 8, 128), (64, 16, 64)):
+    for H, KV, D in HEADS:
         for L in (1024, 2048, 4096, 8192, 16384):
             yield L, TOKENS // L, H, KV, D
         for L in (32768, 65536, 131072):
@@ -147,7 +151,7 @@ def leaf(t):
 
 
 def varlen_rows(names, quick):
-    for H, KV, D in ((32, 8, 128), (64, 16, 64)):
+    for H, KV, D in HEADS:
         for total, max_len, seed in VARLEN_MIXES:
             lens = varlen_mix(total, max_len, seed)
             shape = f"varlen {total} ({len(lens)} seqs <= {max_len}), {H}/{KV} heads, D {D}"
@@ -175,11 +179,11 @@ def varlen_call(names, lens, H, KV, D, shape, flops, reps):
         from torch.nn.attention import varlen as tv
         ql, kl, vl = leaf(q), leaf(k.repeat_interleave(g, 1)), leaf(v.repeat_interleave(g, 1))
         mx = max(lens)
+        # Causal: is_causal in torch 2.10/2.11, a (-1, 0) window from 2.12 on.
+        params = inspect.signature(tv.varlen_attn).parameters
+        causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
         def fwd():
-            try:
-                return tv.varlen_attn(ql, kl, vl, cu, cu, mx, mx, is_causal=True)
-            except TypeError:  # newer signature: causal as a window
-                return tv.varlen_attn(ql, kl, vl, cu, cu, mx, mx, window_size=(-1, 0))
+            return tv.varlen_attn(ql, kl, vl, cu, cu, mx, mx, **causal)
         return fwd, grad_of((ql, kl, vl), do)
     time_way("varlen_attn flash (kv expanded)", shape, make_varlen, flops, reps)
 
