@@ -53,6 +53,14 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
+// Host -> device copy that has landed when it returns: cudaMemcpy from pageable memory returns
+// once staged, its DMA on the legacy stream, which the backend's non-blocking streams do not
+// wait for.
+void upload(void* dst, const void* src, size_t n, const char* what) {
+  check(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), what);
+  check(cudaDeviceSynchronize(), what);
+}
+
 // Median milliseconds of fn over `reps` runs (after warm-up), timed with events on stream s.
 double time_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 20) {
   if (g_quick) reps = std::min(reps, 5);
@@ -97,9 +105,7 @@ struct Bench {
     char* p = static_cast<char*>(keep.back()->data());
     for (size_t off = 0; off < n; off += f.size()) {
       const size_t m = std::min(f.size(), n - off);
-      check(cudaMemcpy(p + off * dtype_size(t), host.data(), m * dtype_size(t),
-                       cudaMemcpyHostToDevice),
-            "upload");
+      upload(p + off * dtype_size(t), host.data(), m * dtype_size(t), "upload");
     }
     return keep.back()->data();
   }
@@ -145,7 +151,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   std::vector<int32_t> cu{0};
   for (int64_t n : lens) cu.push_back(cu.back() + int32_t(n));
   auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
-  check(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "cu");
+  upload(dcu, cu.data(), cu.size() * 4, "cu");
   AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(n_seqs), int(L)};
   Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
       v = qkv.col_block((H + KV) * D, KV * D);
@@ -356,8 +362,8 @@ void run(Bench& b) {
     for (int i = 0; i < D / 2; ++i) freq[size_t(i)] = float(std::pow(500000.0, -2.0 * i / D));
     auto* dpos = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
     auto* dfreq = static_cast<float*>(b.rand_buf(DType::f32, size_t(D / 2)));
-    check(cudaMemcpy(dpos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice), "pos");
-    check(cudaMemcpy(dfreq, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice), "freq");
+    upload(dpos, pos.data(), pos.size() * 4, "pos");
+    upload(dfreq, freq.data(), freq.size() * 4, "freq");
     Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D);
     double ms = timeit([&] { be.rope_forward(s, q, int(H), int(D), dpos, dfreq); });
     add_bw("rope_forward q", tok + " x 32x128", double(T) * H * D * 4, ms);
@@ -410,7 +416,7 @@ void run(Bench& b) {
     std::vector<int32_t> ids(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 7919) % V);
     auto* dids = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
-    check(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "ids");
+    upload(dids, ids.data(), ids.size() * 4, "ids");
     double ms = timeit([&] { be.embedding_forward(s, out, dids, table); });
     add_bw("embedding_forward", tok + " x 4096", double(T) * C * 4, ms);
     Mat dtable = b.mat(DType::f32, V, C);
@@ -447,7 +453,7 @@ void run(Bench& b) {
     std::vector<int32_t> labels(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) labels[size_t(t)] = int32_t((t * 31) % V);
     auto* dl = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T)));
-    check(cudaMemcpy(dl, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    upload(dl, labels.data(), labels.size() * 4, "labels");
     float* loss = static_cast<float*>(b.rand_buf(DType::f32, 1));
     const double ms = timeit([&] {
       be.lm_head_loss(s, loss, dh, dw, h, w, dl, 1.f / float(T), scratch);

@@ -43,6 +43,15 @@ inline Stream& hs() { return host().default_stream(); }
 
 constexpr unsigned char kGuardByte = 0xA5;
 
+// Host -> device copy that has landed when it returns. cudaMemcpy from pageable memory returns
+// once the bytes are staged, and its DMA runs on the legacy stream, which the backend's
+// non-blocking streams do not wait for: a kernel launched right after could read (or a later
+// write be overwritten by) the old bytes. So every test upload waits for the device.
+inline cudaError_t upload_bytes(void* dst, const void* src, size_t n) {
+  const cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
 // Random values in [lo, hi) rounded to bf16 (exactly representable on both backends).
 inline std::vector<float> rand_bf16(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
   auto v = random_vec(n, seed, lo, hi);
@@ -61,7 +70,7 @@ struct DevMat {
     buf = gpu().alloc(bytes, "test tensor");
     m = Mat(buf->data(), t, rows, cols, ld);
     std::vector<unsigned char> g(bytes, kGuardByte);
-    cudaMemcpy(buf->data(), g.data(), bytes, cudaMemcpyHostToDevice);
+    EXPECT_EQ(upload_bytes(buf->data(), g.data(), bytes), cudaSuccess);
   }
   size_t raw_bytes() const { return size_t(std::max<int64_t>(m.rows * m.ld, 1)) * m.elem_size(); }
   std::vector<unsigned char> raw() const {
@@ -72,7 +81,7 @@ struct DevMat {
   }
   void set_raw(const std::vector<unsigned char>& r) {
     gs().synchronize();
-    EXPECT_EQ(cudaMemcpy(buf->data(), r.data(), r.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(upload_bytes(buf->data(), r.data(), r.size()), cudaSuccess);
   }
   // Writes dense row-major values (rows*cols) into the view, converted to the dtype.
   void upload(const std::vector<float>& v) {
@@ -117,7 +126,7 @@ struct DevArray {
   size_t n = 0;
   explicit DevArray(const std::vector<T>& v) : n(v.size()) {
     buf = gpu().alloc(std::max<size_t>(n, 1) * sizeof(T), "test array");
-    cudaMemcpy(buf->data(), v.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+    EXPECT_EQ(upload_bytes(buf->data(), v.data(), n * sizeof(T)), cudaSuccess);
   }
   T* ptr() const { return static_cast<T*>(buf->data()); }
   std::vector<T> download() const {

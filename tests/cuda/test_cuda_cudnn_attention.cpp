@@ -51,8 +51,7 @@ size_t tail_bytes(const DevMat& d) { return size_t(kTailRows * d.m.ld) * d.m.ele
 
 void nan_tail(DevMat& d) {
   std::vector<unsigned char> r(tail_bytes(d), 0xFF);  // bf16 0xFFFF, f32 0xFFFFFFFF: NaN
-  EXPECT_EQ(cudaMemcpy(static_cast<char*>(d.buf->data()) + tail_offset(d), r.data(), r.size(),
-                       cudaMemcpyHostToDevice),
+  EXPECT_EQ(upload_bytes(static_cast<char*>(d.buf->data()) + tail_offset(d), r.data(), r.size()),
             cudaSuccess);
 }
 
