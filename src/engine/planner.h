@@ -138,8 +138,8 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_toke
 // attention_workspace is set: cuDNN's f32 dQ accumulator and its sums, 8 bytes per token and
 // query channel plus 8 per token and head (measured: 1,082,131,712 B for 8B's 32K tokens, this
 // formula + 1,280), and 2 MiB for its execution plan. Exact for chunks of equal sequences;
-// packed unequal ones pad to the longest (cudnn_attention.h) and may need more, which the
-// backend then refuses to allocate past its budget, running our kernels instead.
+// packed unequal ones pad each sequence to the longest, so the backend runs them in parts whose
+// padded rows fit in the chunk's tokens (cudnn_attention.cpp, parts_of): this bounds them too.
 size_t attention_workspace_bytes(const ModelConfig& cfg, int64_t tokens);
 
 // "fp32 master, int8 AdamW moments": the state format in the plan's words.

@@ -17,7 +17,7 @@
 // guard columns, dq/dk/dv are column blocks of one dqkv matrix with guard columns: every
 // tensor is strided, and guards catch a write past a row. Past the last token, the inputs have
 // NaN rows and the outputs guard rows (kTailRows). Lengths are not multiples of 64 or 128, and
-// 5 sequences leave a zero-length entry in the cuDNN bucket of 6.
+// a part of 5 sequences (PackedCallsRunInParts) leaves a zero-length entry in its bucket of 6.
 #include <algorithm>
 #include <numeric>
 
@@ -231,12 +231,8 @@ void run_case(const CudnnCase& c, uint64_t seed) {
       GTEST_SKIP() << "cuDNN attention: " << cuda::cudnn_attention_unavailable_reason();  \
   } while (0)
 
-// The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
-TEST(CudnnAttention, SmokePlansAndEngines) {
-  SF_REQUIRE_CUDNN_ATTENTION();
-  const Problem p({8, 2, 128, {100, 37}}, 11);
-  const Fwd f = run_forward(p, AttentionImpl::native);
-  Bwd b{DevMat(DType::bf16, p.T, p.W)};
+// The forward call of problem p with f's outputs, as cudnn_attention.h takes it.
+cuda::CudnnAttentionCall forward_call(const Problem& p, const Fwd& f) {
   cuda::CudnnAttentionCall call;
   call.q = p.q();
   call.k = p.k();
@@ -245,6 +241,16 @@ TEST(CudnnAttention, SmokePlansAndEngines) {
   call.lse = f.lse.m.as<float>();
   call.cu_seqlens = p.dcu->ptr();
   call.shape = p.sh;
+  return call;
+}
+
+// The smoke check: plans for a small shape in both directions, with the engine cuDNN chose.
+TEST(CudnnAttention, SmokePlansAndEngines) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const Problem p({8, 2, 128, {100, 37}}, 11);
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  Bwd b{DevMat(DType::bf16, p.T, p.W)};
+  cuda::CudnnAttentionCall call = forward_call(p, f);
   const std::string fwd = cuda::cudnn_attention_plan_info(call);
   std::printf("[CUDNN] forward: %s\n", fwd.c_str());
   EXPECT_GT(cuda::cudnn_attention_workspace_bytes(call), 0u) << fwd;
@@ -340,7 +346,31 @@ TEST(CudnnAttention, SequencesFillingTheirBucketRunTheDenseGraph) {
   cuda::set_attention_deterministic(prev_det);
 }
 
-// A second batch in the same bucket (B 2, S 256) reuses the plans: none is built.
+// A packed call whose sequences padded to the longest take more rows than its tokens runs in
+// parts of consecutive sequences (cudnn_attention.cpp, parts_of: k a part, k the largest bucket
+// with k x S <= T), each as accurate as one call, in both backward forms: the parts' sequences
+// start past row 0 (their ragged offsets count from the whole call's first row).
+TEST(CudnnAttention, PackedCallsRunInParts) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const CudnnCase threes{32, 8, 128, {512, 100, 300, 200, 37, 400, 250, 230}};  // S 512, T 2029
+  const bool prev = cuda::attention_deterministic();
+  for (bool det : {false, true}) {
+    cuda::set_attention_deterministic(det);
+    run_case(threes, 30);  // 3 a part: 3, 3, 2
+    run_case({8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80, 128, 70, 60}}, 31);  // 8, 5
+    run_case({14, 2, 128, {640, 60, 70, 80}}, 32);  // S 768 > T / 2: one sequence a part
+  }
+  cuda::set_attention_deterministic(prev);
+
+  const Problem p(threes, 30);
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  const std::string info = cuda::cudnn_attention_plan_info(forward_call(p, f));
+  std::printf("[CUDNN] %s: %s\n", cname(threes).c_str(), info.c_str());
+  EXPECT_NE(info.find("B=3 S=512"), std::string::npos) << info;
+  EXPECT_NE(info.find("in 3 parts of 3 sequences; the last B=2"), std::string::npos) << info;
+}
+
+// A second batch in the same buckets (S 256, one sequence a part) reuses the plans: none is built.
 TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   SF_REQUIRE_CUDNN_ATTENTION();
   const Problem a({8, 4, 128, {100, 250}}, 9), b({8, 4, 128, {240, 90}}, 10);
@@ -371,7 +401,9 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   cuda::set_cudnn_dense_graphs(true);
   for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}}, CudnnCase{8, 8, 64, {130}},
                              CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
-                             CudnnCase{8, 2, 64, {512}}, CudnnCase{14, 2, 128, {256, 256}}}) {
+                             CudnnCase{8, 2, 64, {512}}, CudnnCase{14, 2, 128, {256, 256}},
+                             CudnnCase{8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80,
+                                                  128, 70, 60}}}) {  // in parts: B 8 and 6
     const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
     const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
     cuda::CudnnAttentionCall call;

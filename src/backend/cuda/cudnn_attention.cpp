@@ -863,6 +863,33 @@ GraphKey key_of(const CudnnAttentionCall& c, int device) {
   return key_from(c.shape, ld, c.backward, device, c.q.rows);
 }
 
+// A packed graph pads every sequence to S rows in its statistics, its softmax sums, the f32 dQ
+// accumulator and cuDNN's per-query-head partials of dK and dV (its own workspace): B x S rows
+// of each, which for a few long and many short sequences is many times the call's tokens (11
+// sequences of up to 32K in 64K tokens: 12 x 32K, 6 GiB of partials, past the plan limit). So a
+// packed call runs in parts of consecutive sequences, k at a time, k the largest bucket with
+// k x S <= tokens: every part's padded rows fit in the call's tokens, the size the planner counts
+// (engine/plan_memory.cpp, attention_workspace_bytes). Sequences are independent, so the parts
+// give each sequence what one call gives it. A dense graph has no padding: one part.
+struct Parts {
+  GraphKey first, last;  // the keys of a full part and of the last one (equal for one part)
+  int per_part = 0, n_parts = 1;
+};
+
+Parts parts_of(const GraphKey& whole, const AttentionShape& sh, int64_t tokens) {
+  Parts p{whole, whole, sh.n_seqs, 1};
+  if (whole.dense) return p;
+  const int64_t fit = std::max<int64_t>(1, tokens / whole.S);
+  int64_t k = 1;
+  while (bucket(k + 1) <= fit) k = bucket(k + 1);
+  if (k >= sh.n_seqs) return p;
+  p.per_part = int(k);
+  p.n_parts = int((sh.n_seqs + k - 1) / k);
+  p.first.B = int(k);
+  p.last.B = int(bucket(sh.n_seqs - int64_t(p.n_parts - 1) * k));
+  return p;
+}
+
 std::string key_text(const GraphKey& k) {
   return cat(k.backward ? (k.deterministic ? "deterministic backward" : "backward") : "forward",
              k.dense ? " dense" : "", " B=", k.B, " S=", k.S, " Hq=", k.hq,
@@ -977,15 +1004,31 @@ int current_device() {
   return d;
 }
 
+// The plans of a call's parts, or nullptr where cuDNN refuses either (then none of it runs on
+// cuDNN). Caller holds mu.
+std::pair<const Plan*, const Plan*> plans_for(State& st, const Parts& parts) {
+  const Plan* first = plan_for(st, parts.first);
+  const Plan* last = parts.n_parts == 1 ? first : plan_for(st, parts.last);
+  if (first == nullptr || last == nullptr) return {nullptr, nullptr};
+  return {first, last};
+}
+
+// The workspace of a call in parts: the full part's (the last has at most its bucket).
+size_t parts_workspace(State& st, const Parts& parts) {
+  const auto [first, last] = plans_for(st, parts);
+  if (first == nullptr) return 0;
+  return std::max(layout_of(parts.first, first->workspace).total,
+                  layout_of(parts.last, last->workspace).total);
+}
+
 }  // namespace
 
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
   if (!check_call(call) || !cudnn_attention_available()) return 0;
-  const GraphKey key = key_of(call, current_device());
+  const Parts parts = parts_of(key_of(call, current_device()), call.shape, call.q.rows);
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  const Plan* p = plan_for(st, key);
-  return p == nullptr ? 0 : layout_of(key, p->workspace).total;
+  return parts_workspace(st, parts);
 }
 
 size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const AttentionStrides& ld,
@@ -996,25 +1039,21 @@ size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const Attention
              "cuda cudnn attention workspace: heads ", sh.n_heads, "/", sh.n_kv_heads,
              ", head_dim ", sh.head_dim, ", ", sh.n_seqs, " sequences: not an attention shape");
   if (sh.max_seqlen <= 0 || bucket(sh.n_seqs) > 65535) return 0;
-  const GraphKey key = key_from(sh, ld, backward, current_device(), -1);
+  const Parts parts = parts_of(key_from(sh, ld, backward, current_device(), -1), sh,
+                               int64_t(sh.n_seqs) * sh.max_seqlen);
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  const Plan* p = plan_for(st, key);
-  return p == nullptr ? 0 : layout_of(key, p->workspace).total;
+  return parts_workspace(st, parts);
 }
 
-bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, size_t ws_bytes) {
-  NVTX_RANGE(c.backward ? "attention_backward_cudnn" : "attention_forward_cudnn");
-  if (!check_call(c) || !cudnn_attention_available()) return false;
-  const GraphKey key = key_of(c, current_device());
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  const Plan* p = plan_for(st, key);
-  if (p == nullptr) return false;
+namespace {
+
+// One part of a call (parts_of): its sequences are c's (cu_seqlens and n_seqs say which; the
+// tensors, lse and the ragged offsets stay the whole call's, rows counted from its start).
+// Caller holds mu.
+void run_part(State& st, cudaStream_t s, const CudnnAttentionCall& c, const GraphKey& key,
+              const Plan* p, void* ws) {
   const Layout l = layout_of(key, p->workspace);
-  SF_REQUIRE(ws != nullptr && ws_bytes >= l.total && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
-             "cuda cudnn attention: the workspace holds ", ws_bytes, " bytes, the call needs ",
-             l.total, " (256-byte aligned; size it with cudnn_attention_workspace_bytes)");
   const AttentionShape& sh = c.shape;
   const int64_t T = c.q.rows;
   const std::vector<int64_t> lds = c.backward
@@ -1057,6 +1096,30 @@ bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, 
   execute(st, key, *p, s, at(ws, l.plan), uids, ptrs);
   if (!c.backward)
     launch_cudnn_stats_to_lse(s, c.lse, stats, c.cu_seqlens, sh.n_seqs, sh.n_heads, key.S, T);
+}
+
+}  // namespace
+
+bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, size_t ws_bytes) {
+  NVTX_RANGE(c.backward ? "attention_backward_cudnn" : "attention_forward_cudnn");
+  if (!check_call(c) || !cudnn_attention_available()) return false;
+  const Parts parts = parts_of(key_of(c, current_device()), c.shape, c.q.rows);
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const auto [first, last] = plans_for(st, parts);
+  if (first == nullptr) return false;
+  const size_t need = parts_workspace(st, parts);
+  SF_REQUIRE(ws != nullptr && ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
+             "cuda cudnn attention: the workspace holds ", ws_bytes, " bytes, the call needs ",
+             need, " (256-byte aligned; size it with cudnn_attention_workspace_bytes)");
+  CudnnAttentionCall part = c;
+  for (int i = 0; i < parts.n_parts; ++i) {
+    const int first_seq = i * parts.per_part;
+    const bool is_last = i == parts.n_parts - 1;
+    part.cu_seqlens = c.cu_seqlens + first_seq;
+    part.shape.n_seqs = is_last ? c.shape.n_seqs - first_seq : parts.per_part;
+    run_part(st, s, part, is_last ? parts.last : parts.first, is_last ? last : first, ws);
+  }
   return true;
 }
 
@@ -1065,11 +1128,14 @@ bool cudnn_attention_built() { return true; }
 std::string cudnn_attention_graph_check(const CudnnAttentionCall& call) {
   if (cudnn_api() == nullptr) return cat("cuDNN is not loaded: ", cudnn_library_info().why);
   if (!check_call(call)) return "no tokens: no graph";
+  const Parts parts = parts_of(key_of(call, -1), call.shape, call.q.rows);
   try {
-    Graph g(key_of(call, -1));
-    if (call.backward) build_backward(g);
-    else build_forward(g);
-    g.finish(nullptr);
+    for (const GraphKey& key : {parts.first, parts.last}) {
+      Graph g(key);
+      if (call.backward) build_backward(g);
+      else build_forward(g);
+      g.finish(nullptr);
+    }
     return "";
   } catch (const Refusal& r) {
     return r.what();
@@ -1086,16 +1152,24 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
   if (!cudnn_attention_available())
     return cat("cuDNN attention unavailable: ", cudnn_attention_unavailable_reason());
   if (!check_call(call)) return "no tokens: nothing for cuDNN to run";
-  const GraphKey key = key_of(call, current_device());
+  const Parts parts = parts_of(key_of(call, current_device()), call.shape, call.q.rows);
+  const GraphKey& key = parts.first;
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  const Plan* p = plan_for(st, key);
-  if (p == nullptr) return cat("refused ", key_text(key), ": ", st.refused[key]);
-  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), ": engine ",
+  const auto [p, last] = plans_for(st, parts);
+  if (p == nullptr) {
+    const GraphKey& bad = st.refused.count(key) != 0 ? key : parts.last;
+    return cat("refused ", key_text(bad), ": ", st.refused[bad]);
+  }
+  const std::string in_parts =
+      parts.n_parts == 1 ? std::string()
+                         : cat(" (in ", parts.n_parts, " parts of ", parts.per_part,
+                               " sequences; the last B=", parts.last.B, ")");
+  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), in_parts, ": engine ",
              p->engine_index,
              p->nondeterministic ? " (non-deterministic)" : " (deterministic)",
              ", plan workspace ", p->workspace, " B, call workspace ",
-             layout_of(key, p->workspace).total, " B");
+             parts_workspace(st, parts), " B");
 }
 
 #endif  // SF_WITH_CUDNN
