@@ -12,8 +12,10 @@
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
 // 2.5x the forward; each attention row names its implementation (native, cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
-// where every sequence fills its length bucket, as all these shapes do; cudnn-nondet-packed =
-// the atomic backward through the packed graph, SF_CUDNN_DENSE=0; bench/torch_attention_ref.py
+// where every sequence fills its length bucket, as the fixed-length shapes do, and are given
+// the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
+// through the packed graph only, SF_CUDNN_DENSE=0; cudnn-nondet-uniform (unequal sequences) =
+// the atomic backward without the host's lengths; bench/torch_attention_ref.py
 // times torch's SDPA backends at the same shapes with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
 #include <cuda_runtime.h>
 
@@ -163,18 +165,21 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     const char* name;
     cuda::AttentionImpl impl;
     bool deterministic;
-    bool packed = false;  // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
+    bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
+    bool uniform = false;   // no host lengths: parts of equal count padded to the longest
   };
   for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
                          Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
                          Impl{"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
+                         Impl{"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false,
+                              true},
                          Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
-    if (!im.packed && im.impl == cuda::AttentionImpl::cudnn && !im.deterministic && !all_equal)
-      continue;  // unequal sequences never run the dense graph: the packed row is the same call
+    if (im.uniform && all_equal) continue;  // equal sequences: one dense part either way
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
+    sh.host_cu_seqlens = im.uniform ? nullptr : cu.data();
     // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
     auto ran = [&](int64_t before) {
       if (im.impl == cuda::AttentionImpl::native) return std::string(im.name);

@@ -64,6 +64,10 @@ struct AttentionShape {
   float scale = 0.f;    // usually 1/sqrt(head_dim)
   int n_seqs = 0;       // sequences in cu_seqlens
   int max_seqlen = 0;   // longest sequence (for kernel launch sizing)
+  // The same cu_seqlens on the host (n_seqs + 1 entries), where the caller has them; read only
+  // during the call. The cuDNN path groups the sequences of a call by length with them (its
+  // graphs pad each sequence to the longest of its group); null: it knows only max_seqlen.
+  const int32_t* host_cu_seqlens = nullptr;
 };
 
 class Backend {

@@ -53,6 +53,8 @@ const BatchInputs& DeviceBatch::upload(Stream& s, const Batch& b) {
                      b.cu_seqlens.size() * 4);
   in_.n_tokens = b.n_tokens();
   in_.attn = attention_shape(cfg_, b.n_seqs(), b.max_seqlen());
+  cu_host_ = b.cu_seqlens;  // the host's copy, kept until the next upload as the device's is
+  in_.attn.host_cu_seqlens = cu_host_.data();
   return in_;
 }
 

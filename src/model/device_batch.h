@@ -38,6 +38,7 @@ class DeviceBatch {
   int64_t max_tokens_;
   std::unique_ptr<Buffer> own_;  // when no storage was given
   std::vector<float> inv_freq_host_;  // kept alive for the asynchronous first copy
+  std::vector<int32_t> cu_host_;      // the batch's cu_seqlens: in_.attn.host_cu_seqlens
   BatchInputs in_;
 };
 

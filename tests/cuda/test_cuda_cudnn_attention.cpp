@@ -86,7 +86,9 @@ struct Problem {
   DevMat qkv, dout;
   std::unique_ptr<DevArray<int32_t>> dcu;
 
-  Problem(const CudnnCase& cc, uint64_t seed) : c(cc) {
+  // host_lengths: the shape carries cu_seqlens on the host too, as the engine's batches do (the
+  // cuDNN path then pads each part of the call to its own longest sequence).
+  Problem(const CudnnCase& cc, uint64_t seed, bool host_lengths = true) : c(cc) {
     for (int l : c.lens) cu.push_back(cu.back() + l);
     T = cu.back();
     qd = int64_t(c.Hq) * c.D;
@@ -98,6 +100,7 @@ struct Problem {
     sh.scale = 1.f / std::sqrt(float(c.D));
     sh.n_seqs = int(c.lens.size());
     sh.max_seqlen = *std::max_element(c.lens.begin(), c.lens.end());
+    sh.host_cu_seqlens = host_lengths ? cu.data() : nullptr;
     vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
     vdo = rand_bf16(size_t(T * qd), seed + 1);
     qkv = with_tail(DType::bf16, T, W);
@@ -166,10 +169,10 @@ void expect_grads(const std::string& what, const Problem& p, const Bwd& b,
   EXPECT_TRUE(tail_intact(b.dqkv)) << what << ": a write past the last sequence";
 }
 
-void run_case(const CudnnCase& c, uint64_t seed) {
-  const std::string what = cname(c);
+void run_case(const CudnnCase& c, uint64_t seed, bool host_lengths = true) {
+  const std::string what = cname(c) + (host_lengths ? "" : " (no host lengths)");
   SCOPED_TRACE(what);
-  const Problem p(c, seed);
+  const Problem p(c, seed, host_lengths);
   const cuda::CudnnAttentionStats before = cuda::cudnn_attention_stats();
 
   // Forward: cuDNN and ours against the host, and against each other.
@@ -346,28 +349,82 @@ TEST(CudnnAttention, SequencesFillingTheirBucketRunTheDenseGraph) {
   cuda::set_attention_deterministic(prev_det);
 }
 
-// A packed call whose sequences padded to the longest take more rows than its tokens runs in
-// parts of consecutive sequences (cudnn_attention.cpp, parts_of: k a part, k the largest bucket
-// with k x S <= T), each as accurate as one call, in both backward forms: the parts' sequences
-// start past row 0 (their ragged offsets count from the whole call's first row).
+// The cuDNN forward's plan description of problem p (its parts, when more than one).
+std::string plan_info(const Problem& p) {
+  const Fwd f = run_forward(p, AttentionImpl::native);
+  const std::string info = cuda::cudnn_attention_plan_info(forward_call(p, f));
+  std::printf("[CUDNN] %s: %s\n", cname(p.c).c_str(), info.c_str());
+  return info;
+}
+
+// A call whose sequences padded to the longest take more rows than its tokens runs in parts of
+// consecutive sequences (cudnn_attention.cpp, parts_of), each as accurate as one call, in both
+// backward forms: the parts' sequences start past row 0 (their ragged offsets count from the
+// whole call's first row). Without the host's lengths, k a part (the largest bucket with
+// k x S <= T, S the call's longest); with them, each part padded to its own longest.
 TEST(CudnnAttention, PackedCallsRunInParts) {
   SF_REQUIRE_CUDNN_ATTENTION();
   const CudnnCase threes{32, 8, 128, {512, 100, 300, 200, 37, 400, 250, 230}};  // S 512, T 2029
   const bool prev = cuda::attention_deterministic();
-  for (bool det : {false, true}) {
-    cuda::set_attention_deterministic(det);
-    run_case(threes, 30);  // 3 a part: 3, 3, 2
-    run_case({8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80, 128, 70, 60}}, 31);  // 8, 5
-    run_case({14, 2, 128, {640, 60, 70, 80}}, 32);  // S 768 > T / 2: one sequence a part
+  for (bool host_lengths : {false, true}) {
+    for (bool det : {false, true}) {
+      cuda::set_attention_deterministic(det);
+      run_case(threes, 30, host_lengths);
+      run_case({8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80, 128, 70, 60}}, 31,
+               host_lengths);  // uniform: 8, 5
+      run_case({14, 2, 128, {640, 60, 70, 80}}, 32, host_lengths);  // S 768 > T / 2
+    }
   }
   cuda::set_attention_deterministic(prev);
 
-  const Problem p(threes, 30);
+  const std::string uniform = plan_info(Problem(threes, 30, false));
+  EXPECT_NE(uniform.find("(in 3 parts: 3 seqs B=3 S=512, 3 seqs B=3 S=512, 2 seqs B=2 S=512)"),
+            std::string::npos) << uniform;
+  // 512 100 300 | 200 37 400 | 250 230: a fourth sequence would make B 4 (2048 rows > 2029).
+  const std::string tight = plan_info(Problem(threes, 30, true));
+  EXPECT_NE(tight.find("(in 3 parts: 3 seqs B=3 S=512, 3 seqs B=3 S=512, 2 seqs B=2 S=256)"),
+            std::string::npos) << tight;
+  // 640 alone (S 768), then 60 70 80 padded to 128, not to 768.
+  const std::string apart = plan_info(Problem({14, 2, 128, {640, 60, 70, 80}}, 32, true));
+  EXPECT_NE(apart.find("(in 2 parts: 1 seqs B=1 S=768, 3 seqs B=3 S=128)"), std::string::npos)
+      << apart;
+}
+
+// With the host's lengths, a long sequence that fills its length bucket runs alone on the dense
+// graph (its tensors then start at its first row, not the call's), equal ones after it with it,
+// and its neighbours in packed parts of their own.
+TEST(CudnnAttention, LongBucketFillingSequencesRunDense) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const CudnnCase c{2, 1, 64, {300, 8192, 8192, 100}};
+  const bool prev_det = cuda::attention_deterministic();
+  cuda::set_attention_deterministic(false);
+  const int64_t d0 = cuda::cudnn_attention_stats().dense_executions;
+  run_case(c, 33);
+  gs().synchronize();
+  EXPECT_GE(cuda::cudnn_attention_stats().dense_executions - d0, 3)
+      << "the two 8192s ran dense in the forward and both backwards";
+  cuda::set_attention_deterministic(prev_det);
+  const std::string info = plan_info(Problem(c, 33));
+  EXPECT_NE(info.find("(in 3 parts: 1 seqs B=1 S=384, 2 seqs dense B=2 S=8192, 1 seqs B=1 S=128)"),
+            std::string::npos) << info;
+}
+
+// The host's lengths must describe the call: a clear error where they do not.
+TEST(CudnnAttention, HostLengthsThatDisagreeAreAnError) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  Problem p({4, 2, 64, {100, 50}}, 34);
   const Fwd f = run_forward(p, AttentionImpl::native);
-  const std::string info = cuda::cudnn_attention_plan_info(forward_call(p, f));
-  std::printf("[CUDNN] %s: %s\n", cname(threes).c_str(), info.c_str());
-  EXPECT_NE(info.find("B=3 S=512"), std::string::npos) << info;
-  EXPECT_NE(info.find("in 3 parts of 3 sequences; the last B=2"), std::string::npos) << info;
+  cuda::CudnnAttentionCall call = forward_call(p, f);
+  const std::vector<int32_t> short_cu{0, 100, 140}, longer{0, 120, 150};
+  call.shape.host_cu_seqlens = short_cu.data();
+  EXPECT_THROW(cuda::cudnn_attention_workspace_bytes(call), Error);  // ends at 140 of 150 rows
+  call.shape.host_cu_seqlens = longer.data();
+  try {
+    cuda::cudnn_attention_workspace_bytes(call);
+    ADD_FAILURE() << "no error for a longest sequence of 120 with max_seqlen 100";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_seqlen says 100"), std::string::npos) << e.what();
+  }
 }
 
 // A second batch in the same buckets (S 256, one sequence a part) reuses the plans: none is built.
@@ -403,7 +460,8 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
                              CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
                              CudnnCase{8, 2, 64, {512}}, CudnnCase{14, 2, 128, {256, 256}},
                              CudnnCase{8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80,
-                                                  128, 70, 60}}}) {  // in parts: B 8 and 6
+                                                  128, 70, 60}},  // in parts: B 8 and 6
+                             CudnnCase{2, 1, 64, {300, 8192, 8192, 100}}}) {  // see below
     const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
     const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
     cuda::CudnnAttentionCall call;
@@ -415,18 +473,26 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
     call.cu_seqlens = static_cast<const int32_t*>(fake(5));
     call.shape = AttentionShape{c.Hq, c.Hkv, c.D, 0.1f, int(c.lens.size()),
                                 *std::max_element(c.lens.begin(), c.lens.end())};
-    EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "") << cname(c) << " forward";
-    call.backward = true;
-    call.dq = Mat(fake(6), DType::bf16, T, qd, W + 8);
-    call.dk = Mat(fake(7), DType::bf16, T, kvd, W + 8);
-    call.dv = Mat(fake(8), DType::bf16, T, kvd, W + 8);
-    call.dout = Mat(fake(9), DType::bf16, T, qd);
-    for (bool det : {true, false}) {
-      const bool prev = cuda::attention_deterministic();
-      cuda::set_attention_deterministic(det);
-      EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "")
-          << cname(c) << (det ? " deterministic" : "") << " backward";
-      cuda::set_attention_deterministic(prev);
+    // With the host's lengths too (parts padded to their own longest; the 8192s dense).
+    std::vector<int32_t> cu{0};
+    for (int l : c.lens) cu.push_back(cu.back() + l);
+    for (bool host_lengths : {false, true}) {
+      call.shape.host_cu_seqlens = host_lengths ? cu.data() : nullptr;
+      const std::string what = cname(c) + (host_lengths ? " with host lengths" : "");
+      call.backward = false;
+      EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "") << what << " forward";
+      call.backward = true;
+      call.dq = Mat(fake(6), DType::bf16, T, qd, W + 8);
+      call.dk = Mat(fake(7), DType::bf16, T, kvd, W + 8);
+      call.dv = Mat(fake(8), DType::bf16, T, kvd, W + 8);
+      call.dout = Mat(fake(9), DType::bf16, T, qd);
+      for (bool det : {true, false}) {
+        const bool prev = cuda::attention_deterministic();
+        cuda::set_attention_deterministic(det);
+        EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "")
+            << what << (det ? " deterministic" : "") << " backward";
+        cuda::set_attention_deterministic(prev);
+      }
     }
   }
   cuda::set_cudnn_dense_graphs(prev_dense);

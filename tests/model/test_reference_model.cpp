@@ -414,6 +414,12 @@ TEST(DeviceBatchTest, RejectsBadBatches) {
   EXPECT_EQ(in.attn.max_seqlen, 3);
   EXPECT_FLOAT_EQ(in.attn.scale, 1.f / std::sqrt(8.f));
   EXPECT_EQ(in.positions[3], 0);  // host backend memory is host memory
+  // The host's copy of the lengths rides in the shape (the cuDNN path groups sequences by them),
+  // its own copy: the Batch may go away once the upload ran.
+  ASSERT_NE(in.attn.host_cu_seqlens, nullptr);
+  EXPECT_NE(in.attn.host_cu_seqlens, ok.cu_seqlens.data());
+  EXPECT_EQ(std::vector<int32_t>(in.attn.host_cu_seqlens, in.attn.host_cu_seqlens + 3),
+            (std::vector<int32_t>{0, 3, 5}));
   EXPECT_THROW(db.upload(be.default_stream(), pack({{1, 2, 99}})), Error);  // token >= vocab
   EXPECT_THROW(db.upload(be.default_stream(), pack({{1, 2, 3, 4, 5}, {1, 2, 3, 4}})), Error);
 }

@@ -789,6 +789,23 @@ void check_view(const Mat& m, int64_t rows, int64_t cols, const char* arg) {
              " must be 16-byte aligned");
 }
 
+// The host's cu_seqlens, where given, must describe the call: from 0, non-decreasing, within its
+// tokens, the longest max_seqlen (a mismatch with the device's copy cannot be seen here).
+void check_host_lengths(const AttentionShape& sh, int64_t tokens) {
+  const int32_t* cu = sh.host_cu_seqlens;
+  if (cu == nullptr) return;
+  SF_CHECK(cu[0] == 0 && cu[sh.n_seqs] <= tokens, "cuda cudnn attention: host_cu_seqlens runs ",
+           cu[0], " .. ", cu[sh.n_seqs], ", expected 0 .. at most the call's ", tokens,
+           " tokens");
+  int64_t longest = 0;
+  for (int i = 0; i < sh.n_seqs; ++i) {
+    SF_CHECK(cu[i + 1] >= cu[i], "cuda cudnn attention: host_cu_seqlens decreases at ", i + 1);
+    longest = std::max<int64_t>(longest, cu[i + 1] - cu[i]);
+  }
+  SF_CHECK(longest == sh.max_seqlen, "cuda cudnn attention: host_cu_seqlens' longest sequence is ",
+           longest, ", max_seqlen says ", sh.max_seqlen);
+}
+
 // Checks the call as the native launchers do; false where there is nothing for cuDNN to do
 // (no tokens), which the native launcher handles.
 bool check_call(const CudnnAttentionCall& c) {
@@ -815,6 +832,7 @@ bool check_call(const CudnnAttentionCall& c) {
     check_view(c.dv, T, kvd, "dv");
     check_view(c.dout, T, qd, "dout");
   }
+  check_host_lengths(sh, T);
   // (A bucket past 65535 sequences would overflow the helper kernels' grid: ours run it.)
   return T > 0 && sh.max_seqlen > 0 && bucket(sh.n_seqs) <= 65535;
 }
@@ -852,7 +870,82 @@ GraphKey key_from(const AttentionShape& sh, const AttentionStrides& ld, bool bac
   return k;
 }
 
-GraphKey key_of(const CudnnAttentionCall& c, int device) {
+// A packed graph pads every sequence to S rows in its statistics, its softmax sums, the f32 dQ
+// accumulator and cuDNN's per-query-head partials of dK and dV (its own workspace): B x S rows
+// of each, which for a few long and many short sequences is many times the call's tokens (11
+// sequences of up to 32K in 64K tokens: 12 x 32K, 6 GiB of partials, past the plan limit). So a
+// call runs in parts of consecutive sequences whose padded rows fit in its tokens, the size the
+// planner counts (engine/plan_memory.cpp, attention_workspace_bytes); sequences are
+// independent, so the parts give each sequence what one call gives it.
+struct Part {
+  int first_seq = 0, n_seqs = 0;
+  int64_t row0 = 0;  // its first token (a dense graph's tensors start there; packed: unused)
+  GraphKey key;
+};
+
+// A sequence that fills its length bucket and is this long runs alone on the dense graph (3-10%
+// faster than packed, docs/BENCHMARKS.md) rather than padding its neighbours: from here a call
+// of it takes over a millisecond, against tens of microseconds a part costs.
+constexpr int kDenseAloneTokens = 8192;
+
+bool fills_bucket(int64_t len) { return len >= 64 && bucket(len) == len; }
+
+// Without the host's lengths: k sequences a part, k the largest bucket with k x S <= tokens
+// (S the bucket of the longest). A dense call has no padding: one part.
+std::vector<Part> uniform_parts(const GraphKey& whole, const AttentionShape& sh,
+                                int64_t tokens) {
+  const int64_t fit = std::max<int64_t>(1, tokens / whole.S);
+  int64_t k = 1;
+  while (bucket(k + 1) <= fit) k = bucket(k + 1);
+  if (whole.dense || k >= sh.n_seqs) return {Part{0, sh.n_seqs, 0, whole}};
+  std::vector<Part> parts;
+  for (int first = 0; first < sh.n_seqs; first += int(k)) {
+    Part p{first, int(std::min<int64_t>(k, sh.n_seqs - first)), 0, whole};
+    p.key.B = int(bucket(p.n_seqs));
+    parts.push_back(p);
+  }
+  return parts;
+}
+
+// With them: greedy runs of consecutive sequences, each padded to the bucket of its own longest
+// (k x S <= tokens as above; one sequence always fits), a long bucket-filling sequence (and
+// equal ones after it) on the dense graph.
+std::vector<Part> length_parts(const AttentionShape& sh, const AttentionStrides& ld,
+                               bool backward, int device, int64_t tokens) {
+  const int32_t* cu = sh.host_cu_seqlens;
+  auto len = [&](int i) { return int64_t(cu[i + 1]) - cu[i]; };
+  auto alone = [&](int i) {
+    return cudnn_dense_graphs() && len(i) >= kDenseAloneTokens && fills_bucket(len(i));
+  };
+  std::vector<Part> parts;
+  for (int i = 0; i < sh.n_seqs;) {
+    int n = 1;
+    int64_t longest = len(i);
+    if (alone(i)) {
+      while (i + n < sh.n_seqs && len(i + n) == longest && (n + 1) * longest <= tokens) ++n;
+    } else {
+      for (; i + n < sh.n_seqs && !alone(i + n); ++n) {
+        const int64_t l = std::max(longest, len(i + n));
+        if (bucket(n + 1) * bucket(std::max<int64_t>(l, 64)) > tokens) break;
+        longest = l;
+      }
+    }
+    AttentionShape part = sh;
+    part.n_seqs = n;
+    part.max_seqlen = int(longest);
+    parts.push_back(Part{i, n, cu[i], key_from(part, ld, backward, device, cu[i + n] - cu[i])});
+    i += n;
+  }
+  return parts;
+}
+
+std::vector<Part> parts_of(const AttentionShape& sh, const AttentionStrides& ld, bool backward,
+                           int device, int64_t tokens) {
+  if (sh.host_cu_seqlens != nullptr) return length_parts(sh, ld, backward, device, tokens);
+  return uniform_parts(key_from(sh, ld, backward, device, tokens), sh, tokens);
+}
+
+AttentionStrides strides_of(const CudnnAttentionCall& c) {
   AttentionStrides ld{c.q.ld, c.k.ld, c.v.ld, c.out.ld};
   if (c.backward) {
     ld.dout = c.dout.ld;
@@ -860,34 +953,11 @@ GraphKey key_of(const CudnnAttentionCall& c, int device) {
     ld.dk = c.dk.ld;
     ld.dv = c.dv.ld;
   }
-  return key_from(c.shape, ld, c.backward, device, c.q.rows);
+  return ld;
 }
 
-// A packed graph pads every sequence to S rows in its statistics, its softmax sums, the f32 dQ
-// accumulator and cuDNN's per-query-head partials of dK and dV (its own workspace): B x S rows
-// of each, which for a few long and many short sequences is many times the call's tokens (11
-// sequences of up to 32K in 64K tokens: 12 x 32K, 6 GiB of partials, past the plan limit). So a
-// packed call runs in parts of consecutive sequences, k at a time, k the largest bucket with
-// k x S <= tokens: every part's padded rows fit in the call's tokens, the size the planner counts
-// (engine/plan_memory.cpp, attention_workspace_bytes). Sequences are independent, so the parts
-// give each sequence what one call gives it. A dense graph has no padding: one part.
-struct Parts {
-  GraphKey first, last;  // the keys of a full part and of the last one (equal for one part)
-  int per_part = 0, n_parts = 1;
-};
-
-Parts parts_of(const GraphKey& whole, const AttentionShape& sh, int64_t tokens) {
-  Parts p{whole, whole, sh.n_seqs, 1};
-  if (whole.dense) return p;
-  const int64_t fit = std::max<int64_t>(1, tokens / whole.S);
-  int64_t k = 1;
-  while (bucket(k + 1) <= fit) k = bucket(k + 1);
-  if (k >= sh.n_seqs) return p;
-  p.per_part = int(k);
-  p.n_parts = int((sh.n_seqs + k - 1) / k);
-  p.first.B = int(k);
-  p.last.B = int(bucket(sh.n_seqs - int64_t(p.n_parts - 1) * k));
-  return p;
+std::vector<Part> parts_of(const CudnnAttentionCall& c, int device) {
+  return parts_of(c.shape, strides_of(c), c.backward, device, c.q.rows);
 }
 
 std::string key_text(const GraphKey& k) {
@@ -1004,28 +1074,33 @@ int current_device() {
   return d;
 }
 
-// The plans of a call's parts, or nullptr where cuDNN refuses either (then none of it runs on
+// The plans of a call's parts, or empty where cuDNN refuses any (then none of it runs on
 // cuDNN). Caller holds mu.
-std::pair<const Plan*, const Plan*> plans_for(State& st, const Parts& parts) {
-  const Plan* first = plan_for(st, parts.first);
-  const Plan* last = parts.n_parts == 1 ? first : plan_for(st, parts.last);
-  if (first == nullptr || last == nullptr) return {nullptr, nullptr};
-  return {first, last};
+std::vector<const Plan*> plans_for(State& st, const std::vector<Part>& parts) {
+  std::vector<const Plan*> plans;
+  for (const Part& p : parts) {
+    const Plan* plan = plan_for(st, p.key);
+    if (plan == nullptr) return {};
+    plans.push_back(plan);
+  }
+  return plans;
 }
 
-// The workspace of a call in parts: the full part's (the last has at most its bucket).
-size_t parts_workspace(State& st, const Parts& parts) {
-  const auto [first, last] = plans_for(st, parts);
-  if (first == nullptr) return 0;
-  return std::max(layout_of(parts.first, first->workspace).total,
-                  layout_of(parts.last, last->workspace).total);
+// The workspace of a call in parts (they run one after another): the largest part's; 0 where
+// cuDNN refuses a part.
+size_t parts_workspace(State& st, const std::vector<Part>& parts) {
+  const std::vector<const Plan*> plans = plans_for(st, parts);
+  size_t bytes = 0;
+  for (size_t i = 0; i < plans.size(); ++i)
+    bytes = std::max(bytes, layout_of(parts[i].key, plans[i]->workspace).total);
+  return bytes;
 }
 
 }  // namespace
 
 size_t cudnn_attention_workspace_bytes(const CudnnAttentionCall& call) {
   if (!check_call(call) || !cudnn_attention_available()) return 0;
-  const Parts parts = parts_of(key_of(call, current_device()), call.shape, call.q.rows);
+  const std::vector<Part> parts = parts_of(call, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   return parts_workspace(st, parts);
@@ -1039,8 +1114,15 @@ size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const Attention
              "cuda cudnn attention workspace: heads ", sh.n_heads, "/", sh.n_kv_heads,
              ", head_dim ", sh.head_dim, ", ", sh.n_seqs, " sequences: not an attention shape");
   if (sh.max_seqlen <= 0 || bucket(sh.n_seqs) > 65535) return 0;
-  const Parts parts = parts_of(key_from(sh, ld, backward, current_device(), -1), sh,
-                               int64_t(sh.n_seqs) * sh.max_seqlen);
+  if (sh.host_cu_seqlens != nullptr) check_host_lengths(sh, sh.host_cu_seqlens[sh.n_seqs]);
+  // Without lengths the tokens are unknown: sequences may fill no bucket (key tokens -1) and
+  // take up to n_seqs x max_seqlen rows.
+  const int device = current_device();
+  const std::vector<Part> parts =
+      sh.host_cu_seqlens != nullptr
+          ? length_parts(sh, ld, backward, device, sh.host_cu_seqlens[sh.n_seqs])
+          : uniform_parts(key_from(sh, ld, backward, device, -1), sh,
+                          int64_t(sh.n_seqs) * sh.max_seqlen);
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   return parts_workspace(st, parts);
@@ -1048,11 +1130,26 @@ size_t cudnn_attention_workspace_bytes(const AttentionShape& sh, const Attention
 
 namespace {
 
-// One part of a call (parts_of): its sequences are c's (cu_seqlens and n_seqs say which; the
-// tensors, lse and the ragged offsets stay the whole call's, rows counted from its start).
-// Caller holds mu.
-void run_part(State& st, cudaStream_t s, const CudnnAttentionCall& c, const GraphKey& key,
+// c restricted to one part's sequences. A dense graph addresses sequence b at row b x S of its
+// tensors: they start at the part's first row (16-byte aligned: row strides are multiples of 8).
+CudnnAttentionCall part_call(const CudnnAttentionCall& c, const Part& part) {
+  CudnnAttentionCall pc = c;
+  pc.cu_seqlens = c.cu_seqlens + part.first_seq;
+  pc.shape.n_seqs = part.n_seqs;
+  if (!part.key.dense || part.row0 == 0) return pc;
+  for (Mat* m : {&pc.q, &pc.k, &pc.v, &pc.out, &pc.dq, &pc.dk, &pc.dv, &pc.dout})
+    if (m->data != nullptr)
+      m->data = static_cast<char*>(m->data) + size_t(part.row0 * m->ld) * m->elem_size();
+  return pc;
+}
+
+// One part of a call (parts_of): c restricted to the part's sequences (cu_seqlens and n_seqs;
+// lse and a packed graph's ragged offsets stay the whole call's, rows counted from its start; a
+// dense graph's tensors start at the part's first row). Caller holds mu.
+void run_part(State& st, cudaStream_t s, const CudnnAttentionCall& whole, const Part& part,
               const Plan* p, void* ws) {
+  const CudnnAttentionCall c = part_call(whole, part);
+  const GraphKey& key = part.key;
   const Layout l = layout_of(key, p->workspace);
   const AttentionShape& sh = c.shape;
   const int64_t T = c.q.rows;
@@ -1103,23 +1200,16 @@ void run_part(State& st, cudaStream_t s, const CudnnAttentionCall& c, const Grap
 bool cudnn_attention_run(cudaStream_t s, const CudnnAttentionCall& c, void* ws, size_t ws_bytes) {
   NVTX_RANGE(c.backward ? "attention_backward_cudnn" : "attention_forward_cudnn");
   if (!check_call(c) || !cudnn_attention_available()) return false;
-  const Parts parts = parts_of(key_of(c, current_device()), c.shape, c.q.rows);
+  const std::vector<Part> parts = parts_of(c, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  const auto [first, last] = plans_for(st, parts);
-  if (first == nullptr) return false;
+  const std::vector<const Plan*> plans = plans_for(st, parts);
+  if (plans.empty()) return false;
   const size_t need = parts_workspace(st, parts);
   SF_REQUIRE(ws != nullptr && ws_bytes >= need && reinterpret_cast<uintptr_t>(ws) % 256 == 0,
              "cuda cudnn attention: the workspace holds ", ws_bytes, " bytes, the call needs ",
              need, " (256-byte aligned; size it with cudnn_attention_workspace_bytes)");
-  CudnnAttentionCall part = c;
-  for (int i = 0; i < parts.n_parts; ++i) {
-    const int first_seq = i * parts.per_part;
-    const bool is_last = i == parts.n_parts - 1;
-    part.cu_seqlens = c.cu_seqlens + first_seq;
-    part.shape.n_seqs = is_last ? c.shape.n_seqs - first_seq : parts.per_part;
-    run_part(st, s, part, is_last ? parts.last : parts.first, is_last ? last : first, ws);
-  }
+  for (size_t i = 0; i < parts.size(); ++i) run_part(st, s, c, parts[i], plans[i], ws);
   return true;
 }
 
@@ -1128,10 +1218,9 @@ bool cudnn_attention_built() { return true; }
 std::string cudnn_attention_graph_check(const CudnnAttentionCall& call) {
   if (cudnn_api() == nullptr) return cat("cuDNN is not loaded: ", cudnn_library_info().why);
   if (!check_call(call)) return "no tokens: no graph";
-  const Parts parts = parts_of(key_of(call, -1), call.shape, call.q.rows);
   try {
-    for (const GraphKey& key : {parts.first, parts.last}) {
-      Graph g(key);
+    for (const Part& part : parts_of(call, -1)) {
+      Graph g(part.key);
       if (call.backward) build_backward(g);
       else build_forward(g);
       g.finish(nullptr);
@@ -1152,21 +1241,24 @@ std::string cudnn_attention_plan_info(const CudnnAttentionCall& call) {
   if (!cudnn_attention_available())
     return cat("cuDNN attention unavailable: ", cudnn_attention_unavailable_reason());
   if (!check_call(call)) return "no tokens: nothing for cuDNN to run";
-  const Parts parts = parts_of(key_of(call, current_device()), call.shape, call.q.rows);
-  const GraphKey& key = parts.first;
+  const std::vector<Part> parts = parts_of(call, current_device());
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  const auto [p, last] = plans_for(st, parts);
-  if (p == nullptr) {
-    const GraphKey& bad = st.refused.count(key) != 0 ? key : parts.last;
-    return cat("refused ", key_text(bad), ": ", st.refused[bad]);
+  const std::vector<const Plan*> plans = plans_for(st, parts);
+  if (plans.empty()) {
+    for (const Part& part : parts)
+      if (st.refused.count(part.key) != 0)
+        return cat("refused ", key_text(part.key), ": ", st.refused[part.key]);
+    return "refused: no plan";
   }
-  const std::string in_parts =
-      parts.n_parts == 1 ? std::string()
-                         : cat(" (in ", parts.n_parts, " parts of ", parts.per_part,
-                               " sequences; the last B=", parts.last.B, ")");
-  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(key), in_parts, ": engine ",
-             p->engine_index,
+  std::string in_parts;
+  for (size_t i = 0; parts.size() > 1 && i < parts.size(); ++i)
+    in_parts += cat(i == 0 ? cat(" (in ", parts.size(), " parts: ") : std::string(", "),
+                    parts[i].n_seqs, " seqs", parts[i].key.dense ? " dense" : "", " B=",
+                    parts[i].key.B, " S=", parts[i].key.S, i + 1 == parts.size() ? ")" : "");
+  const Plan* p = plans[0];
+  return cat(cudnn_version_text(cudnn_library_info()), " ", key_text(parts[0].key), in_parts,
+             ": engine ", p->engine_index,
              p->nondeterministic ? " (non-deterministic)" : " (deterministic)",
              ", plan workspace ", p->workspace, " B, call workspace ",
              parts_workspace(st, parts), " B");

@@ -10,9 +10,11 @@
 // in the bucket have length 0. A call whose sequences all fill the length bucket runs the dense
 // form instead (cudnn_dense_graphs below): no offsets, lengths or padding mask, batch n_seqs.
 //
-// A packed call whose sequences padded to the longest would take more rows than it has tokens
-// runs in parts of consecutive sequences whose padded rows fit (the workspace then grows with the
-// tokens, as the planner counts it, not with sequences x longest).
+// A call runs in parts of consecutive sequences whose padded rows fit in its tokens (the
+// workspace then grows with the tokens, as the planner counts it, not with sequences x longest).
+// Given the host's lengths (AttentionShape::host_cu_seqlens), each part is padded to its own
+// longest, and a long sequence that fills its bucket runs alone on the dense graph; without
+// them, parts of equal count are padded to the call's longest.
 //
 // Plans are cached: a graph fixes the direction, the sequence-count bucket B, the max-length
 // bucket S, the heads, head_dim and every row stride, so one plan serves every batch in its
