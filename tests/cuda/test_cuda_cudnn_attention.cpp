@@ -337,8 +337,12 @@ TEST(CudnnAttention, SequencesFillingTheirBucketRunTheDenseGraph) {
     EXPECT_GE(dense_runs() - d0, 1) << "3 x 512 tokens";
     d0 = dense_runs();
     run_case({8, 2, 64, {1000}}, 22);  // short of its bucket: padded, packed
-    run_case({8, 2, 64, {512, 256}}, 25);  // unequal: packed
+    run_case({8, 2, 64, {512, 256}}, 25, false);  // unequal, no host lengths: packed
     EXPECT_EQ(dense_runs(), d0);
+    // With them, 2 x 512 rows would pass the 768 tokens: one part each, and each fills its
+    // bucket.
+    run_case({8, 2, 64, {512, 256}}, 25);
+    EXPECT_GE(dense_runs() - d0, 2) << "512 + 256 with host lengths: two dense parts";
   }
   cuda::set_attention_deterministic(false);
   const int64_t d1 = dense_runs();
@@ -384,9 +388,9 @@ TEST(CudnnAttention, PackedCallsRunInParts) {
   const std::string tight = plan_info(Problem(threes, 30, true));
   EXPECT_NE(tight.find("(in 3 parts: 3 seqs B=3 S=512, 3 seqs B=3 S=512, 2 seqs B=2 S=256)"),
             std::string::npos) << tight;
-  // 640 alone (S 768), then 60 70 80 padded to 128, not to 768.
+  // 640 alone (S 768), then 60 70 80 padded to 96 (a bucket: 1.5 x 64), not to 768.
   const std::string apart = plan_info(Problem({14, 2, 128, {640, 60, 70, 80}}, 32, true));
-  EXPECT_NE(apart.find("(in 2 parts: 1 seqs B=1 S=768, 3 seqs B=3 S=128)"), std::string::npos)
+  EXPECT_NE(apart.find("(in 2 parts: 1 seqs B=1 S=768, 3 seqs B=3 S=96)"), std::string::npos)
       << apart;
 }
 
@@ -395,18 +399,19 @@ TEST(CudnnAttention, PackedCallsRunInParts) {
 // and its neighbours in packed parts of their own.
 TEST(CudnnAttention, LongBucketFillingSequencesRunDense) {
   SF_REQUIRE_CUDNN_ATTENTION();
-  const CudnnCase c{2, 1, 64, {300, 8192, 8192, 100}};
+  const CudnnCase c{2, 1, 64, {300, 16384, 16384, 100}};
   const bool prev_det = cuda::attention_deterministic();
   cuda::set_attention_deterministic(false);
   const int64_t d0 = cuda::cudnn_attention_stats().dense_executions;
   run_case(c, 33);
   gs().synchronize();
   EXPECT_GE(cuda::cudnn_attention_stats().dense_executions - d0, 3)
-      << "the two 8192s ran dense in the forward and both backwards";
+      << "the two 16384s ran dense in the forward and both backwards";
   cuda::set_attention_deterministic(prev_det);
   const std::string info = plan_info(Problem(c, 33));
-  EXPECT_NE(info.find("(in 3 parts: 1 seqs B=1 S=384, 2 seqs dense B=2 S=8192, 1 seqs B=1 S=128)"),
-            std::string::npos) << info;
+  const std::string parts =
+      "(in 3 parts: 1 seqs B=1 S=384, 2 seqs dense B=2 S=16384, 1 seqs B=1 S=128)";
+  EXPECT_NE(info.find(parts), std::string::npos) << info;
 }
 
 // The host's lengths must describe the call: a clear error where they do not.
@@ -427,10 +432,11 @@ TEST(CudnnAttention, HostLengthsThatDisagreeAreAnError) {
   }
 }
 
-// A second batch in the same buckets (S 256, one sequence a part) reuses the plans: none is built.
+// A second batch in the same buckets (one sequence a part: S 128, then S 256) reuses the plans:
+// none is built.
 TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   SF_REQUIRE_CUDNN_ATTENTION();
-  const Problem a({8, 4, 128, {100, 250}}, 9), b({8, 4, 128, {240, 90}}, 10);
+  const Problem a({8, 4, 128, {100, 250}}, 9), b({8, 4, 128, {120, 200}}, 10);
   const Fwd fa = run_forward(a, AttentionImpl::cudnn);
   const Bwd ba = run_backward(a, fa, AttentionImpl::cudnn);
   gs().synchronize();
@@ -461,7 +467,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
                              CudnnCase{8, 2, 64, {512}}, CudnnCase{14, 2, 128, {256, 256}},
                              CudnnCase{8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80,
                                                   128, 70, 60}},  // in parts: B 8 and 6
-                             CudnnCase{2, 1, 64, {300, 8192, 8192, 100}}}) {  // see below
+                             CudnnCase{2, 1, 64, {300, 16384, 16384, 100}}}) {
     const int64_t T = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
     const int64_t qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D, W = qd + 2 * kvd;
     cuda::CudnnAttentionCall call;
@@ -473,7 +479,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
     call.cu_seqlens = static_cast<const int32_t*>(fake(5));
     call.shape = AttentionShape{c.Hq, c.Hkv, c.D, 0.1f, int(c.lens.size()),
                                 *std::max_element(c.lens.begin(), c.lens.end())};
-    // With the host's lengths too (parts padded to their own longest; the 8192s dense).
+    // With the host's lengths too (parts padded to their own longest; the 16384s dense).
     std::vector<int32_t> cu{0};
     for (int l : c.lens) cu.push_back(cu.back() + l);
     for (bool host_lengths : {false, true}) {

@@ -789,14 +789,13 @@ void check_view(const Mat& m, int64_t rows, int64_t cols, const char* arg) {
              " must be 16-byte aligned");
 }
 
-// The host's cu_seqlens, where given, must describe the call: from 0, non-decreasing, within its
-// tokens, the longest max_seqlen (a mismatch with the device's copy cannot be seen here).
+// The host's cu_seqlens, where given, must describe the call: 0 to its tokens, non-decreasing,
+// the longest max_seqlen (a mismatch with the device's copy cannot be seen here).
 void check_host_lengths(const AttentionShape& sh, int64_t tokens) {
   const int32_t* cu = sh.host_cu_seqlens;
   if (cu == nullptr) return;
-  SF_CHECK(cu[0] == 0 && cu[sh.n_seqs] <= tokens, "cuda cudnn attention: host_cu_seqlens runs ",
-           cu[0], " .. ", cu[sh.n_seqs], ", expected 0 .. at most the call's ", tokens,
-           " tokens");
+  SF_CHECK(cu[0] == 0 && cu[sh.n_seqs] == tokens, "cuda cudnn attention: host_cu_seqlens runs ",
+           cu[0], " .. ", cu[sh.n_seqs], ", expected 0 .. ", tokens, " (the call's tokens)");
   int64_t longest = 0;
   for (int i = 0; i < sh.n_seqs; ++i) {
     SF_CHECK(cu[i + 1] >= cu[i], "cuda cudnn attention: host_cu_seqlens decreases at ", i + 1);
@@ -883,10 +882,11 @@ struct Part {
   GraphKey key;
 };
 
-// A sequence that fills its length bucket and is this long runs alone on the dense graph (3-10%
-// faster than packed, docs/BENCHMARKS.md) rather than padding its neighbours: from here a call
-// of it takes over a millisecond, against tens of microseconds a part costs.
-constexpr int kDenseAloneTokens = 8192;
+// A sequence that fills its length bucket and is this long runs alone on the dense graph rather
+// than packed with its neighbours. Measured on the H200 (docs/BENCHMARKS.md, varlen rows): a 32K
+// sequence alone took the 64K mix 3% faster at D 64 and 128; an 8K one alone moved the 32K mix
+// by -3% (D 128) / +2% (D 64): there the dense kernel's gain no longer pays for the extra part.
+constexpr int kDenseAloneTokens = 16384;
 
 bool fills_bucket(int64_t len) { return len >= 64 && bucket(len) == len; }
 
