@@ -884,8 +884,8 @@ struct Part {
 
 // A sequence that fills its length bucket and is this long runs alone on the dense graph rather
 // than packed with its neighbours. Measured on the H200 (docs/BENCHMARKS.md, varlen rows): a 32K
-// sequence alone took the 64K mix 3% faster at D 64 and 128; an 8K one alone moved the 32K mix
-// by -3% (D 128) / +2% (D 64): there the dense kernel's gain no longer pays for the extra part.
+// sequence alone took the 64K mix 3-4% faster at D 64 and 128; an 8K one alone moved the 32K
+// mix by -3% (D 128) / +2% (D 64), inside that row's spread: no gain shown at 8K.
 constexpr int kDenseAloneTokens = 16384;
 
 bool fills_bucket(int64_t len) { return len >= 64 && bucket(len) == len; }
