@@ -3,7 +3,9 @@
 //
 // Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP]
 // Groups: copy norm rope swiglu elementwise adamw embedding gemm attention varlen lm_head, and
-// gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed.
+// gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed;
+// plans / plans:count / plans:tokens (not in the default run): cuDNN's plan building over a
+// run's stream of packed batches, per cuda::PackedBatch policy.
 // attention:D64 / attention:D128 and varlen:D64 / varlen:D128 run one head dimension's rows;
 // varlen = packed calls of unequal sequences (varlen_mix), the rows unequal lengths run.
 // Memory-bound ops report GB/s (bytes each op must read + write once) and the fraction of a
@@ -15,11 +17,13 @@
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
 // through the packed graph only, SF_CUDNN_DENSE=0; cudnn-nondet-uniform (unequal sequences) =
-// the atomic backward without the host's lengths; bench/torch_attention_ref.py
+// the atomic backward without the host's lengths; cudnn-nondet-bytokens (unequal sequences) =
+// the atomic backward with cuda::PackedBatch::by_tokens; bench/torch_attention_ref.py
 // times torch's SDPA backends at the same shapes with the same formula). The LM head counts its three GEMMs (6*T*V*C); peak memory is the scratch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -167,15 +171,21 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     bool deterministic;
     bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
     bool uniform = false;   // no host lengths: parts of equal count padded to the longest
+    bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
   };
   for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
                          Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
                          Impl{"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
                          Impl{"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false,
                               true},
+                         Impl{"cudnn-nondet-bytokens", cuda::AttentionImpl::cudnn, false,
+                              false, false, true},
                          Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
-    if (im.uniform && all_equal) continue;  // equal sequences: one dense part either way
+    // equal sequences: one dense part either way
+    if ((im.uniform || im.by_tokens) && all_equal) continue;
+    cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
+                                              : cuda::PackedBatch::by_count);
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
@@ -206,6 +216,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
   cuda::set_cudnn_dense_graphs(true);
+  cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
   b.free_all();
 }
 
@@ -276,6 +287,79 @@ void varlen_rows(Bench& b) {
                          "/", KV, " heads, D ", D));
     }
   }
+}
+
+// "--only plans" (plans:tokens: cuda::PackedBatch::by_tokens; plans:count: by_count): what
+// cuDNN's plan building costs a fine-tuning run. A stream of 16 batches of 8 rows x 8192 tokens
+// (D 128, 32/8 heads), each row packed with varlen_mix documents of up to 8192 tokens, runs
+// forward + backward with the host's lengths twice: cold (plans built as new parts appear) and
+// warm (every plan cached). Rows: each pass's total and the plans built, with their build time.
+// Run each policy in a process of its own: the plan cache is process-wide.
+void plan_stream_rows(Bench& b) {
+  if (!cuda::cudnn_attention_available()) return;
+  const std::string pick = g_only.rfind("plans:", 0) == 0 ? g_only.substr(6) : "count";
+  if (pick != "count" && pick != "tokens") {
+    std::fprintf(stderr, "bench_cuda_kernels: --only %s: plans:count or plans:tokens\n",
+                 g_only.c_str());
+    std::exit(2);
+  }
+  cuda::set_cudnn_packed_batch(pick == "tokens" ? cuda::PackedBatch::by_tokens
+                                                : cuda::PackedBatch::by_count);
+  cuda::set_attention_impl(cuda::AttentionImpl::cudnn);
+  cuda::set_attention_deterministic(false);
+  const int64_t H = 32, KV = 8, D = 128, rows = 8, seq = 8192, T = rows * seq, n_batches = 16;
+  std::vector<std::vector<int32_t>> cus;
+  double sum_sq = 0;
+  for (int64_t i = 0; i < n_batches; ++i) {
+    std::vector<int32_t> cu{0};
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t n : varlen_mix(seq, seq, uint32_t(100 + i * rows + r))) {
+        cu.push_back(cu.back() + int32_t(n));
+        sum_sq += double(n) * double(n);
+      }
+    cus.push_back(cu);
+  }
+  const int64_t W = (H + 2 * KV) * D;
+  Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
+  Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
+  float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+  auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T + 1)));
+  Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
+      v = qkv.col_block((H + KV) * D, KV * D);
+  Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
+      dv = dqkv.col_block((H + KV) * D, KV * D);
+  const double flops = 3.5 * 4.0 * D * H * sum_sq / 2.0;
+  for (const char* pass : {"cold", "warm"}) {
+    const cuda::CudnnAttentionStats s0 = cuda::cudnn_attention_stats();
+    b.sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t n_seqs = 0;
+    for (const std::vector<int32_t>& cu : cus) {
+      upload(dcu, cu.data(), cu.size() * 4, "cu");
+      int32_t longest = 0;
+      for (size_t j = 1; j < cu.size(); ++j) longest = std::max(longest, cu[j] - cu[j - 1]);
+      AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)),
+                        int(cu.size() - 1), int(longest)};
+      sh.host_cu_seqlens = cu.data();
+      n_seqs += sh.n_seqs;
+      b.be.attention_forward(b.st, out, lse, q, k, v, sh, dcu);
+      b.be.attention_backward(b.st, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
+    }
+    b.sync();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const cuda::CudnnAttentionStats s1 = cuda::cudnn_attention_stats();
+    std::printf("plans %s [%s]: %lld batches (%lld seqs) in %.1f ms, %lld plans built in %.1f ms\n",
+                pick.c_str(), pass, (long long)n_batches, (long long)n_seqs, ms,
+                (long long)(s1.plans_built - s0.plans_built),
+                1e3 * (s1.plan_build_seconds - s0.plan_build_seconds));
+    add_flops(cat("attention stream fwd+bwd [by_", pick, ", ", pass, ", ",
+                  s1.plans_built - s0.plans_built, " plans]"),
+              cat(n_batches, " x ", rows, " x ", seq, " packed, D 128"), flops, ms);
+  }
+  cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
+  cuda::set_attention_deterministic(true);
+  b.free_all();
 }
 
 // Times the first 8 cuBLASLt candidates of each layer GEMM at 32K tokens, forward (y = x
@@ -449,6 +533,8 @@ void run(Bench& b) {
   if (want("attention") || g_only.rfind("attention:", 0) == 0) attention_rows(b);
   // ---- attention over packed sequences of unequal lengths (varlen_mix) ----
   if (want("varlen") || g_only.rfind("varlen:", 0) == 0) varlen_rows(b);
+  // ---- plan building over a run's stream of packed batches (only when asked) ----
+  if (g_only.rfind("plans", 0) == 0) plan_stream_rows(b);
   // ---- fused LM head + cross-entropy ----
   if (want("lm_head")) {
     const int64_t chunk = 4096;

@@ -414,6 +414,39 @@ TEST(CudnnAttention, LongBucketFillingSequencesRunDense) {
   EXPECT_NE(info.find(parts), std::string::npos) << info;
 }
 
+// PackedBatch::by_tokens: a packed part's B is the largest bucket with B x S <= the call's
+// tokens, so parts of one length bucket share a plan whatever their count; as accurate as
+// by_count in both backward forms. {200, 10, 10} and {200, 5, 5, 10} (220 tokens each) run
+// 200 alone (S 256) and the short ones at S 64: by count B 2 then 3, by tokens B 3 both times.
+TEST(CudnnAttention, PackedBatchByTokensSharesPlansAcrossCounts) {
+  SF_REQUIRE_CUDNN_ATTENTION();
+  const bool prev_det = cuda::attention_deterministic();
+  const cuda::PackedBatch prev_batch = cuda::cudnn_packed_batch();
+  cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_tokens);
+  const CudnnCase a{6, 2, 64, {200, 10, 10}}, b{6, 2, 64, {200, 5, 5, 10}};
+  for (bool det : {false, true}) {
+    cuda::set_attention_deterministic(det);
+    run_case(a, 40);
+    gs().synchronize();
+    const int64_t built = cuda::cudnn_attention_stats().plans_built;
+    run_case(b, 41);
+    gs().synchronize();
+    EXPECT_EQ(cuda::cudnn_attention_stats().plans_built, built)
+        << "b's parts are a's buckets by tokens: no new plan (deterministic " << det << ")";
+    run_case({8, 2, 64, {128, 100, 90, 120, 77, 128, 65, 99, 110, 80, 128, 70, 60}}, 42);
+    run_case({14, 2, 128, {640, 60, 70, 80}}, 43);
+  }
+  const std::string info = plan_info(Problem(a, 40));
+  EXPECT_NE(info.find("(in 2 parts: 1 seqs B=1 S=256, 2 seqs B=3 S=64)"), std::string::npos)
+      << info;
+  cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
+  const std::string by_count = plan_info(Problem(a, 40));
+  EXPECT_NE(by_count.find("(in 2 parts: 1 seqs B=1 S=256, 2 seqs B=2 S=64)"), std::string::npos)
+      << by_count;
+  cuda::set_cudnn_packed_batch(prev_batch);
+  cuda::set_attention_deterministic(prev_det);
+}
+
 // The host's lengths must describe the call: a clear error where they do not.
 TEST(CudnnAttention, HostLengthsThatDisagreeAreAnError) {
   SF_REQUIRE_CUDNN_ATTENTION();
@@ -461,6 +494,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
   auto fake = [](int64_t i) { return reinterpret_cast<void*>(uintptr_t(i + 1) << 20); };
   // (1024 and 512 tokens of one sequence, 2 x 256: the dense graphs, set on below.)
   const bool prev_dense = cuda::cudnn_dense_graphs();
+  const cuda::PackedBatch prev_batch = cuda::cudnn_packed_batch();
   cuda::set_cudnn_dense_graphs(true);
   for (const CudnnCase& c : {CudnnCase{32, 8, 128, {300, 77, 129, 1, 64}}, CudnnCase{8, 8, 64, {130}},
                              CudnnCase{14, 2, 128, {200, 17}}, CudnnCase{32, 8, 128, {1024}},
@@ -482,9 +516,13 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
     // With the host's lengths too (parts padded to their own longest; the 16384s dense).
     std::vector<int32_t> cu{0};
     for (int l : c.lens) cu.push_back(cu.back() + l);
-    for (bool host_lengths : {false, true}) {
+    for (int form = 0; form < 3; ++form) {  // no host lengths; with them, by count / tokens
+      const bool host_lengths = form > 0;
       call.shape.host_cu_seqlens = host_lengths ? cu.data() : nullptr;
-      const std::string what = cname(c) + (host_lengths ? " with host lengths" : "");
+      cuda::set_cudnn_packed_batch(form == 2 ? cuda::PackedBatch::by_tokens
+                                             : cuda::PackedBatch::by_count);
+      const std::string what = cname(c) + (host_lengths ? " with host lengths" : "") +
+                               (form == 2 ? ", B by tokens" : "");
       call.backward = false;
       EXPECT_EQ(cuda::cudnn_attention_graph_check(call), "") << what << " forward";
       call.backward = true;
@@ -501,6 +539,7 @@ TEST(CudnnAttention, GraphsFinalizeWithoutADevice) {
       }
     }
   }
+  cuda::set_cudnn_packed_batch(prev_batch);
   cuda::set_cudnn_dense_graphs(prev_dense);
 }
 

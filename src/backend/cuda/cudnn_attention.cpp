@@ -20,8 +20,10 @@
 // emits for cuDNN 9.x before its unified SDPA node, which has no causal mask in 9.19).
 #include "backend/cuda/cudnn_attention.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -112,6 +114,13 @@ bool attention_deterministic() { return g_deterministic.get(); }
 void set_attention_deterministic(bool on) { g_deterministic.set(on); }
 bool cudnn_dense_graphs() { return g_dense.get(); }
 void set_cudnn_dense_graphs(bool on) { g_dense.set(on); }
+
+namespace {
+std::atomic<PackedBatch> g_packed_batch{PackedBatch::by_count};
+}  // namespace
+
+PackedBatch cudnn_packed_batch() { return g_packed_batch.load(); }
+void set_cudnn_packed_batch(PackedBatch p) { g_packed_batch.store(p); }
 
 namespace {
 
@@ -890,18 +899,32 @@ constexpr int kDenseAloneTokens = 16384;
 
 bool fills_bucket(int64_t len) { return len >= 64 && bucket(len) == len; }
 
+// The largest bucket <= n (n >= 1).
+int64_t bucket_at_most(int64_t n) {
+  int64_t b = 1;
+  while (bucket(b + 1) <= n) b = bucket(b + 1);
+  return b;
+}
+
+// A packed part's B (PackedBatch): the bucket of its count, or as many rows as the call's
+// tokens allow.
+int packed_batch(int64_t n_seqs, int64_t S, int64_t tokens) {
+  const int64_t by_count = bucket(n_seqs);
+  if (cudnn_packed_batch() == PackedBatch::by_count) return int(by_count);
+  return int(std::clamp<int64_t>(bucket_at_most(std::max<int64_t>(1, tokens / S)), by_count,
+                                 65535));
+}
+
 // Without the host's lengths: k sequences a part, k the largest bucket with k x S <= tokens
 // (S the bucket of the longest). A dense call has no padding: one part.
 std::vector<Part> uniform_parts(const GraphKey& whole, const AttentionShape& sh,
                                 int64_t tokens) {
-  const int64_t fit = std::max<int64_t>(1, tokens / whole.S);
-  int64_t k = 1;
-  while (bucket(k + 1) <= fit) k = bucket(k + 1);
-  if (whole.dense || k >= sh.n_seqs) return {Part{0, sh.n_seqs, 0, whole}};
+  const int64_t k = bucket_at_most(std::max<int64_t>(1, tokens / whole.S));
+  if (whole.dense) return {Part{0, sh.n_seqs, 0, whole}};
   std::vector<Part> parts;
   for (int first = 0; first < sh.n_seqs; first += int(k)) {
     Part p{first, int(std::min<int64_t>(k, sh.n_seqs - first)), 0, whole};
-    p.key.B = int(bucket(p.n_seqs));
+    p.key.B = packed_batch(p.n_seqs, whole.S, tokens);
     parts.push_back(p);
   }
   return parts;
@@ -933,7 +956,9 @@ std::vector<Part> length_parts(const AttentionShape& sh, const AttentionStrides&
     AttentionShape part = sh;
     part.n_seqs = n;
     part.max_seqlen = int(longest);
-    parts.push_back(Part{i, n, cu[i], key_from(part, ld, backward, device, cu[i + n] - cu[i])});
+    Part p{i, n, cu[i], key_from(part, ld, backward, device, cu[i + n] - cu[i])};
+    if (!p.key.dense) p.key.B = packed_batch(n, p.key.S, tokens);
+    parts.push_back(p);
     i += n;
   }
   return parts;
@@ -1025,11 +1050,18 @@ Plan* plan_for(State& st, const GraphKey& key) {
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return it->second.get();
   if (st.refused.count(key) != 0) return nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto took = [&] {
+    st.stats.plan_build_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   try {
     auto p = build_plan(key, handle_for(st, key.device));
+    took();
     ++st.stats.plans_built;
     return (st.plans[key] = std::move(p)).get();
   } catch (const Refusal& r) {
+    took();
     ++st.stats.plans_refused;
     st.refused[key] = r.what();
     std::fprintf(stderr, "sf: cuDNN attention refused %s: %s; the native kernels run such calls\n",

@@ -83,6 +83,16 @@ void set_attention_deterministic(bool on);
 bool cudnn_dense_graphs();
 void set_cudnn_dense_graphs(bool on);
 
+// How a packed part's sequence-count bucket B is chosen (the dense graph's B is always its
+// sequences). by_count: the bucket of the part's sequences, the fewest padded rows. by_tokens:
+// the largest bucket with B x S <= the call's tokens, so that one graph serves every part of
+// length bucket S whatever its count: fewer plans to build over a run of varied batches (cuDNN
+// builds one per graph, tens of ms to seconds each), more empty sequences per call. Either way
+// B x S <= tokens, the workspace the planner counts. The setter is for tests and A/B benchmarks.
+enum class PackedBatch { by_count, by_tokens };
+PackedBatch cudnn_packed_batch();
+void set_cudnn_packed_batch(PackedBatch p);
+
 // One attention call, as the launchers in attention.cuh take it. The backward fills the d*
 // views and dout; the forward leaves them empty.
 struct CudnnAttentionCall {
@@ -120,6 +130,7 @@ struct CudnnAttentionStats {
   int64_t plans_refused = 0;
   int64_t executions = 0;
   int64_t dense_executions = 0;  // of those, through a dense graph (cudnn_dense_graphs)
+  double plan_build_seconds = 0;  // wall time spent building plans (and refusals)
 };
 CudnnAttentionStats cudnn_attention_stats();
 
