@@ -323,7 +323,13 @@ void plan_stream_rows(Bench& b) {
   Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
   Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
   float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
-  auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, size_t(T + 1)));
+  // Each batch's cu_seqlens in a buffer of its own, uploaded before the clock starts (an upload
+  // between batches would race the previous batch's kernels, which read it).
+  std::vector<int32_t*> dcus;
+  for (const std::vector<int32_t>& cu : cus) {
+    dcus.push_back(static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size())));
+    upload(dcus.back(), cu.data(), cu.size() * 4, "cu");
+  }
   Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
       v = qkv.col_block((H + KV) * D, KV * D);
   Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
@@ -334,8 +340,9 @@ void plan_stream_rows(Bench& b) {
     b.sync();
     const auto t0 = std::chrono::steady_clock::now();
     int64_t n_seqs = 0;
-    for (const std::vector<int32_t>& cu : cus) {
-      upload(dcu, cu.data(), cu.size() * 4, "cu");
+    for (size_t i = 0; i < cus.size(); ++i) {
+      const std::vector<int32_t>& cu = cus[i];
+      int32_t* dcu = dcus[i];
       int32_t longest = 0;
       for (size_t j = 1; j < cu.size(); ++j) longest = std::max(longest, cu[j] - cu[j - 1]);
       AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)),
