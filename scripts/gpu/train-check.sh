@@ -44,18 +44,20 @@ EOF
 # 1. The example data on the "small" preset (the tiny one's head_dim 32 has no CUDA attention),
 #    resident on the GPU; then Ctrl-C at step 10 and resume. --deterministic: the default
 #    attention backward (cuDNN's, accumulating with atomics) differs in the last bits from run
-#    to run, so only the deterministic one can show a resume bit for bit.
+#    to run, so only the deterministic one can show a resume bit for bit; SF_GEMM_TUNE=0 (E):
+#    tuned GEMMs time their candidates afresh in each process and may pick another tile shape.
+E="SF_GEMM_TUNE=0"
 M="--example-size small --batch-size 8 --seq-len 128 --steps 30 --eval-every 10 --deterministic"
-run resident "" $M --out "$W/a" --save-every 10
-run resident-int "SF_TEST_FAULT=sigint@step:10" $M --out "$W/b" --save-every 10
-run resident-resume "" $M --out "$W/b" --resume
+run resident "$E" $M --out "$W/a" --save-every 10
+run resident-int "$E SF_TEST_FAULT=sigint@step:10" $M --out "$W/b" --save-every 10
+run resident-resume "$E" $M --out "$W/b" --resume
 compare "$W/a" "$W/b"
 cp "$W/a/loss.png" "$OUT/resident_loss.png"
 
 # 2. The same through the sliding window (forced), interrupted and resumed.
-run sliding "" $M --engine sliding --out "$W/c" --save-every 10
-run sliding-int "SF_TEST_FAULT=sigint@step:10" $M --engine sliding --out "$W/d" --save-every 10
-run sliding-resume "" $M --engine sliding --out "$W/d" --resume
+run sliding "$E" $M --engine sliding --out "$W/c" --save-every 10
+run sliding-int "$E SF_TEST_FAULT=sigint@step:10" $M --engine sliding --out "$W/d" --save-every 10
+run sliding-resume "$E" $M --engine sliding --out "$W/d" --resume
 compare "$W/c" "$W/d"
 compare "$W/a" "$W/c"
 
