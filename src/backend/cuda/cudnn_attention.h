@@ -87,8 +87,9 @@ void set_cudnn_dense_graphs(bool on);
 // sequences). by_count: the bucket of the part's sequences, the fewest padded rows. by_tokens:
 // the largest bucket with B x S <= the call's tokens, so that one graph serves every part of
 // length bucket S whatever its count: fewer plans to build over a run of varied batches (cuDNN
-// builds one per graph, tens of ms to seconds each), more empty sequences per call. Either way
-// B x S <= tokens, the workspace the planner counts. by_count is the default: on the H200
+// builds one per graph, tens of ms to seconds each), more empty sequences per call. Neither pads
+// past the call's tokens (but a lone sequence's own bucket), the workspace the planner counts.
+// by_count is the default: on the H200
 // (docs/BENCHMARKS.md) by_tokens halved the plans a stream of 16 packed 8 x 8192 batches built
 // (16 against 32; about 70 ms each) but ran 0.6-2.4% slower once they were built, which a run
 // of an hour pays more than the seconds of plans it saves. The setter is for tests and A/B
