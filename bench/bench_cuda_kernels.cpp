@@ -133,6 +133,28 @@ void add_flops(const std::string& op, const std::string& shape, double flops, do
   g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
 }
 
+// Random q/k/v (one packed [T, (H + 2 KV) D] buffer, as the layer's fused projection leaves
+// them), out, dout, lse, and the gradients' views, for attention calls of T tokens.
+struct AttentionTensors {
+  Mat q, k, v, out, dq, dk, dv, dout;
+  float* lse = nullptr;
+};
+AttentionTensors attention_tensors(Bench& b, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  const int64_t W = (H + 2 * KV) * D;
+  Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
+  AttentionTensors t;
+  t.q = qkv.col_block(0, H * D);
+  t.k = qkv.col_block(H * D, KV * D);
+  t.v = qkv.col_block((H + KV) * D, KV * D);
+  t.dq = dqkv.col_block(0, H * D);
+  t.dk = dqkv.col_block(H * D, KV * D);
+  t.dv = dqkv.col_block((H + KV) * D, KV * D);
+  t.out = b.mat(DType::bf16, T, H * D);
+  t.dout = b.mat(DType::bf16, T, H * D);
+  t.lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+  return t;
+}
+
 // One packed attention call (sequences of `lens` tokens, H/KV heads of D) with each
 // implementation (ours; cuDNN with its deterministic backward, the default; cuDNN's atomic
 // backward through the packed graph, then through the dense one where it applies). A row names
@@ -149,20 +171,17 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     L = std::max(L, n);
     sum_sq += double(n) * double(n);
   }
-  const int64_t n_seqs = int64_t(lens.size()), W = (H + 2 * KV) * D;
+  const int64_t n_seqs = int64_t(lens.size());
   const bool all_equal = std::all_of(lens.begin(), lens.end(), [&](int64_t n) { return n == L; });
-  Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
-  Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
-  float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+  const AttentionTensors at = attention_tensors(b, T, H, KV, D);
+  const Mat &q = at.q, &k = at.k, &v = at.v, &out = at.out, &dq = at.dq, &dk = at.dk,
+            &dv = at.dv, &dout = at.dout;
+  float* lse = at.lse;
   std::vector<int32_t> cu{0};
   for (int64_t n : lens) cu.push_back(cu.back() + int32_t(n));
   auto* dcu = static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size()));
   upload(dcu, cu.data(), cu.size() * 4, "cu");
   AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(n_seqs), int(L)};
-  Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
-      v = qkv.col_block((H + KV) * D, KV * D);
-  Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
-      dv = dqkv.col_block((H + KV) * D, KV * D);
   const double fwd_flops = 4.0 * D * H * sum_sq / 2.0;
   const int reps = fwd_flops > 2e13 ? 5 : 20;  // the 64K / 128K rows run for seconds
   struct Impl {
@@ -319,10 +338,10 @@ void plan_stream_rows(Bench& b) {
       }
     cus.push_back(cu);
   }
-  const int64_t W = (H + 2 * KV) * D;
-  Mat qkv = b.mat(DType::bf16, T, W, -2.f, 2.f), dqkv = b.mat(DType::bf16, T, W);
-  Mat out = b.mat(DType::bf16, T, H * D), dout = b.mat(DType::bf16, T, H * D);
-  float* lse = static_cast<float*>(b.rand_buf(DType::f32, size_t(H * T)));
+  const AttentionTensors at = attention_tensors(b, T, H, KV, D);
+  const Mat &q = at.q, &k = at.k, &v = at.v, &out = at.out, &dq = at.dq, &dk = at.dk,
+            &dv = at.dv, &dout = at.dout;
+  float* lse = at.lse;
   // Each batch's cu_seqlens in a buffer of its own, uploaded before the clock starts (an upload
   // between batches would race the previous batch's kernels, which read it).
   std::vector<int32_t*> dcus;
@@ -330,10 +349,6 @@ void plan_stream_rows(Bench& b) {
     dcus.push_back(static_cast<int32_t*>(b.rand_buf(DType::i32, cu.size())));
     upload(dcus.back(), cu.data(), cu.size() * 4, "cu");
   }
-  Mat q = qkv.col_block(0, H * D), k = qkv.col_block(H * D, KV * D),
-      v = qkv.col_block((H + KV) * D, KV * D);
-  Mat dq = dqkv.col_block(0, H * D), dk = dqkv.col_block(H * D, KV * D),
-      dv = dqkv.col_block((H + KV) * D, KV * D);
   const double flops = 3.5 * 4.0 * D * H * sum_sq / 2.0;
   for (const char* pass : {"cold", "warm"}) {
     const cuda::CudnnAttentionStats s0 = cuda::cudnn_attention_stats();
