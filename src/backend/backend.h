@@ -94,6 +94,10 @@ class Backend {
   // total - free: beyond bytes_in_use() the CUDA context, libraries' own memory and other
   // processes); 0 where the backend has no device memory of its own (the host backend).
   virtual size_t device_used_bytes() const { return 0; }
+  // What this backend spent once, on its own, in this process, that the run's summary should
+  // name because it makes the first steps slower than the rest (on CUDA: the time cuDNN took
+  // to build its attention plans); empty when there is nothing to say.
+  virtual std::string one_off_costs() const { return {}; }
   // Copies between host memory and backend memory, ordered on stream s.
   virtual void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) = 0;

@@ -20,6 +20,7 @@ class ForwardingBackend : public Backend {
   size_t bytes_in_use() const override { return in_.bytes_in_use(); }
   size_t peak_bytes_in_use() const override { return in_.peak_bytes_in_use(); }
   size_t device_used_bytes() const override { return in_.device_used_bytes(); }
+  std::string one_off_costs() const override { return in_.one_off_costs(); }
   bool annotates() const override { return in_.annotates(); }
   void range_push(const char* name) override { in_.range_push(name); }
   void range_pop() override { in_.range_pop(); }

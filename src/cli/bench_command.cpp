@@ -160,6 +160,8 @@ void add_bench_command(CLI::App& app) {
               << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
               << (o->grads_stream ? "" : " (no grads stream)")
               << (o->kept_attention ? "" : " (no kept attention)") << "\n";
+    if (const std::string costs = exec->one_off_costs(); !costs.empty())
+      std::cout << "one-off: " << costs << "\n";
     // Growth after step 10: the first steps still fault in pages and fill allocator pools.
     std::cout << mem.summary_line(exec->device_peak_bytes(), 10) << "\n";
   });

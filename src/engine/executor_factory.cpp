@@ -39,6 +39,7 @@ class Owning final : public StepExecutor {
   size_t device_peak_bytes() const override { return be_->peak_bytes_in_use(); }
   size_t device_bytes_in_use() const override { return be_->bytes_in_use(); }
   size_t device_used_bytes() const override { return be_->device_used_bytes(); }
+  std::string one_off_costs() const override { return be_->one_off_costs(); }
 
  private:
   std::unique_ptr<Backend> be_;

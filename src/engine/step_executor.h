@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/error.h"
 #include "optim/adamw_step.h"
@@ -90,6 +91,8 @@ class StepExecutor {
   // them (Backend::device_used_bytes: 0 on the host backend); 0: unknown.
   virtual size_t device_bytes_in_use() const { return 0; }
   virtual size_t device_used_bytes() const { return 0; }
+  // Backend::one_off_costs of the executor's backend ("" when unknown).
+  virtual std::string one_off_costs() const { return {}; }
 };
 
 }  // namespace sf

@@ -653,6 +653,8 @@ TrainResult Trainer::finish() {
             ", ", format_rate(result_.tokens_per_second), " tokens/s; model ",
             result_.checkpoint.string(), "; metrics ", metrics_.file().string(), "; plot ",
             metrics_.plot_file().string()));
+  if (const std::string costs = exec_->one_off_costs(); !costs.empty() && step_ > result_.start_step)
+    say(cat("one-off: ", costs));
   return result_;
 }
 

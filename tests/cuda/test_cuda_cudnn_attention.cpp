@@ -481,6 +481,24 @@ TEST(CudnnAttention, PlanCacheReusedWithinBucket) {
   EXPECT_EQ(s2.plans_built, s1.plans_built) << "same bucket, new plan";
   EXPECT_EQ(s2.plans_refused, s1.plans_refused);
   EXPECT_GE(s2.executions - s1.executions, 1) << "the second forward ran on cuDNN";
+  // The run's summary names the plans (CudaBackend::one_off_costs, the trainer's last line).
+  EXPECT_GT(s2.plan_build_seconds, 0.0);
+  EXPECT_NE(gpu().one_off_costs().find(" attention plan"), std::string::npos)
+      << gpu().one_off_costs();
+}
+
+// What a run's summary says of plan building (runs without a device).
+TEST(CudnnAttention, PlanBuildingDescribedForTheRunSummary) {
+  cuda::CudnnAttentionStats st;
+  EXPECT_EQ(cuda::describe_plan_building(st), "");
+  st.plans_built = 1;
+  st.plan_build_seconds = 0.04;
+  EXPECT_EQ(cuda::describe_plan_building(st),
+            "cuDNN built 1 attention plan in 0.0 s (once per shape, the first time it runs)");
+  st.plans_built = 32;
+  st.plan_build_seconds = 6.389;
+  EXPECT_EQ(cuda::describe_plan_building(st),
+            "cuDNN built 32 attention plans in 6.4 s (once per shape, the first time it runs)");
 }
 
 // cuDNN accepts every graph we build (descriptor attributes, op shapes) without a device, so

@@ -184,6 +184,11 @@ size_t CudaBackend::device_used_bytes() const {
   return total_b - free_b;
 }
 
+// cuDNN's plans are process-wide, so this counts those built for any backend of the process.
+std::string CudaBackend::one_off_costs() const {
+  return cuda::describe_plan_building(cuda::cudnn_attention_stats());
+}
+
 void CudaBackend::copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(s)));
 }

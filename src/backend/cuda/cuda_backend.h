@@ -51,6 +51,7 @@ class CudaBackend final : public Backend {
   size_t peak_bytes_in_use() const override { return peak_.load(); }
   void reset_peak() { peak_.store(in_use_.load()); }
   size_t device_used_bytes() const override;  // cudaMemGetInfo of device(); 0 if it fails
+  std::string one_off_costs() const override;  // cuDNN's attention plans built so far
   void copy_to_device(Stream& s, void* dst, const void* src, size_t bytes) override;
   void copy_to_host(Stream& s, void* dst, const void* src, size_t bytes) override;
   void copy_on_device(Stream& s, void* dst, const void* src, size_t bytes) override;

@@ -166,6 +166,14 @@ const std::string& unavailable_reason() {
 bool cudnn_attention_available() { return unavailable_reason().empty(); }
 std::string cudnn_attention_unavailable_reason() { return unavailable_reason(); }
 
+std::string describe_plan_building(const CudnnAttentionStats& st) {
+  if (st.plans_built <= 0) return {};
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", st.plan_build_seconds);
+  return cat("cuDNN built ", st.plans_built, " attention plan", st.plans_built == 1 ? "" : "s",
+             " in ", secs, " s (once per shape, the first time it runs)");
+}
+
 #if !SF_WITH_CUDNN
 
 // Built without cuDNN >= 9.6 headers (CMake found none): the native kernels are the only ones.
