@@ -5,6 +5,7 @@
 // line; --memory-log writes the samples as CSV (report/memory_sampler.h).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -106,6 +107,10 @@ void add_bench_command(CLI::App& app) {
     // steps is mostly steady, the bench's repeated batch starts with several clipped steps.
     double steady_tokens = 0, steady_seconds = 0;
     int steady_steps = 0;
+    // The plan's prediction of the timed steps as they ran (each after a clipped step or not),
+    // so that a bench whose steps clip compares its rate with the clipped prediction.
+    double predicted_seconds = 0;
+    int after_clipped = 0;
     bool prev_clipped = true;  // (step 1 pays the warm-up and is never counted)
     for (int s = 1; s <= o->steps; ++s) {
       auto ts = std::chrono::steady_clock::now();
@@ -116,6 +121,8 @@ void add_bench_command(CLI::App& app) {
         tokens += double(st.n_tokens);
         seconds += dt;
         busy += st.gpu_busy_seconds;
+        predicted_seconds += pr.plan.step_seconds_after(prev_clipped);
+        after_clipped += prev_clipped;
         if (!prev_clipped) {
           steady_tokens += double(st.n_tokens);
           steady_seconds += dt;
@@ -157,7 +164,10 @@ void add_bench_command(CLI::App& app) {
               << double(exec->device_peak_bytes()) / double(1 << 30)
               << " peak_rss_GiB=" << peak_rss_gib() << " gpu_busy=" << std::setprecision(0)
               << (busy > 0 && seconds > 0 ? 100 * busy / seconds : 0) << "% predicted_tokens/s="
-              << std::setprecision(0) << pr.plan.tokens_per_second << " engine=" << exec->name()
+              << std::setprecision(0) << (predicted_seconds > 0 ? tokens / predicted_seconds : 0)
+              << " (" << after_clipped << " of " << std::max(0, o->steps - 1)
+              << " after a clipped step) predicted_steady_tokens/s=" << pr.plan.tokens_per_second
+              << " engine=" << exec->name()
               << (o->grads_stream ? "" : " (no grads stream)")
               << (o->kept_attention ? "" : " (no kept attention)") << "\n";
     if (const std::string costs = exec->one_off_costs(); !costs.empty())

@@ -119,6 +119,11 @@ struct Plan {
   // so all of the host AdamW follows the backward (a sliding window that speculates hides
   // it in the backward otherwise). Equal to step_seconds where nothing differs.
   double clipped_step_seconds = 0;
+  // The predicted time of a step that follows one whose norm was (or was not) clipped: a
+  // clipped step's AdamW runs in the next step's forward, so that is where it costs.
+  double step_seconds_after(bool previous_clipped) const {
+    return previous_clipped ? clipped_step_seconds : step_seconds;
+  }
   // What the predicted step waits for beyond the GPU's compute, if anything (describe_plan
   // says what would help): the host optimizer, or transfers over PCIe.
   enum class Bound { gpu_compute, cpu_optimizer, transfers } bound = Bound::gpu_compute;

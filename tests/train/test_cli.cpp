@@ -184,8 +184,11 @@ TEST(Cli, CheckpointEveryTrainsTheSameRunAndRefusesBadValues) {
   EXPECT_FALSE(contains(one.output, "layer's input saved")) << one.output;
   const auto a = read_jsonl(tmp.path / "one" / "metrics.jsonl"), b = read_jsonl(tmp.path / "two" / "metrics.jsonl");
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].contains("loss")) EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "line " << i;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].contains("loss")) {
+      EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "line " << i;
+    }
+  }
   auto cfg = run_cli({"train", "--checkpoint-every", "3", "--print-config"});
   ASSERT_EQ(cfg.exit_code, 0) << cfg.output;
   EXPECT_TRUE(contains(cfg.output, "checkpoint-every = \"3\"")) << cfg.output;
@@ -217,6 +220,42 @@ TEST(Cli, BenchReportsMeanAndSteadyRates) {
   r = bench("0.1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "steady_tokens/s=0 (0 steps)")) << r.output;
+}
+
+// A number the output prints after `pattern` (a regex whose first group is the number).
+double number_after(const std::string& out, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(pattern))) return -1;
+  return std::stod(m[1].str());
+}
+
+// The RESULT line's prediction is of the timed steps as they ran: every one after a clipped
+// step (the tiny model's norms are 3-5, clipped at 0.1) is predicted at the plan's clipped
+// step time, none (clipping off) at its plain one; predicted_steady_tokens/s is the plan's.
+TEST(Cli, BenchPredictsTheStepsAsTheyRan) {
+  const double tokens = 2 * 32;
+  for (const char* max_norm : {"0", "0.1"}) {
+    SCOPED_TRACE(max_norm);
+    auto r = run_cli({"bench", "--size", "tiny", "--batch-size", "2", "--seq-len", "32", "--steps",
+                      "4", "--max-grad-norm", max_norm, "--backend", "host", "--engine", "sliding"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const bool clipping = std::string(max_norm) != "0";
+    const double plan_tps = number_after(r.output, R"(predicted  step [0-9.]+ s [^\n]*\), ([0-9]+) tokens/s)");
+    const double clipped_s = number_after(r.output, "clipped    a step whose gradient norm is clipped: ([0-9.]+) s");
+    const double predicted = number_after(r.output, "predicted_tokens/s=([0-9]+) ");
+    const double steady = number_after(r.output, "predicted_steady_tokens/s=([0-9]+) ");
+    ASSERT_GT(plan_tps, 0) << r.output;
+    EXPECT_NEAR(steady, plan_tps, 1.0) << r.output;
+    EXPECT_TRUE(contains(r.output, clipping ? "(3 of 3 after a clipped step)" : "(0 of 3 after a clipped step)"))
+        << r.output;
+    if (!clipping) {
+      EXPECT_NEAR(predicted, plan_tps, 1.0) << r.output;
+    } else if (clipped_s > 0) {  // printed to 3 places
+      EXPECT_NEAR(predicted, tokens / clipped_s, 0.02 * predicted) << r.output;
+    } else {  // not printed: within 5% of the plain step
+      EXPECT_TRUE(predicted <= plan_tps && predicted >= plan_tps / 1.05) << r.output;
+    }
+  }
 }
 
 // A tiny model run through the CLI (fast), killed or interrupted in various ways.
