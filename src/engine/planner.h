@@ -61,6 +61,10 @@ struct StepRequest {
   // Global-norm clipping (max_grad_norm > 0): every gradient must exist before any update,
   // which rules out the plans that apply each as it lands (EngineConfig::HostWeights::master).
   bool clipping = true;
+  // With clipping: the share of steps the plan search takes to clip (it minimises that mix
+  // of the clipped and the unclipped step time). A fine-tuning run at max_norm 1 clips most
+  // of its first steps and some later ones; 0 ranks plans by their unclipped steps alone.
+  double clipped_share = 0.5;
   // How the host training state is stored (--optimizer-state, --master-weights): the
   // ParamStore's format, whose bytes per unit are unit_state_bytes.
   StateFormat state_format;

@@ -678,6 +678,30 @@ TEST(Planner, PredictsClippedSteps) {
   EXPECT_EQ(describe_plan(cfg, req, b, r).find("clipped "), std::string::npos);
 }
 
+
+// With clipping on, the search ranks plans by a mix of clipped and unclipped steps: the
+// 8-layer cut at 32 x 1024 in a 24 GiB window has plans of equal unclipped steps whose
+// clipped steps differ by 8% (more layers' AdamW on the device, fewer resident); ranked by
+// the unclipped step alone (clipped_share 0) the slower one won. The mix never loses to it.
+TEST(Planner, WithClippingRanksPlansByTheirClippedStepsToo) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  cfg.num_hidden_layers = 8;
+  const Budget b{size_t(24) << 30, (size_t(112) << 30) + kCudaRuntimeHostBytes, false};
+  StepRequest req{32 * 1024, 1, 1024};
+  req.kept_attention = false;
+  const Plan mixed = make_plan(cfg, req, b, DType::bf16, HardwareModel{}, false);
+  req.clipped_share = 0;
+  const Plan plain_only = make_plan(cfg, req, b, DType::bf16, HardwareModel{}, false);
+  ASSERT_TRUE(mixed.fits && plain_only.fits);
+  auto mix = [](const Plan& p) { return 0.5 * (p.step_seconds + p.clipped_step_seconds); };
+  EXPECT_LE(mix(mixed), mix(plain_only) * 1.005);
+  EXPECT_LT(mixed.clipped_step_seconds, 0.95 * plain_only.clipped_step_seconds)
+      << mixed.clipped_step_seconds << " vs " << plain_only.clipped_step_seconds;
+  EXPECT_LE(mixed.step_seconds, 1.01 * plain_only.step_seconds);
+  req.clipped_share = 1.5;
+  EXPECT_THROW(make_plan(cfg, req, b, DType::bf16, HardwareModel{}, false), Error);
+}
+
 }  // namespace
 
 namespace {
