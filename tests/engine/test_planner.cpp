@@ -400,11 +400,16 @@ TEST(Planner, LargerHeadChunksCostNoDeviceMemory) {
 }
 
 // A GPU plan's optimizer time comes from this machine's measured CPU AdamW rate.
+// Every state format's sweep runs in place (the weights over the gradient, as in training).
 TEST(Planner, DeviceModelMeasuresTheHostAdamW) {
-  const HardwareModel hw = HardwareModel::device_default();
-  EXPECT_GT(hw.adamw_params_per_s, 1e7);   // any machine: > 10M parameters/s
-  EXPECT_LT(hw.adamw_params_per_s, 1e12);  // and not a division by ~0
-  EXPECT_EQ(hw.device_flops, HardwareModel{}.device_flops);
+  for (StateFormat f : {StateFormat{}, StateFormat{MomentFormat::int8, MasterFormat::f32},
+                        StateFormat{MomentFormat::bf16, MasterFormat::bf16}}) {
+    SCOPED_TRACE(cat(moment_format_name(f.moments), " moments, ", master_format_name(f.master), " master"));
+    const HardwareModel hw = HardwareModel::device_default(f);
+    EXPECT_GT(hw.adamw_params_per_s, 1e7);   // any machine: > 10M parameters/s
+    EXPECT_LT(hw.adamw_params_per_s, 1e12);  // and not a division by ~0
+    EXPECT_EQ(hw.device_flops, HardwareModel{}.device_flops);
+  }
 }
 
 // Long sequences: neither tier alone holds the saved inputs (108 GiB of host: the state is
