@@ -65,8 +65,13 @@ struct EngineConfig {
   // crowds out the optimizer state (32B: 40 GiB of layer inputs at 64 x 1024 pushed its moments
   // onto the disk) that memory buys more than the compute costs. At most 3: two buffers.
   int checkpoint_every = 1;
+  // The stride applies from this layer up (and above the kept-attention layers); the layers
+  // below it save their inputs. A plan a little short of memory replays only its top layers'
+  // inputs (the host-stored ones, with a split store) instead of every other layer's.
+  int strided_from = 0;
   bool saves_input(int layer) const {
-    return layer < kept_attention_layers || (layer - kept_attention_layers) % checkpoint_every == 0;
+    const int from = std::max(kept_attention_layers, strided_from);
+    return layer < from || (layer - from) % checkpoint_every == 0;
   }
   int n_saved_inputs(int n_layers) const {
     int n = 0;

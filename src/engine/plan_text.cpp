@@ -1,6 +1,7 @@
 // The plan in words (describe_plan): the model and the step, the mode, the memory table with
 // its totals against the budgets, the hardware figures, the prediction, what bounds the step
 // and whether it fits (or the advice when not). Reads the plan; prints, changes nothing.
+#include <algorithm>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -49,8 +50,10 @@ std::string kept_attention_words(const EngineConfig& e) {
 
 std::string checkpoint_words(const EngineConfig& e) {
   if (e.checkpoint_every == 1) return std::string();
-  return cat(", every ", e.checkpoint_every == 2 ? "2nd" : "3rd",
-             " layer's input saved (the others' replayed in the backward)");
+  const int from = std::max(e.kept_attention_layers, e.strided_from);
+  return cat(", every ", e.checkpoint_every == 2 ? "2nd" : "3rd", " layer's input saved",
+             from > e.kept_attention_layers ? cat(" from layer ", from, " up") : std::string(),
+             " (the others' replayed in the backward)");
 }
 
 void say_state(const ModelConfig& cfg, const Plan& p, std::ostream& os) {

@@ -186,6 +186,7 @@ class SpecList {
     add(BufferRole::loss, 0, Tier::device, 4, "loss", "batch inputs, loss, norms");
     SF_REQUIRE(ec_.checkpoint_every >= 1 && ec_.checkpoint_every <= 3, "sliding window: checkpoint_every ",
                ec_.checkpoint_every, " must be 1, 2 or 3 (the backward replays into two activation buffers)");
+    SF_REQUIRE(ec_.strided_from >= 0, "sliding window: strided_from ", ec_.strided_from, " must be >= 0");
     int stored[2] = {0, 0};  // [on the device]: the saved layers per tier
     for (int k = 0; k < l_.n_layers; ++k)
       if (ec_.saves_input(k)) ++stored[ec_.act_on_device(k)];

@@ -413,11 +413,15 @@ TEST(Planner, DeviceModelMeasuresTheHostAdamW) {
 }
 
 // Long sequences: neither tier alone holds the saved inputs (108 GiB of host: the state is
-// 89.75 GiB, the store 16 GiB, the CUDA runtime 2 GiB); the planner splits them.
+// 89.75 GiB, the store 16 GiB, the CUDA runtime 2 GiB); saving every input, the planner
+// splits them. (Left to choose, it replays 2 top layers' inputs instead: within 0.5% of the
+// split's step, with less GPU work at its larger chunks.)
 TEST(Planner, SplitsActivationsBetweenTiers) {
   ModelConfig cfg = model_preset("llama3-8b");
   Budget b{size_t(24) << 30, size_t(108) << 30, false};
-  Plan p = make_plan(cfg, {8 * 8192, 1, 8192}, b, DType::bf16, HardwareModel{});
+  StepRequest req{8 * 8192, 1, 8192};
+  req.checkpoint_every = 1;
+  Plan p = make_plan(cfg, req, b, DType::bf16, HardwareModel{});
   ASSERT_TRUE(p.fits) << p.advice;
   const int on_device = p.engine.n_device_act_layers(32);
   EXPECT_GT(on_device, 0);
@@ -705,6 +709,41 @@ TEST(Planner, WithClippingRanksPlansByTheirClippedStepsToo) {
   EXPECT_LE(mixed.step_seconds, 1.01 * plain_only.step_seconds);
   req.clipped_share = 1.5;
   EXPECT_THROW(make_plan(cfg, req, b, DType::bf16, HardwareModel{}, false), Error);
+}
+
+
+// A window that saves every layer's input but is a little short of host memory replays only
+// its top layers' (every 2nd from a layer up) instead of every other layer's: 8B at 1 x 65536
+// in 24 GiB with the H200's figures, 0.8 GiB below the host that plan needs (the budget of
+// one of its GPU calls), replays 2 of 32 inputs; saving every 2nd throughout is slower.
+TEST(Planner, ReplaysOnlyTheTopLayersWhereSavingAllIsALittleShort) {
+  ModelConfig cfg = model_preset("llama3-8b");
+  HardwareModel hw;
+  const double f = 806e12 / 785e12;  // the GEMM probe's reading against kH200ProbeGemmFlops
+  hw.device_flops *= f;
+  hw.attention_flops = 530e12 * f;   // cuDNN (executor_factory.cpp, set_attention_rate)
+  hw.attention_workspace = true;
+  hw.attention_flops_no_workspace = 350e12 * f;
+  hw.adamw_params_per_s = 5e9;
+  StepRequest req{65536, 1, 65536};
+  const Budget roomy{size_t(24) << 30, size_t(112.6 * double(size_t(1) << 30)), false};
+  const Plan all = make_plan(cfg, req, roomy, DType::bf16, hw);
+  ASSERT_TRUE(all.fits) << all.advice;
+  EXPECT_EQ(all.engine.n_saved_inputs(32), 32);
+  const Budget short_by{roomy.device_bytes, roomy.host_bytes - (size_t(800) << 20), false};
+  const Plan top = make_plan(cfg, req, short_by, DType::bf16, hw);
+  ASSERT_TRUE(top.fits) << top.advice;
+  EXPECT_EQ(top.engine.checkpoint_every, 2);
+  EXPECT_GE(top.engine.strided_from, 24);
+  EXPECT_GE(top.engine.n_saved_inputs(32), 28);
+  EXPECT_NE(describe_plan(cfg, req, short_by, top).find(cat("saved from layer ", top.engine.strided_from, " up")),
+            std::string::npos);
+  req.checkpoint_every = 2;  // every 2nd throughout (the plans before the top-layer replay)
+  const Plan every2 = make_plan(cfg, req, short_by, DType::bf16, hw);
+  ASSERT_TRUE(every2.fits) << every2.advice;
+  EXPECT_EQ(every2.engine.strided_from, 0);
+  EXPECT_LT(top.step_seconds, every2.step_seconds);
+  EXPECT_LT(all.step_seconds, top.step_seconds);
 }
 
 }  // namespace

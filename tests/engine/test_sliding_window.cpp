@@ -122,6 +122,7 @@ struct Case {
   int kept_attention = 0;  // EngineConfig::kept_attention_layers
   bool kept_on_host = false;  // their attention store in pinned host memory
   int checkpoint_every = 1;  // EngineConfig::checkpoint_every (the other layers' inputs replayed)
+  int strided_from = 0;      // EngineConfig::strided_from (the layers below save their inputs)
   int layers = 0;            // the model's layers when > 0 (the tiny config's otherwise)
   bool masters_on_disk = false;  // the disk units' bf16 masters in the file too
   std::string name() const {
@@ -137,7 +138,8 @@ struct Case {
                                      moment_format_name(state.moments), "moments"),
                mlp_tile ? cat("_mlptile", mlp_tile) : "", disk_units >= 0 ? cat("_diskunits", disk_units) : "",
                kept_attention ? cat("_keptattn", kept_attention, kept_on_host ? "host" : "dev") : "",
-               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "", layers ? cat("_layers", layers) : "",
+               checkpoint_every > 1 ? cat("_ckpt", checkpoint_every) : "",
+               strided_from ? cat("_from", strided_from) : "", layers ? cat("_layers", layers) : "",
                masters_on_disk ? "_diskmasters" : "");
   }
 };
@@ -203,6 +205,7 @@ TEST_P(SlidingVsResident, SameLossesAndWeights) {
   ec.kept_attention_layers = tc.kept_attention;
   ec.kept_attention_on_device = !tc.kept_on_host;
   ec.checkpoint_every = tc.checkpoint_every;
+  ec.strided_from = tc.strided_from;
   if (tc.mlp_tile > 0) {
     ec.mlp_tile_tokens = tc.mlp_tile;
     // The tile is in effect: the window's layer scratch is smaller than the untiled chunk's.
@@ -341,6 +344,13 @@ Case checkpoint_every(Case c, int n, int layers) {
   return c;
 }
 
+// Every n-th layer's input saved from layer `from` up only (the layers below save theirs).
+Case strided_from(Case c, int n, int layers, int from) {
+  c = checkpoint_every(c, n, layers);
+  c.strided_from = from;
+  return c;
+}
+
 // Moments on disk for `units` of the units only, the others' in RAM.
 Case disk_units(Case c, int units) {
   c.moments_on_disk = true;
@@ -467,7 +477,13 @@ std::vector<Case> engine_cases() {
           checkpoint_every(kept_attention(Case{Arch::qwen3, false, 0.05f, 2, 16, false}, 1, true), 2, 4),
           checkpoint_every(from_master(Case{Arch::mistral, false, 0.f, 1, 64, false}), 3, 4),
           checkpoint_every(disk_units(in_format(Case{Arch::llama, false, 50.f, 1, 64, false}, MomentFormat::int8,
-                                                MasterFormat::bf16), 2), 2, 4)};
+                                                MasterFormat::bf16), 2), 2, 4),
+          // Only the top layers' (every 2nd / 3rd from a layer up): one chunk (bitwise), the
+          // top layer replayed; clipped split chunks, the store split between the tiers with
+          // resident homes; above a kept-attention layer (the stride from the higher of the two).
+          strided_from(Case{Arch::llama, false, 0.f, 1, 64, false}, 2, 5, 3),
+          strided_from(Case{Arch::qwen2, false, 0.05f, 2, 16, false, 2, true}, 2, 6, 2),
+          strided_from(kept_attention(Case{Arch::qwen3, false, 0.05f, 2, 16, false}, 1, true), 3, 6, 2)};
 }
 
 // The same cases with the engine's streams on threads (its host-side ordering checked).
@@ -792,12 +808,15 @@ TEST(SlidingWindow, ReplayedInputsGiveTheSavedInputsBits) {
     int every, layers, accum;
     float clip;
     bool speculative, acts_on_device;
+    int from = 0;  // EngineConfig::strided_from: the layers below save their inputs
   };
   for (const Sparse& sc : {Sparse{Arch::mistral, false, 3, 4, 2, 0.f, false, false},
                            Sparse{Arch::qwen3, true, 2, 5, 2, 0.05f, true, false},
                            Sparse{Arch::llama, false, 2, 6, 3, 0.05f, false, true},
-                           Sparse{Arch::qwen2, false, 3, 7, 1, 0.f, true, true}}) {
-    SCOPED_TRACE(cat(arch_name(sc.arch), " every ", sc.every, " of ", sc.layers));
+                           Sparse{Arch::qwen2, false, 3, 7, 1, 0.f, true, true},
+                           Sparse{Arch::llama, false, 2, 6, 2, 0.05f, true, false, 3},
+                           Sparse{Arch::qwen3, true, 3, 7, 1, 0.f, false, true, 4}}) {
+    SCOPED_TRACE(cat(arch_name(sc.arch), " every ", sc.every, " of ", sc.layers, " from ", sc.from));
     ModelConfig cfg = tiny_config(sc.arch, sc.tied);
     cfg.num_hidden_layers = sc.layers;
     EngineConfig ec;
@@ -808,6 +827,13 @@ TEST(SlidingWindow, ReplayedInputsGiveTheSavedInputsBits) {
     ec.speculation = sc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
     EngineConfig sparse = ec;
     sparse.checkpoint_every = sc.every;
+    sparse.strided_from = sc.from;
+    // The window stores only the saved inputs: from `from` up every every-th.
+    int stored = 0, expected = 0;
+    for (const BufferSpec& b : window_buffer_specs(cfg, sparse, DType::f32)) stored += b.role == BufferRole::act_store;
+    for (int k = 0; k < sc.layers; ++k) expected += k < sc.from || (k - sc.from) % sc.every == 0;
+    EXPECT_EQ(stored, expected);
+    EXPECT_LT(stored, sc.layers);
     HostBackend be_a;
     LazyStreams lazy;
     SlidingWindowExecutor all(be_a, cfg, ec), replaying(lazy.be, cfg, sparse);
