@@ -31,11 +31,14 @@ TEST(CudaCheckpointEvery, ReplayedInputsGiveTheSavedInputsBits) {
     int64_t chunk;    // 192: each micro-batch of 2 x 96 in one chunk; 96: in two
     int kept;         // kept-attention layers (host store)
     bool speculative;
+    int from = 0;     // EngineConfig::strided_from (2: layers 0, 1, 2 saved, 3 replayed)
   };
   for (const Case& tc : {Case{Arch::llama, 2, false, 192, 0, false}, Case{Arch::qwen3, 3, true, 96, 0, false},
-                         Case{Arch::llama, 2, false, 96, 1, true}, Case{Arch::qwen3, 2, true, 192, 0, true}}) {
+                         Case{Arch::llama, 2, false, 96, 1, true}, Case{Arch::qwen3, 2, true, 192, 0, true},
+                         Case{Arch::llama, 2, true, 96, 0, true, 2}}) {
     SCOPED_TRACE(cat(arch_name(tc.arch), ", every ", tc.every, tc.on_device ? ", device store" : ", host store",
-                     ", chunk ", tc.chunk, ", ", tc.kept, " kept", tc.speculative ? ", speculative" : ""));
+                     ", chunk ", tc.chunk, ", ", tc.kept, " kept", tc.speculative ? ", speculative" : "",
+                     ", from layer ", tc.from));
     ModelConfig cfg = small_config(tc.arch);
     CudaBackend be_a, be_b;
     be_a.set_gemm_tuning(false);
@@ -47,13 +50,14 @@ TEST(CudaCheckpointEvery, ReplayedInputsGiveTheSavedInputsBits) {
     ec.speculation = tc.speculative ? EngineConfig::Speculation::always : EngineConfig::Speculation::off;
     EngineConfig sparse = ec;
     sparse.checkpoint_every = tc.every;
+    sparse.strided_from = tc.from;
     SlidingWindowExecutor saving(be_a, cfg, ec), replaying(be_b, cfg, sparse);
     sf::test::expect_same_three_steps(saving, replaying, cfg, 9);
     // The store holds only the saved layers' inputs: less device memory when it is there.
     if (tc.on_device) EXPECT_LT(be_b.peak_bytes_in_use(), be_a.peak_bytes_in_use());
     else EXPECT_LE(be_b.peak_bytes_in_use(), be_a.peak_bytes_in_use());
-    std::printf("[ENGINE] every %d layer's input saved (%s), chunk %lld: bitwise equal to saving all after 3 steps\n",
-                tc.every, tc.on_device ? "device" : "host", static_cast<long long>(tc.chunk));
+    std::printf("[ENGINE] every %d layer's input saved from layer %d (%s), chunk %lld: bitwise equal to saving all after 3 steps\n",
+                tc.every, tc.from, tc.on_device ? "device" : "host", static_cast<long long>(tc.chunk));
   }
 }
 
