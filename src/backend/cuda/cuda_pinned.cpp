@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -27,16 +29,40 @@ class PinnedBuffer final : public Buffer {
   size_t n_;
 };
 
-// A registered range: unregistered (not freed) on destruction.
+// The page ranges this process has registered, counted: two backends of one process (ranks
+// as threads) may map the same host memory (the shared state's table, shared homes), which
+// CUDA registers once per process; the last mapping's end unregisters it.
+struct Registration {
+  uintptr_t end = 0;
+  void* dev = nullptr;  // the device address of the range's first byte
+  int count = 0;
+};
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<uintptr_t, Registration>& registry() {  // by the range's first page
+  static std::map<uintptr_t, Registration> r;
+  return r;
+}
+
+// A registered range: unregistered (not freed) when its last mapping ends.
 class MappedHostRange final : public Buffer {
  public:
-  MappedHostRange(void* host, void* dev, size_t n) : host_(host), dev_(dev), n_(n) {}
-  ~MappedHostRange() override { cudaHostUnregister(host_); }
+  MappedHostRange(uintptr_t base, void* dev, size_t n) : base_(base), dev_(dev), n_(n) {}
+  ~MappedHostRange() override {
+    std::lock_guard<std::mutex> lk(registry_mutex());
+    auto it = registry().find(base_);
+    if (it != registry().end() && --it->second.count == 0) {
+      cudaHostUnregister(reinterpret_cast<void*>(base_));
+      registry().erase(it);
+    }
+  }
   void* data() const override { return dev_; }
   size_t bytes() const override { return n_; }
 
  private:
-  void* host_;
+  uintptr_t base_;
   void* dev_;
   size_t n_;
 };
@@ -47,6 +73,12 @@ std::unique_ptr<Buffer> CudaBackend::map_host(void* p, size_t bytes, const std::
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   const uintptr_t b = reinterpret_cast<uintptr_t>(p) / page * page;
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  const uintptr_t off = reinterpret_cast<uintptr_t>(p) - b;
+  std::lock_guard<std::mutex> lk(registry_mutex());
+  if (auto it = registry().find(b); it != registry().end() && it->second.end == e) {
+    ++it->second.count;  // mapped before in this process: the same pages
+    return std::make_unique<MappedHostRange>(b, static_cast<char*>(it->second.dev) + off, bytes);
+  }
   void* base = reinterpret_cast<void*>(b);
   cudaError_t err = cudaHostRegister(base, e - b, cudaHostRegisterPortable | cudaHostRegisterMapped);
   void* dev = nullptr;
@@ -60,8 +92,8 @@ std::unique_ptr<Buffer> CudaBackend::map_host(void* p, size_t bytes, const std::
             " so the GPU can read it (", cudaGetErrorString(err),
             "); free host memory or lower --host-memory");
   }
-  void* dp = static_cast<char*>(dev) + (reinterpret_cast<uintptr_t>(p) - b);
-  return std::make_unique<MappedHostRange>(base, dp, bytes);
+  registry()[b] = Registration{e, dev, 1};
+  return std::make_unique<MappedHostRange>(b, static_cast<char*>(dev) + off, bytes);
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc_host(size_t bytes, const std::string& what) {
