@@ -223,6 +223,8 @@ static void print_multi_gpu_plan(const ModelConfig& cfg, const RunFlags& flags, 
   mreq.link = parse_gpu_link(link.empty() ? std::string("nvlink") : link);
   ExecutorRequest req = flags.req;
   req.step.micro_tokens = int64_t(flags.batch_size / gpus) * flags.seq_len;
+  if (gpus > 1) mreq.one_gpu_step_seconds = plan_run(cfg, req).plan.step_seconds;  // what one GPU runs alone
+  req.step.data_parallel_ranks = gpus;
   PlannedRun r = plan_run(cfg, req);
   SF_REQUIRE(r.backend == BackendKind::cuda, "--gpus ", gpus, " plans several GPUs but the backend is the host's (",
              r.backend_reason, "): add --backend cuda (with --gpu-memory on a machine without those GPUs)");

@@ -102,7 +102,7 @@ dist::SharedRegion make_or_open(dist::Communicator& comm, const std::string& nam
 
 SharedTrainingState::SharedTrainingState(dist::Communicator& comm, const std::string& run_id,
                                          const std::vector<StateUnit>& units, StateFormat format)
-    : comm_(comm) {
+    : comm_(comm), run_id_(run_id) {
   const int n_units = int(units.size()), world = comm.world_size();
   const size_t state_bytes = ParamStore::external_bytes(units, format);
   const size_t counter_bytes = UpdateCounters::bytes_for(n_units, world);
@@ -139,11 +139,34 @@ void SharedTrainingState::map_regions(bool creator, const std::string& state_nam
   }
 }
 
+void SharedTrainingState::map_homes(size_t bytes) {
+  dist::Communicator& comm = comm_;
+  const double total = sum_over_ranks(comm, double(bytes));
+  SF_REQUIRE(total == double(bytes) * comm.world_size(), "data parallel: the ranks planned different streamed "
+             "homes (rank ", comm.rank(), ": ", bytes >> 20, " MiB, the ranks' mean ",
+             size_t(total / comm.world_size()) >> 20, " MiB): they share one copy, so every GPU needs the same "
+             "plan; give every rank the same --gpu-memory (and GPUs with as much free memory)");
+  if (bytes == 0) return;
+  const std::string name = dist::shared_region_name(run_id_, "homes");
+  const bool creator = comm.rank() == 0;
+  try {
+    if (creator) homes_.emplace(make_or_open(comm, name, bytes, true));
+    comm.barrier();  // the region exists
+    if (!creator) homes_.emplace(make_or_open(comm, name, bytes, false));
+    comm.barrier();  // every rank has mapped it
+    if (creator) homes_->unlink();
+  } catch (const std::exception& e) {
+    comm.abort(cat("rank ", comm.rank(), ": ", e.what()));
+    throw;
+  }
+}
+
 DataParallel SharedTrainingState::data_parallel() const {
   DataParallel dp;
   dp.comm = &comm_;
   dp.counters = view_;
   dp.state = {state_->data(), state_->size()};
+  if (homes_) dp.homes = {homes_->data(), homes_->size()};
   return dp;
 }
 

@@ -34,6 +34,7 @@
 
 #include "dist/communicator.h"
 #include "dist/shared_memory.h"
+#include "engine/window_buffers.h"
 #include "optim/adamw_step.h"
 #include "optim/param_store.h"
 
@@ -83,6 +84,9 @@ struct DataParallel {
   dist::Communicator* comm = nullptr;  // null: one rank (nothing below is used)
   UpdateCounters* counters = nullptr;  // shared by the ranks
   ExternalStateMemory state;           // the one state: ParamStore::external_bytes, zero-filled
+  // The GPU path's streamed homes, one copy for the ranks (Tier::host_shared; shared_bytes of
+  // the plan's buffer list): every rank's plan must stream the same units.
+  SharedHomeMemory homes;
   // The GPU path (a reduced compute dtype, docs/MULTI_GPU.md "Gradients"): enqueues on `stream`
   // the in-place sum reduce-scatter of `data`, world x `shard` f32 on the device, leaving
   // this rank's shard at data + rank x shard (NcclCommunicator::reduce_scatter_sum_device).
@@ -105,12 +109,18 @@ class SharedTrainingState {
   SharedTrainingState(dist::Communicator& comm, const std::string& run_id, const std::vector<StateUnit>& units,
                       StateFormat format);
   DataParallel data_parallel() const;
+  // Collective, once the plan is known: the region of the ranks' shared homes (`bytes`, this
+  // rank's plan's shared_bytes), made like the state's. Every rank's plan must want the same
+  // bytes (the same units streamed): an Error names the ranks' figures otherwise. 0 (f32
+  // compute, or every home resident): nothing is mapped.
+  void map_homes(size_t bytes);
 
  private:
   void map_regions(bool creator, const std::string& state_name, size_t state_bytes,
                    const std::string& counters_name, size_t counter_bytes, int n_units, int world);
   dist::Communicator& comm_;
-  std::optional<dist::SharedRegion> state_, counters_;
+  std::string run_id_;
+  std::optional<dist::SharedRegion> state_, counters_, homes_;
   UpdateCounters* view_ = nullptr;
 };
 

@@ -261,7 +261,10 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   const bool allow_resident = engine != EngineChoice::sliding && !ranks;
   // Several ranks: every gradient waits for the global norm (the plans that apply each as it
   // lands are not built for several ranks).
-  if (ranks) r.plan_request.clipping = true;
+  if (ranks) {
+    r.plan_request.clipping = true;
+    r.plan_request.data_parallel_ranks = req.data_parallel->world();
+  }
   r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   if (!req.disk_speed.empty()) {  // a disk elsewhere: its rate as given, for every candidate
     hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);

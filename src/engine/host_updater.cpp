@@ -345,6 +345,7 @@ void HostUpdater::finish_sharded(const OptimHyper& h, StepStats& st) {
   d.report(st);
   if (d.skip) {
     homes_.refresh(UnitHomes::DeviceAdamWHomes::keep);
+    if (homes_.any_shared()) sharded_->dp().comm->barrier();  // every rank's slices are back
     return;
   }
   const AdamWStep s = next_adamw_step(h, w_.store, d.coef);
@@ -378,8 +379,10 @@ void HostUpdater::update_home_slice(int u, const AdamWStep& s, int64_t round) {
 
 // The other ranks' slices of the home hold this rank's old weights: the new ones, cast from
 // the shared master (round to nearest even, as the AdamW's own bf16 output), straight into a
-// host home, or through the ring buffers into a resident one.
+// host home, or through the ring buffers into a resident one. A home the ranks share has
+// every slice already: each rank's update wrote its own.
 void HostUpdater::refresh_other_slices(int u) {
+  if (homes_.shared(u)) return;
   const DataParallel& dp = sharded_->dp();
   const int64_t n = w_.store.numel(u);
   const size_t es = dtype_size(w_.cd);

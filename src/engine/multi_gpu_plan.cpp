@@ -74,10 +74,11 @@ GpuLink parse_gpu_link(const std::string& s) {
 bool host_line_shared(const MemoryLine& line) {
   if (line.device || line.disk) return false;
   // The training state (ParamStore, master and moments in any format, in the ranks' shared
-  // memory) and the one unit that local rank 0 alone loads the state through. The host homes
-  // and `next` buffers are each rank's own as built (docs/MULTI_GPU.md's design shares them).
+  // memory), the GPU path's streamed homes (window_buffers.h, Tier::host_shared) and the one
+  // unit that local rank 0 alone loads the state through. The `next` buffers and the f32
+  // path's homes (a rank's own gradients) are each rank's.
   for (std::string_view p : {"fp32 master +", "bf16 master +", "fp32 master", "bf16 master", "AdamW m, v",
-                             "f32 weights of one unit (loading"})
+                             "f32 weights of one unit (loading", "weights/gradient homes (streamed, one copy"})
     if (starts_with(line.what, p) && line.what.find("stage") == std::string::npos) return true;
   return false;
 }
@@ -113,7 +114,8 @@ MultiGpuPlan predict_multi_gpu(const ModelConfig& cfg, const Plan& p, double ran
   m.step_seconds = p.step_seconds + m.exposed_exchange_seconds;
   m.clipped_step_seconds = p.clipped_step_seconds + m.exposed_exchange_seconds;
   m.tokens_per_second = m.step_seconds > 0 ? double(req.gpus) * rank_tokens_per_step / m.step_seconds : 0.0;
-  m.speedup = p.tokens_per_second > 0 ? m.tokens_per_second / p.tokens_per_second : 0.0;
+  m.one_gpu_step_seconds = req.one_gpu_step_seconds > 0 ? req.one_gpu_step_seconds : p.step_seconds;
+  m.speedup = m.step_seconds > 0 ? double(req.gpus) * m.one_gpu_step_seconds / m.step_seconds : 0.0;
   m.fits = p.fits && m.device_bytes_per_gpu <= device_budget && m.host_bytes <= host_budget;
   if (!p.fits)
     m.advice = cat("each rank's plan (", rank_tokens_per_step, " tokens per step) does not fit: ", p.advice,
@@ -138,7 +140,8 @@ std::string describe_multi_gpu(const MultiGpuPlan& m, const Plan& p) {
            format_bytes(m.host_rank_bytes), " per rank\n");
   s += cat("exchange   ", fixed(m.exchange_layer_seconds * 1e3, 1), " ms per layer's gradient, ",
            fixed(m.exposed_exchange_seconds * 1e3, 1), " ms per step not hidden by the backward\n");
-  s += cat("predicted  step ", fixed(m.step_seconds, 3), " s (one GPU alone: ", fixed(p.step_seconds, 3), " s), ",
+  s += cat("predicted  step ", fixed(m.step_seconds, 3), " s (one GPU alone: ", fixed(m.one_gpu_step_seconds, 3),
+           " s", m.one_gpu_step_seconds != p.step_seconds ? ", its own plan" : "", "), ",
            fixed(m.tokens_per_second, 0), " tokens/s on ", m.gpus, " GPUs = ", fixed(m.speedup, 2),
            "x one GPU at the same per-GPU batch\n");
   s += cat("clipped    ", fixed(m.clipped_step_seconds, 3), " s per clipped step\n");

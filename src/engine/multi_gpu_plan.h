@@ -3,7 +3,7 @@
 // time model"). Pure: numbers in, numbers out; nothing is allocated or measured.
 //
 // - device, per GPU: the rank's plan + NCCL's buffers;
-// - host: the lines one copy serves (state, host homes, `next`, the state loader's unit) once,
+// - host: the lines one copy serves (state, the GPU path's streamed homes, the state loader's unit) once,
 //   every other host line (rings, stages, activation store, CUDA runtime) once per rank;
 // - step: the rank's step (compute and PCIe per GPU; the host AdamW, DRAM-bound, takes the
 //   same wall time split over the ranks) + the gradient exchange the backward cannot hide:
@@ -25,6 +25,9 @@ struct MultiGpuRequest {
   // NCCL's device buffers and its communicator per rank (channels x buffer size, NCCL's
   // defaults on 8 GPUs come to ~0.3-0.5 GiB): reserved from each GPU's budget.
   size_t nccl_device_bytes = size_t(512) << 20;
+  // The one-GPU run the speedup is over: its plan for the same per-GPU batch (which may
+  // speculate, where a rank's plan runs the deferred update). Unset (0): the rank's plan.
+  double one_gpu_step_seconds = 0;
 };
 
 // Effective bus bandwidth of a reduce-scatter per GPU: NVLink 4 (H100/H200 HGX, 450 GB/s per
@@ -48,7 +51,8 @@ struct MultiGpuPlan {
   double exposed_exchange_seconds = 0;
   double step_seconds = 0, clipped_step_seconds = 0;
   double tokens_per_second = 0;       // all GPUs together
-  double speedup = 0;                 // over one GPU running the rank's plan alone
+  double one_gpu_step_seconds = 0;    // the request's, else the rank plan's
+  double speedup = 0;                 // over that one-GPU run
   bool fits = false;
   std::string advice;                 // when it does not fit
 };

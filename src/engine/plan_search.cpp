@@ -71,6 +71,7 @@ void total(Plan& p) {
 
 // A sliding window's memory lines and totals, recounted from its engine settings.
 void count_window_memory(const PlanInputs& in, Plan& p) {
+  p.engine.data_parallel_world = in.req.data_parallel_ranks;
   p.lines = sliding_memory(in.cfg, p.engine, in.cd);
   total(p);
 }
@@ -161,6 +162,12 @@ bool fits_with_speculation(const PlanInputs& in, EngineConfig::Speculation sp, i
 // off when not even one fits (a reduced compute dtype needs them).
 void choose_speculation(const PlanInputs& in, Plan& p) {
   using Speculation = EngineConfig::Speculation;
+  // Several ranks run the deferred update (the speculative one is not built for them), so
+  // their plan, its memory and its prediction are the deferred update's.
+  if (in.req.data_parallel_ranks > 1) {
+    fits_with_speculation(in, Speculation::off, -1, p);
+    return;
+  }
   if (fits_with_speculation(in, Speculation::always, -1, p)) return;
   const int n_units = in.cfg.num_hidden_layers + 2;
   const int most = int(largest_fitting(0, n_units - 1, [&](int64_t mid) {

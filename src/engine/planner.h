@@ -77,6 +77,10 @@ struct StepRequest {
   // predicted that fits); 1-3 forces it (and with more than 1, a sliding window: the resident
   // plans keep every layer's input).
   int checkpoint_every = 0;
+  // Data-parallel ranks on this host that the plan is one of (EngineConfig::data_parallel_world):
+  // their accumulators are padded for that many and, on the GPU path, the streamed homes are
+  // one copy the ranks share (a memory line host_line_shared counts once per host).
+  int data_parallel_ranks = 1;
 };
 
 struct Budget {

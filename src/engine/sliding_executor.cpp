@@ -14,7 +14,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
                 dp.active() ? cat(", rank ", dp.rank(), " of ", dp.world()) : std::string())),
       store_(state_units(layout_), ec.state_format, ec.moments_dir, ec.moments_streamed,
              DiskUnits{ec.disk_moment_units, ec.masters_on_disk}, dp.active() ? dp.state : ExternalStateMemory{}),
-      bufs_(be, checked_specs(be, layout_, cfg, ec)),
+      bufs_(be, checked_specs(be, layout_, cfg, ec), dp.homes),
       streams_(be),
       ev_(be, ec.n_slots, ec.max_chunks, int(layout_.units.size())),
       w_{be, cfg_, layout_, ec_, test, cd_, store_, bufs_, ev_, streams_, ec.max_chunk_tokens * ec.max_chunks},
@@ -32,6 +32,7 @@ SlidingWindowExecutor::SlidingWindowExecutor(Backend& be, const ModelConfig& cfg
   for (int c = 0; c < ec.max_chunks; ++c)
     batches_.push_back(std::make_unique<DeviceBatch>(be, *streams_.h2d, cfg, ec.max_chunk_tokens,
                                                      &bufs_.at(BufferRole::batch_inputs, c)));
+  if (dp.active()) homes_.share_with_ranks(dp.rank(), dp.world());
   if (sharded_on_device()) {
     comm_stream_ = be.create_stream("comm");
     for (auto& e : reduced_) e = be.create_event();
@@ -104,6 +105,7 @@ void SlidingWindowExecutor::params_changed() {
   updater_.wait_all();
   dev_adamw_.host_is_truth();  // the master is the truth now: device-AdamW layers' too
   homes_.refresh(UnitHomes::DeviceAdamWHomes::refresh);
+  if (homes_.any_shared()) dp_.comm->barrier();  // each rank refreshed its slices of the shared homes
   // State on disk just loaded from a checkpoint through the file's mapping: to the file and
   // out of this process before the first sweep (streamed: out of the page cache too, or the
   // sweep would stall in page reclaim; no-op when nothing changed).

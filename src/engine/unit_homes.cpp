@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/data_parallel.h"  // kSliceAlign, the ranks' slices
 
 namespace sf {
 
@@ -24,16 +25,28 @@ UnitHomes::UnitHomes(WindowContext& w) : w_(w) {
   for (int k = L - w.ec.resident_layers; k < L; ++k) on_device_[size_t(k + 1)] = 1;
   for (int k = 0; k < w.ec.device_adamw_layers; ++k) on_device_[size_t(k + 1)] = 1;
   on_device_[size_t(n - 1)] = w.ec.head_resident;
+  shared_.assign(size_t(n), 0);
   for (int u = 0; u < n; ++u) {
     home_.push_back(w.bufs.find(BufferRole::home, u));
     next_.push_back(w.bufs.find(BufferRole::next_weights, u));
   }
+  for (const BufferSpec& s : window_buffer_specs(w.cfg, w.ec, w.cd))
+    if (s.role == BufferRole::home && s.tier == Tier::host_shared) shared_[size_t(s.index)] = 1;
   upload_pending_.assign(size_t(n), 0);
   state_ = std::make_unique<std::atomic<uint8_t>[]>(size_t(n));
   for (int u = 0; u < n; ++u) state_[size_t(u)] = uint8_t(HomeState::weights);
   if (w.ec.from_master())
     ring_ = std::make_unique<GradientRing>(
         std::vector<Buffer*>{&w.bufs.at(BufferRole::grad_ring, 0), &w.bufs.at(BufferRole::grad_ring, 1)});
+}
+
+bool UnitHomes::any_shared() const {
+  return std::any_of(shared_.begin(), shared_.end(), [](char c) { return c != 0; });
+}
+
+void UnitHomes::share_with_ranks(int rank, int world) {
+  rank_ = rank;
+  world_ = world;
 }
 
 const void* UnitHomes::host_weights(int u) const {
@@ -114,7 +127,11 @@ void UnitHomes::refresh(DeviceAdamWHomes device_homes) {
       tmp.resize(n * es);
       dst = tmp.data();
     }
-    host_pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+    // A shared home: this rank's slice (the others write theirs).
+    const dist::ShardRange part = shared(u) ? dist::shard_range(n, world_, rank_, kSliceAlign) : dist::ShardRange{0, n};
+    host_pool().parallel_for(int64_t(part.size()), [&](int64_t b, int64_t e) {
+      b += int64_t(part.begin);
+      e += int64_t(part.begin);
       w_.master_to_compute(u, static_cast<char*>(dst) + size_t(b) * es, b, e);
     }, 1 << 16);
     w_.store.settle_mapping(u);  // a master on disk was read through the mapping: not RSS now

@@ -25,6 +25,13 @@ class UnitHomes {
   explicit UnitHomes(WindowContext& w);
 
   bool resident(int u) const { return on_device_[size_t(u)] != 0; }
+  // A streamed home the data-parallel ranks of this host share (Tier::host_shared): this rank
+  // writes only its slice of it (its gradient's shard, its update, a refresh), every rank
+  // reads it whole once every slice is in.
+  bool shared(int u) const { return shared_[size_t(u)] != 0; }
+  bool any_shared() const;
+  // This rank's place among the ranks that share the homes (the slices it writes).
+  void share_with_ranks(int rank, int world);
   // A streamed layer with no home (EngineConfig::HostWeights::master): its weights load from
   // the fp32 master, its gradient lands in ring().
   bool from_master(int u) const { return w_.ec.from_master() && u >= 1 && !resident(u); }
@@ -43,7 +50,8 @@ class UnitHomes {
   // home when the next forward loads the unit (upload_pending / upload_next).
   void take_next(int u);
   void upload_next(int u);  // on h2d; no-op unless take_next left a copy pending
-  // Every home gets the master's compute-dtype weights again (a skipped step, or new state).
+  // Every home gets the master's compute-dtype weights again (a skipped step, or new state);
+  // a shared home only this rank's slice (the caller then waits for the others: a barrier).
   // Device-AdamW layers' homes too when their state comes from the master (new state); a
   // skipped step leaves them as they are (their weights did not change).
   enum class DeviceAdamWHomes : uint8_t { keep, refresh };
@@ -52,7 +60,8 @@ class UnitHomes {
  private:
   WindowContext& w_;
   std::vector<Buffer*> home_, next_;  // [0]: the tied table's staging (no state)
-  std::vector<char> on_device_;
+  std::vector<char> on_device_, shared_;
+  int rank_ = 0, world_ = 1;
   // Set by the update thread before the unit is marked done, read and cleared by the thread
   // driving the step after it waited for that unit.
   std::vector<char> upload_pending_;

@@ -13,6 +13,11 @@ namespace sf {
 
 namespace {
 
+// A shared home's spacing in its region: a multiple of the page (4 KiB, 64 KiB on some ARM
+// kernels), so that no two share a page CUDA registers.
+constexpr size_t kSharedPage = 64 << 10;
+constexpr const char* kSharedHomesLine = "weights/gradient homes (streamed, one copy the ranks share)";
+
 // Builds the list in the executor's allocation order.
 class SpecList {
  public:
@@ -43,6 +48,10 @@ class SpecList {
     return ec_.device_adamw(u) || (u >= 1 && u - 1 >= l_.n_layers - ec_.resident_layers);
   }
   int64_t numel(int u) const { return l_.units[size_t(u)].numel; }
+  // Several ranks' GPU path: a streamed home holds weights every rank reads and a gradient
+  // each rank writes only its slice of (its shard of the device-reduced sum), so one copy
+  // serves them all. (With an fp32 compute dtype a home holds a rank's own unreduced gradient.)
+  bool shared_homes() const { return ec_.data_parallel_world > 1 && cd_ != DType::f32 && !ec_.from_master(); }
   void add(BufferRole r, int index, Tier t, size_t bytes, std::string what, std::string line) {
     specs_.push_back({r, index, t, bytes, std::move(what), std::move(line)});
   }
@@ -87,6 +96,7 @@ class SpecList {
         continue;
       }
       if (resident(u)) add(BufferRole::home, u, Tier::device, bytes, cat("home of unit ", u), dev_line);
+      else if (shared_homes()) add(BufferRole::home, u, Tier::host_shared, bytes, cat("home of unit ", u), kSharedHomesLine);
       else if (!ec_.from_master()) add(BufferRole::home, u, Tier::host, bytes, cat("home of unit ", u), "weights/gradient homes (streamed)");
     }
   }
@@ -251,16 +261,51 @@ KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, int
 }
 
 size_t tier_bytes(const BufferSpec& s) {
-  const size_t g = s.tier == Tier::device ? 256 : 64;
+  const size_t g = s.tier == Tier::device ? 256 : s.tier == Tier::host_shared ? kSharedPage : 64;
   return (std::max<size_t>(s.bytes, 1) + g - 1) / g * g;
 }
 
-WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs)
+size_t shared_bytes(const std::vector<BufferSpec>& specs) {
+  size_t n = 0;
+  for (const BufferSpec& s : specs)
+    if (s.tier == Tier::host_shared) n += tier_bytes(s);
+  return n;
+}
+
+namespace {
+// A buffer in memory the run owns (a shared region), pinned for DMA while it lives. data() is
+// the host address: the CPU AdamW works in it as the copies do.
+class PlacedHostBuffer final : public Buffer {
+ public:
+  PlacedHostBuffer(void* p, size_t n, std::unique_ptr<Buffer> pin) : p_(p), n_(n), pin_(std::move(pin)) {}
+  void* data() const override { return p_; }
+  size_t bytes() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+  std::unique_ptr<Buffer> pin_;
+};
+}  // namespace
+
+WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, SharedHomeMemory shared)
     : bufs_(size_t(BufferRole::count_)) {
+  const size_t need = shared_bytes(specs);
+  SF_CHECK(need == 0 || (shared.base && shared.bytes >= need &&
+                         reinterpret_cast<uintptr_t>(shared.base) % 4096 == 0),
+           "the ranks' shared homes need a page-aligned region of ", need, " bytes, got ", shared.bytes,
+           " at ", shared.base);
+  size_t at = 0;
   for (const BufferSpec& s : specs) {
     auto& v = bufs_[size_t(s.role)];
     if (v.size() <= size_t(s.index)) v.resize(size_t(s.index) + 1);
     SF_CHECK(!v[size_t(s.index)], "buffer spec listed twice: ", s.what);
+    if (s.tier == Tier::host_shared) {
+      void* p = static_cast<char*>(shared.base) + at;
+      v[size_t(s.index)] = std::make_unique<PlacedHostBuffer>(p, s.bytes, be.map_host(p, s.bytes, s.what));
+      at += tier_bytes(s);
+      continue;
+    }
     v[size_t(s.index)] = s.tier == Tier::device ? be.alloc(s.bytes, s.what) : be.alloc_host(s.bytes, s.what);
   }
 }

@@ -20,7 +20,11 @@
 
 namespace sf {
 
-enum class Tier : uint8_t { device, host };  // host: pinned host memory (Backend::alloc_host)
+// host: pinned host memory (Backend::alloc_host). host_shared: pinned host memory that the
+// data-parallel ranks of one host share, one copy for all (the GPU path's streamed homes:
+// each rank reads the whole home and writes only its slice): it lives in a region the run
+// maps (SharedHomeMemory) and the plan counts it once per host.
+enum class Tier : uint8_t { device, host, host_shared };
 
 // What a buffer is for; `index` in BufferSpec tells the instances apart (slot, unit, layer,
 // chunk, ping-pong side).
@@ -80,14 +84,23 @@ struct KeptAttentionLayout {
 KeptAttentionLayout kept_attention_layout(const ModelConfig& cfg, int64_t T, int chunks, DType compute_dtype);
 
 // What one spec costs on its tier: the CUDA backend rounds device allocations to 256 bytes,
-// pinned host ones to 64 (the host backend rounds both to 64: the plan is then an upper bound).
+// pinned host ones to 64 (the host backend rounds both to 64: the plan is then an upper bound);
+// a shared one takes whole pages of its region (each is registered for DMA on its own).
 size_t tier_bytes(const BufferSpec& s);
 
-// The buffers of one list, allocated in its order. find() is null for a buffer the
-// configuration does not need; at() insists.
+// The region the Tier::host_shared buffers of a list are placed in, in the list's order, each
+// at a page boundary: shared_bytes(specs) bytes, page-aligned, made by the run (one per host).
+struct SharedHomeMemory {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+size_t shared_bytes(const std::vector<BufferSpec>& specs);
+
+// The buffers of one list, allocated in its order (the shared ones placed in `shared` and
+// pinned there). find() is null for a buffer the configuration does not need; at() insists.
 class WindowBuffers {
  public:
-  WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs);
+  WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, SharedHomeMemory shared = {});
   Buffer* find(BufferRole r, int index = 0) const;
   Buffer& at(BufferRole r, int index = 0) const;
 

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
+#include "engine/window_buffers.h"
 #include "model/model_init.h"
 #include "model/model_presets.h"
 #include "model/weights_io.h"
@@ -307,6 +308,12 @@ void Trainer::build_executor() {
     er.step.micro_tokens = int64_t(opt_.batch_size / opt_.world()) * opt_.seq_len;
   }
   planned_ = plan_run(cfg(), er);
+  // The ranks' one copy of the streamed homes, sized by the plan (collective). A plan that
+  // does not fit is refused by make_executor, whose error stops the other ranks.
+  if (opt_.comm && planned_.plan.fits && planned_.plan.mode == Plan::Mode::sliding) {
+    shared_state_->map_homes(shared_bytes(window_buffer_specs(cfg(), planned_.plan.engine, planned_.compute_dtype)));
+    dp_.homes = shared_state_->data_parallel().homes;
+  }
   exec_ = make_executor(cfg(), er, planned_);
   ParamStore& store = exec_->params();
   check_state_format(store.format(), opt_.state_format, exec_->name());

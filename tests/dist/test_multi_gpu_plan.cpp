@@ -16,14 +16,22 @@ constexpr size_t kGiB = size_t(1) << 30;
 
 // The 8B shape of issue 21 (32 x 1024 per GPU) on a 24 GiB GPU budget, H200 figures
 // (HardwareModel's defaults: nothing measured, so the test is deterministic).
-Plan rank_plan_8b(size_t host = 200 * kGiB) {
+Plan rank_plan_8b(size_t host = 200 * kGiB, int ranks = 1, DType cd = DType::bf16) {
   StepRequest req;
   req.micro_tokens = 32 * 1024;
   req.max_seq_len = 1024;
+  req.data_parallel_ranks = ranks;
   Budget b;
   b.device_bytes = 24 * kGiB;
   b.host_bytes = host;
-  return make_plan(model_preset("llama3-8b"), req, b, DType::bf16, HardwareModel{});
+  return make_plan(model_preset("llama3-8b"), req, b, cd, HardwareModel{});
+}
+
+size_t line_bytes(const Plan& p, const std::string& prefix) {
+  size_t n = 0;
+  for (const MemoryLine& l : p.lines)
+    if (!l.device && l.what.rfind(prefix, 0) == 0) n += l.bytes;
+  return n;
 }
 
 TEST(MultiGpuPlan, SharesTheStateButNotTheRanksBuffers) {
@@ -42,7 +50,7 @@ TEST(MultiGpuPlan, SharesTheStateButNotTheRanksBuffers) {
     if (l.what.rfind("update ring", 0) == 0 || l.what.rfind("activation store", 0) == 0) {
       EXPECT_FALSE(host_line_shared(l)) << l.what << ": one per rank";
     }
-    // Each rank's own as built (docs/MULTI_GPU.md's design shares them per host).
+    // A one-rank plan shares nothing but the state (the ranks' plans below share the homes).
     if (l.what.rfind("weights/gradient homes", 0) == 0 || l.what.rfind("next weights", 0) == 0) {
       EXPECT_FALSE(host_line_shared(l)) << l.what << ": one per rank";
     }
@@ -64,6 +72,56 @@ TEST(MultiGpuPlan, SharesTheStateButNotTheRanksBuffers) {
     EXPECT_EQ(m.device_bytes_per_gpu, p.device_bytes + (n > 1 ? req.nccl_device_bytes : 0));
     EXPECT_TRUE(m.fits) << m.advice;
   }
+}
+
+// A plan for one of N ranks on the GPU path: its streamed homes are the one copy the ranks
+// share (window_buffers.h, Tier::host_shared), counted once per host; its accumulators are
+// padded for N; it runs (and is predicted with) the deferred update, the one several ranks
+// run. With an fp32 compute dtype a home holds a rank's own gradient: not shared.
+TEST(MultiGpuPlan, TheRanksShareOneCopyOfTheStreamedHomes) {
+  const Plan one = rank_plan_8b(), four = rank_plan_8b(200 * kGiB, 4);
+  ASSERT_TRUE(one.fits && four.fits) << one.advice << four.advice;
+  EXPECT_EQ(one.engine.data_parallel_world, 1);
+  EXPECT_EQ(four.engine.data_parallel_world, 4);
+  EXPECT_EQ(one.engine.speculation, EngineConfig::Speculation::always);
+  EXPECT_EQ(four.engine.speculation, EngineConfig::Speculation::off);
+  const std::string shared_homes = "weights/gradient homes (streamed, one copy the ranks share)";
+  EXPECT_EQ(line_bytes(one, shared_homes), 0u);
+  EXPECT_GT(line_bytes(one, "weights/gradient homes (streamed)"), 0u) << "one rank: its own homes";
+  // 2 B/param of each streamed layer (neither resident nor updated on the device), in whole
+  // 64 KiB pieces.
+  const ModelConfig cfg = model_preset("llama3-8b");
+  const ModelLayout layout = ModelLayout::build(cfg);
+  size_t want = 0;
+  for (int k = four.engine.device_adamw_layers; k < layout.n_layers - four.engine.resident_layers; ++k)
+    want += (size_t(layout.layer(k).numel) * 2 + 65535) / 65536 * 65536;
+  const size_t homes = line_bytes(four, shared_homes);
+  EXPECT_EQ(homes, want);
+  ASSERT_GT(homes, size_t(8) * kGiB);
+  size_t shared = 0, rank = 0;
+  for (const MemoryLine& l : four.lines) {
+    if (l.device || l.disk) continue;
+    if (l.what == shared_homes) EXPECT_TRUE(host_line_shared(l));
+    if (l.what.rfind("weights/gradient homes", 0) == 0 && l.what != shared_homes) ADD_FAILURE() << l.what;
+    (host_line_shared(l) ? shared : rank) += l.bytes;
+  }
+  MultiGpuRequest req;
+  req.gpus = 4;
+  const MultiGpuPlan m = predict_multi_gpu(cfg, four, 32 * 1024, 1000 * kGiB, 25 * kGiB, req);
+  EXPECT_EQ(m.host_shared_bytes, shared);
+  EXPECT_EQ(m.host_bytes, shared + 4 * rank) << "the homes once, not 4 times";
+  // The speedup is over what one GPU runs alone (its own, speculative plan), not over a rank.
+  EXPECT_GE(four.step_seconds, one.step_seconds) << "the deferred update is not predicted faster";
+  req.one_gpu_step_seconds = one.step_seconds;
+  const MultiGpuPlan over_one = predict_multi_gpu(cfg, four, 32 * 1024, 1000 * kGiB, 25 * kGiB, req);
+  EXPECT_DOUBLE_EQ(over_one.speedup, 4 * one.step_seconds / over_one.step_seconds);
+  EXPECT_LE(over_one.speedup, m.speedup);
+  EXPECT_NE(describe_multi_gpu(over_one, four).find("its own plan"), std::string::npos);
+
+  const Plan f32 = rank_plan_8b(2000 * kGiB, 4, DType::f32);
+  ASSERT_EQ(f32.mode, Plan::Mode::sliding);
+  EXPECT_EQ(line_bytes(f32, shared_homes), 0u) << "fp32 compute: each rank's homes hold its own gradients";
+  EXPECT_GT(line_bytes(f32, "weights/gradient homes (streamed)"), 0u);
 }
 
 TEST(MultiGpuPlan, OneGpuIsTheRanksPlanUnchanged) {

@@ -1,0 +1,223 @@
+// The data-parallel GPU path with several ranks (CUDA builds; skipped without a GPU): N ranks
+// as threads on ONE GPU, each with its own CudaBackend and executor over its share of every
+// global batch and the one shared state, against one plain rank over the whole batch whose
+// chunks are the shares in rank order. NCCL refuses two ranks on one device, so here the
+// device reduce-scatter goes through the host (the comm stream drained, the accumulator
+// summed by a ThreadCommunicator, this rank's shard copied back); everything else is the path
+// `train --gpus N` runs: the padded accumulators, each rank's slice cast, summed and sent
+// home, the slice updates, the other ranks' slices cast from the shared master into this
+// rank's resident homes, the per-unit wait for every slice, the embedding's dense
+// reduce, and the streamed homes as ONE copy in memory the ranks share (each rank writes its
+// slice of a gradient and of the new weights there, and reads the whole).
+//
+// Not bitwise: the one rank adds its chunks' gradients inside the GEMMs, the ranks add theirs
+// in the reduce, and the embedding's norm is a device f32 sum there, a host double sum here.
+// So the checks are tolerances far below what a wrong slice costs (a rank training on a
+// slice of old weights, or updating another rank's slice, moves the losses by ~1e-3 relative
+// and the weights by ~lr).
+#include <gtest/gtest.h>
+
+#if SF_DIST_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cuda/cuda_engine_test_util.h"
+#include "dist/dist_test_util.h"
+#include "dist/thread_communicator.h"
+#include "engine/data_parallel.h"
+#include "engine/sliding_executor.h"
+#include "engine/window_buffers.h"
+#include "model/model_init.h"
+
+namespace sf::dist {
+namespace {
+
+constexpr int kRowsPerRank = 2, kSeq = 32, kSteps = 3;
+
+struct Case {
+  int world;
+  int resident_layers;   // of 3; the head's home is resident always (bf16)
+  int grad_accum;        // micro-batches per step
+  float max_grad_norm;   // 0: off
+  bool late_slices;      // ranks 1.. sleep before each slice update
+  std::string name() const {
+    return cat("world", world, "_resident", resident_layers, "_accum", grad_accum,
+               max_grad_norm > 0 ? "_clip" : "_noclip", late_slices ? "_lateslices" : "");
+  }
+};
+
+// Rank r's rows of micro-batch m of a step (seeded by all three, so shares differ).
+std::vector<std::vector<int32_t>> share_rows(const ModelConfig& cfg, int r, uint64_t seed) {
+  std::mt19937_64 g(seed * 100 + uint64_t(r));
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(kRowsPerRank));
+  for (auto& row : rows)
+    for (int i = 0; i < kSeq; ++i) row.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
+  return rows;
+}
+
+Batch whole(const ModelConfig& cfg, int world, uint64_t seed) {
+  std::vector<std::vector<int32_t>> rows;
+  for (int r = 0; r < world; ++r)
+    for (auto& row : share_rows(cfg, r, seed)) rows.push_back(row);
+  return Batch::from_rows(rows);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  SF_CHECK(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
+}
+
+// The device reduce-scatter of a rank that shares its GPU: through host memory.
+struct HostStagedReduce {
+  Communicator& comm;
+  std::vector<float> all, mine;
+  void operator()(float* data, size_t shard, Stream& s) {
+    auto cs = reinterpret_cast<cudaStream_t>(CudaBackend::cuda_stream(s));
+    all.resize(shard * size_t(comm.world_size()));
+    mine.resize(shard);
+    check_cuda(cudaMemcpyAsync(all.data(), data, all.size() * 4, cudaMemcpyDeviceToHost, cs), "d2h");
+    check_cuda(cudaStreamSynchronize(cs), "d2h");
+    comm.reduce_scatter_sum(all, mine);
+    float* at = data + size_t(comm.rank()) * shard;
+    check_cuda(cudaMemcpyAsync(at, mine.data(), shard * 4, cudaMemcpyHostToDevice, cs), "h2d");
+    check_cuda(cudaStreamSynchronize(cs), "h2d");
+  }
+};
+
+class GpuRanksOnOneDevice : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuRanksOnOneDevice, EqualOneRankOverTheGlobalBatch) {
+  const Case& tc = GetParam();
+  const int N = tc.world;
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) GTEST_SKIP() << "no GPU";
+  ModelConfig cfg = sf::test::small_config(Arch::llama);  // head_dim 64: the GPU's attention
+  cfg.num_hidden_layers = 3;
+  const ModelLayout layout = ModelLayout::build(cfg);
+  const int n_units = int(layout.units.size());
+  auto engine = [&](int chunks, int world) {
+    EngineConfig ec;
+    ec.n_slots = 2;
+    ec.max_chunk_tokens = kRowsPerRank * kSeq;  // a chunk = one rank's share
+    ec.max_chunks = chunks;
+    ec.head_resident = true;  // required with bf16
+    ec.resident_layers = tc.resident_layers;
+    ec.ring_piece = 777;  // resident homes' slice trips in many pieces
+    ec.data_parallel_world = world;
+    return ec;
+  };
+  OptimHyper h;
+  h.lr = 1e-3;
+  h.weight_decay = 0.1f;
+  h.max_grad_norm = tc.max_grad_norm;
+
+  CudaBackend be_ref;
+  SlidingWindowExecutor ref(be_ref, cfg, engine(N * tc.grad_accum, 1));
+  for (int u = 0; u < n_units; ++u) init_unit(layout.units[size_t(u)], ref.params().master(u), 5);
+  ref.params_changed();
+
+  HostArray state(ParamStore::external_bytes(state_units(layout)), "test state");
+  // The streamed homes, one copy for the ranks (none when every layer is resident).
+  const std::vector<BufferSpec> specs = window_buffer_specs(cfg, engine(tc.grad_accum, N), DType::bf16);
+  const size_t home_bytes = shared_bytes(specs);
+  EXPECT_EQ(home_bytes > 0, tc.resident_layers < 3);
+  HostArray homes(std::max<size_t>(home_bytes, 1), "test shared homes");
+  HostArray counters(UpdateCounters::bytes_for(n_units, N), "test counters");
+  UpdateCounters::create(counters.data(), n_units, N);
+  auto group = std::make_shared<ThreadGroup>(N, Timeout(120000));
+  std::vector<std::unique_ptr<ThreadCommunicator>> comms;
+  std::vector<std::unique_ptr<HostStagedReduce>> reduces;
+  std::vector<std::unique_ptr<CudaBackend>> bes;
+  for (int r = 0; r < N; ++r) {
+    comms.push_back(std::make_unique<ThreadCommunicator>(group, r));
+    reduces.push_back(std::make_unique<HostStagedReduce>(HostStagedReduce{*comms.back(), {}, {}}));
+    bes.push_back(std::make_unique<CudaBackend>());
+  }
+  std::vector<std::unique_ptr<SlidingWindowExecutor>> ranks(static_cast<size_t>(N));
+  std::vector<std::vector<StepStats>> got(static_cast<size_t>(N));
+  const std::vector<std::string> errors = test::run_ranks(N, [&](int r) {
+    DataParallel dp;
+    dp.comm = comms[size_t(r)].get();
+    dp.counters = counters.as<UpdateCounters>();
+    dp.state = {state.data(), state.bytes()};
+    dp.homes = {homes.data(), home_bytes};
+    HostStagedReduce* reduce = reduces[size_t(r)].get();
+    dp.device_reduce_scatter = [reduce](float* data, size_t shard, Stream& s) { (*reduce)(data, shard, s); };
+    EngineTestModes test;
+    if (tc.late_slices) test.rank_update_delay_ms = 5;
+    ranks[size_t(r)] = std::make_unique<SlidingWindowExecutor>(*bes[size_t(r)], cfg, engine(tc.grad_accum, N), test, dp);
+    if (r == 0)  // rank 0 alone writes the shared state
+      for (int u = 0; u < n_units; ++u)
+        std::memcpy(ranks[0]->params().master(u), ref.params().master(u), size_t(layout.units[size_t(u)].numel) * 4);
+    ranks[size_t(r)]->params_changed();  // collective: rank 0's writes are in
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<Batch> micro;
+      for (int m = 0; m < tc.grad_accum; ++m)
+        micro.push_back(Batch::from_rows(share_rows(cfg, r, uint64_t(10 * step + m + 1))));
+      got[size_t(r)].push_back(ranks[size_t(r)]->train_step(micro, h));
+    }
+  });
+  for (int r = 0; r < N; ++r) ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+
+  bool clipped = false;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<Batch> micro;
+    for (int m = 0; m < tc.grad_accum; ++m) micro.push_back(whole(cfg, N, uint64_t(10 * step + m + 1)));
+    const StepStats want = ref.train_step(micro, h);
+    clipped |= want.clip_coef < 1;
+    for (int r = 0; r < N; ++r) {
+      const StepStats& st = got[size_t(r)][size_t(step)];
+      SCOPED_TRACE(cat("rank ", r, " step ", step));
+      EXPECT_EQ(st.n_valid, want.n_valid);
+      // f32 sums in another order (chunks in the one rank, ranks here): a few 1e-7.
+      EXPECT_NEAR(st.loss(), want.loss(), 1e-5 * want.loss());
+      EXPECT_NEAR(st.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
+      EXPECT_NEAR(st.clip_coef, want.clip_coef, 1e-5);
+    }
+  }
+  EXPECT_EQ(clipped, tc.max_grad_norm > 0) << "the clipping cases clip, the others do not";
+
+  // Every element updated 3 times at lr 1e-3 from gradients a few f32 roundings apart: the
+  // weights agree to ~1e-6 (a wrong or stale slice: ~1e-3).
+  ParamStore &a = ref.params(), &b = ranks[0]->params();
+  EXPECT_EQ(a.step, b.step);
+  for (int u = 0; u < n_units; ++u) {
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(u); ++i)
+      worst = std::max(worst, double(std::abs(a.master(u)[i] - b.master(u)[i])));
+    EXPECT_LT(worst, 2e-5) << "master of unit " << u;
+  }
+  // The shared homes hold the last update's weights, every slice of them: the master's bf16
+  // (round to nearest even, as the AdamW writes them), bit for bit.
+  size_t at = 0;
+  for (const BufferSpec& s : specs) {
+    if (s.tier != Tier::host_shared) continue;
+    const int u = s.index;
+    const auto* home = reinterpret_cast<const uint16_t*>(homes.as<char>() + at);
+    int64_t wrong = 0;
+    for (const ParamRange& r : b.ranges(u))
+      for (int64_t i = r.offset; i < r.offset + r.numel; ++i) {
+        const __nv_bfloat16 w = __float2bfloat16_rn(b.master(u)[i]);
+        wrong += std::memcmp(&w, home + i, 2) != 0;
+      }
+    EXPECT_EQ(wrong, 0) << "shared home of unit " << u << ": elements not the master's weights";
+    at += tier_bytes(s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuRanksOnOneDevice,
+                         ::testing::Values(Case{2, 0, 1, 0.f, false}, Case{2, 2, 1, 0.05f, false},
+                                           Case{3, 1, 2, 0.f, false}, Case{3, 0, 1, 0.05f, true},
+                                           Case{2, 3, 2, 0.05f, true}),
+                         [](const auto& info) { return info.param.name(); });
+
+}  // namespace
+}  // namespace sf::dist
+
+#endif  // SF_DIST_CUDA
