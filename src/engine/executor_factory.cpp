@@ -258,13 +258,12 @@ PlannedRun plan_run(const ModelConfig& cfg, const ExecutorRequest& req) {
   SF_REQUIRE(!(engine == EngineChoice::resident && r.plan_request.checkpoint_every > 1), "--checkpoint-every ",
              r.plan_request.checkpoint_every, ": only the sliding window saves fewer layers' inputs (--engine resident "
              "keeps every layer's); use --engine auto or sliding, or --checkpoint-every auto");
-  const bool allow_resident = engine != EngineChoice::sliding && !ranks;
+  if (ranks) r.plan_request.data_parallel_ranks = req.data_parallel->world();
+  const bool several = r.plan_request.data_parallel_ranks > 1;  // a run's ranks, or plan --gpus N
+  const bool allow_resident = engine != EngineChoice::sliding && !ranks && !several;
   // Several ranks: every gradient waits for the global norm (the plans that apply each as it
   // lands are not built for several ranks).
-  if (ranks) {
-    r.plan_request.clipping = true;
-    r.plan_request.data_parallel_ranks = req.data_parallel->world();
-  }
+  if (ranks || several) r.plan_request.clipping = true;
   r.plan = make_plan(cfg, r.plan_request, r.budget, r.compute_dtype, hw, allow_resident, dev_adamw);
   if (!req.disk_speed.empty()) {  // a disk elsewhere: its rate as given, for every candidate
     hw.disk_bytes_per_s = parse_disk_speed(req.disk_speed);

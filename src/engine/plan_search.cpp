@@ -109,13 +109,18 @@ void check_request(const PlanInputs& in) {
   SF_REQUIRE(in.device_adamw_layers <= in.cfg.num_hidden_layers,
              "--device-adamw-layers ", in.device_adamw_layers, " is more than the model's ",
              in.cfg.num_hidden_layers, " layers");
+  SF_REQUIRE(in.req.data_parallel_ranks >= 1, "plan: ", in.req.data_parallel_ranks, " data-parallel ranks");
+  SF_REQUIRE(in.req.data_parallel_ranks == 1 || in.device_adamw_layers <= 0, "--device-adamw-layers ",
+             in.device_adamw_layers, ": data parallel (", in.req.data_parallel_ranks, " ranks) updates every layer on "
+             "the host, a slice per rank; use --device-adamw-layers 0, or --gpus 1");
 }
 
 // 1. Everything resident, if it fits: no transfers at all; every layer's activations kept
 //    (no recompute) if that fits too. The larger LM-head chunk first (with kept activations
 //    its scratch is its own). The first that fits, predicted; none when none fits.
 std::optional<Plan> resident_plan(const PlanInputs& in) {
-  if (!in.allow_resident || in.req.checkpoint_every > 1) return std::nullopt;
+  // Several ranks run the sliding window (its slices and counters are their shared update).
+  if (!in.allow_resident || in.req.checkpoint_every > 1 || in.req.data_parallel_ranks > 1) return std::nullopt;
   const int64_t head_rows = head_chunk_rows_for(in.cfg, in.req.micro_tokens, in.cd);
   for (auto [keep, rows] : {std::pair{true, head_rows}, std::pair{true, int64_t(256)},
                             std::pair{false, head_rows}}) {
@@ -339,7 +344,8 @@ std::optional<Plan> window_candidate(const PlanInputs& in, const std::string& mo
 // the CPU's work).
 std::vector<int> device_adamw_counts(const PlanInputs& in, const Plan& p) {
   if (in.device_adamw_layers >= 0) return {in.device_adamw_layers};
-  if (in.cd == DType::f32 || p.engine.from_master()) return {0};
+  // Several ranks update every layer on the host (a slice each; checked_for_ranks).
+  if (in.cd == DType::f32 || p.engine.from_master() || in.req.data_parallel_ranks > 1) return {0};
   std::vector<int> counts;
   for (int d : {0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128})
     if (d <= in.cfg.num_hidden_layers) counts.push_back(d);
@@ -544,7 +550,7 @@ void say_largest_fitting_batch(const PlanInputs& in, std::ostream& a) {
 // Clipping keeps every gradient until the norm is known (2 bytes per parameter more on the
 // host with bf16): say when the run fits without it.
 void say_fits_without_clipping(const PlanInputs& in, std::ostream& a) {
-  if (!in.req.clipping) return;
+  if (!in.req.clipping || in.req.data_parallel_ranks > 1) return;  // several ranks keep every gradient
   StepRequest q = in.req;
   q.clipping = false;
   const PlanInputs unclipped{in.cfg, q, in.budget, in.cd, in.hw, in.allow_resident, in.device_adamw_layers};
