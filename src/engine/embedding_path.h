@@ -26,8 +26,11 @@ class EmbeddingPath {
   // takes every chunk at chunk 0. True once the step's gradient is complete.
   bool backward(const std::vector<Batch>& chunks, const std::vector<int64_t>& chunk_off, int c,
                 Mat dx_c);
-  // The gradient's sum of squares: reduced on the device (untied) or summed on the host.
-  bool device_norm() const { return device_scatter(); }
+  // The gradient's sum of squares: the device's f32 sum of the rows it scattered (untied, a
+  // reduced compute dtype: the GPU), else the landed rows summed on the host in double (the
+  // fp32 host reference, as its homes are: its clipping then matches every other host sum,
+  // the data-parallel ranks' included, beyond f32 rounding).
+  bool device_norm() const { return device_scatter() && w_.reduced(); }
   double sum_squares(ThreadPool& pool) const;
   // The step's sparse gradient, once backward() returned true.
   const EmbeddingGrad& grad() const { return *grad_; }
