@@ -13,12 +13,16 @@
 // Not bitwise: the one rank adds its chunks' gradients inside the GEMMs, the ranks add theirs
 // in the reduce, and the embedding's norm is a device f32 sum there, a host double sum here.
 // With one micro-batch per step the weights agree to 2e-5 after every step (a wrong or stale
-// slice: ~lr = 1e-3). With gradient accumulation the summation order moves more: the plain
-// engine itself, given the same two micro-batches in the other order, ends a step up to 1.5 lr
-// apart on a few elements (AdamW's first steps turn a gradient's last bits into its sign) and
-// 2e-5 apart in the norm. So there the ranks must be as close to the one rank as that
-// reordered one rank is (a second reference, `swapped`), with a margin: within 3x its
-// distance in the norm, the weights' relative L2 and the worst element.
+// slice: ~lr = 1e-3), and the shared homes are the master's bf16 bit for bit. With gradient
+// accumulation the one rank itself moves more than that with its step's layout: on the H200,
+// the same global batch cut into chunks of 1, 2, 3 or 6 shares agrees to 2e-6 after step 0 but
+// is up to 1.4e-3 apart on a few embedding elements (and 1e-3 in the layers, 3e-5 in the
+// loss) after step 1, at AdamW's eps 1e-6 (bf16 activations rounded differently where a GEMM
+// of another shape sums in another order, then AdamW on small gradients). So those cases are
+// checked against that spread: a second one rank, `other`, runs the same steps with two
+// shares per chunk and its micro-batches in the other order, and the ranks must be within 3x
+// its distance from the first (worst element, relative L2 of the weights), and within the
+// measured spread or that, whichever is larger, in the norm and the loss.
 #include <gtest/gtest.h>
 
 #if SF_DIST_CUDA
@@ -150,15 +154,16 @@ TEST_P(GpuRanksOnOneDevice, EqualOneRankOverTheGlobalBatch) {
   // be stepped by ~lr in the sign of that noise, and the comparison would measure the noise.
   h.eps = 1e-6f;
 
-  CudaBackend be_ref, be_swapped;
-  SlidingWindowExecutor ref(be_ref, cfg, engine(N * tc.grad_accum, 1)),
-      swapped(be_swapped, cfg, engine(N * tc.grad_accum, 1));
+  CudaBackend be_ref, be_other;
+  EngineConfig two_shares = engine(N * tc.grad_accum, 1);
+  two_shares.max_chunk_tokens *= 2;
+  SlidingWindowExecutor ref(be_ref, cfg, engine(N * tc.grad_accum, 1)), other(be_other, cfg, two_shares);
   for (int u = 0; u < n_units; ++u) {
     init_unit(layout.units[size_t(u)], ref.params().master(u), 5);
-    std::memcpy(swapped.params().master(u), ref.params().master(u), size_t(layout.units[size_t(u)].numel) * 4);
+    std::memcpy(other.params().master(u), ref.params().master(u), size_t(layout.units[size_t(u)].numel) * 4);
   }
   ref.params_changed();
-  swapped.params_changed();
+  other.params_changed();
   std::vector<std::vector<float>> initial;
   for (int u = 0; u < n_units; ++u)
     initial.emplace_back(ref.params().master(u), ref.params().master(u) + layout.units[size_t(u)].numel);
@@ -214,31 +219,36 @@ TEST_P(GpuRanksOnOneDevice, EqualOneRankOverTheGlobalBatch) {
     for (int m = 0; m < tc.grad_accum; ++m) micro.push_back(whole(cfg, N, uint64_t(10 * step + m + 1)));
     const StepStats want = ref.train_step(micro, h);
     std::reverse(micro.begin(), micro.end());
-    const StepStats other = swapped.train_step(micro, h);  // the same step, summed in another order
+    const StepStats alt = other.train_step(micro, h);  // the same step, laid out otherwise
     clipped |= want.clip_coef < 1;
-    const double norm_spread = std::abs(other.grad_norm - want.grad_norm);
+    const bool accumulating = tc.grad_accum > 1;
+    const double norm_spread = accumulating ? std::abs(alt.grad_norm - want.grad_norm) : 0.0,
+                 loss_spread = accumulating ? std::abs(alt.loss() - want.loss()) : 0.0;
     for (int r = 0; r < N; ++r) {
       const StepStats& st = got[size_t(r)];
       SCOPED_TRACE(cat("rank ", r, " step ", step));
       EXPECT_EQ(st.n_valid, want.n_valid);
       // f32 sums in another order (chunks in the one rank, ranks here): a few 1e-7.
-      EXPECT_NEAR(st.loss(), want.loss(), 1e-5 * want.loss());
-      EXPECT_NEAR(st.grad_norm, want.grad_norm, 1e-5 * want.grad_norm + 3 * norm_spread);
-      EXPECT_NEAR(st.clip_coef, want.clip_coef, 1e-5 + 3 * norm_spread / want.grad_norm);
+      // Accumulating: at least the spread measured across layouts (chunks of 1-6 shares: the
+      // norm 5e-4 relative apart after step 2, the loss 3e-5), else 3x `other`'s distance.
+      const double norm_tol = accumulating ? std::max(1e-3 * want.grad_norm, 3 * norm_spread) : 1e-5 * want.grad_norm,
+                   loss_tol = accumulating ? std::max(1e-4 * want.loss(), 3 * loss_spread) : 1e-5 * want.loss();
+      EXPECT_NEAR(st.loss(), want.loss(), loss_tol);
+      EXPECT_NEAR(st.grad_norm, want.grad_norm, norm_tol);
+      EXPECT_NEAR(st.clip_coef, want.clip_coef, 1e-5 + norm_tol / want.grad_norm);
     }
-    ParamStore &a = ref.params(), &b = ranks[0]->params(), &o = swapped.params();
+    ParamStore &a = ref.params(), &b = ranks[0]->params(), &o = other.params();
     EXPECT_EQ(a.step, b.step);
     for (int u = 0; u < n_units; ++u) {
       const Distance ranks_off = distance(a.master(u), b.master(u), initial[size_t(u)]),
-                     order_off = distance(a.master(u), o.master(u), initial[size_t(u)]);
+                     layout_off = distance(a.master(u), o.master(u), initial[size_t(u)]);
       SCOPED_TRACE(cat("master of unit ", u, " after step ", step, ": ranks ", ranks_off.describe(), "; the one rank "
-                       "in another order ", order_off.describe()));
-      if (tc.grad_accum == 1) {
-        EXPECT_EQ(order_off.worst, 0.0) << "one micro-batch: nothing to reorder";
+                       "laid out otherwise ", layout_off.describe()));
+      if (!accumulating) {
         EXPECT_LT(ranks_off.worst, 2e-5);
       } else {
-        EXPECT_LE(ranks_off.worst, std::max(2e-5, 3 * order_off.worst));
-        EXPECT_LE(ranks_off.relative_l2, std::max(1e-4, 3 * order_off.relative_l2));
+        EXPECT_LE(ranks_off.worst, std::max(2e-5, 3 * layout_off.worst));
+        EXPECT_LE(ranks_off.relative_l2, std::max(1e-4, 3 * layout_off.relative_l2));
       }
     }
   }
@@ -265,11 +275,14 @@ TEST_P(GpuRanksOnOneDevice, EqualOneRankOverTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuRanksOnOneDevice,
                          ::testing::Values(Case{2, 0, 1, 0.f, false}, Case{2, 2, 1, 0.05f, false},
                                            Case{3, 1, 2, 0.f, false}, Case{3, 0, 1, 0.05f, true},
-                                           Case{2, 3, 2, 0.05f, true}),
+                                           Case{2, 3, 2, 0.05f, true}, Case{2, 1, 2, 0.f, false},
+                                           Case{3, 3, 2, 0.f, false}, Case{3, 0, 2, 0.f, false},
+                                           Case{2, 0, 2, 0.f, false}),
                          [](const auto& info) { return info.param.name(); });
 
 }  // namespace
 }  // namespace sf::dist
 
 #endif  // SF_DIST_CUDA
+
 
