@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <thread>
@@ -435,6 +436,74 @@ TEST(DataParallelEngine, RefusesTheModesItDoesNotRun) {
   // World 1 through the same path runs (and is the one-rank engine's step).
   SlidingWindowExecutor ok(be, cfg, window(1), EngineTestModes{}, shared.dp_for(comm));
   EXPECT_NE(std::string(ok.name()).find("rank 0 of 1"), std::string::npos) << ok.name();
+}
+
+// The GPU path's shared homes as `train` maps them (SharedTrainingState::map_homes, after the
+// plan): one named region for the ranks, page-aligned, the same memory for every rank (rank 1
+// reads what rank 0 wrote), gone from /dev/shm once mapped; ranks whose plans want different
+// bytes are refused, every rank naming the figures; 0 bytes maps nothing.
+TEST(DataParallelEngine, SharedHomesAreOneRegionTheRanksMapTogether) {
+  const int N = 2;
+  const ModelConfig cfg = tiny_config(Arch::llama, false);
+  const std::vector<StateUnit> units = state_units(ModelLayout::build(cfg));
+  auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(60000));
+  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
+  for (int r = 0; r < N; ++r) comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
+  const std::string run_id = dist::new_run_id();
+  const size_t bytes = size_t(3) << 20;
+  std::vector<DataParallel> dps(static_cast<size_t>(N));
+  std::vector<uint64_t> seen(static_cast<size_t>(N), 0);
+  std::vector<std::string> errors(static_cast<size_t>(N));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        SharedTrainingState st(*comms[size_t(r)], run_id, units, StateFormat{});
+        EXPECT_EQ(st.data_parallel().homes.base, nullptr) << "nothing before the plan";
+        st.map_homes(bytes);
+        const DataParallel dp = st.data_parallel();
+        dps[size_t(r)] = dp;
+        ASSERT_NE(dp.homes.base, nullptr);
+        EXPECT_GE(dp.homes.bytes, bytes);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(dp.homes.base) % 4096, 0u);
+        if (r == 0) static_cast<uint64_t*>(dp.homes.base)[bytes / 8 - 1] = 0x5ead5ead5ead5eadull;
+        comms[size_t(r)]->barrier();
+        seen[size_t(r)] = static_cast<const uint64_t*>(dp.homes.base)[bytes / 8 - 1];
+        comms[size_t(r)]->barrier();  // both read before either unmaps
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+    EXPECT_EQ(seen[size_t(r)], 0x5ead5ead5ead5eadull) << "rank " << r << " sees rank 0's write";
+  }
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + dist::shared_region_name(run_id, "homes").substr(1)))
+      << "the name is removed once every rank has mapped it";
+
+  // Plans that disagree: every rank refuses, naming its bytes and the ranks' mean.
+  auto group2 = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(60000));
+  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms2;
+  for (int r = 0; r < N; ++r) comms2.push_back(std::make_unique<dist::ThreadCommunicator>(group2, r));
+  const std::string run2 = dist::new_run_id();
+  std::vector<std::string> refused(static_cast<size_t>(N));
+  threads.clear();
+  for (int r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        SharedTrainingState st(*comms2[size_t(r)], run2, units, StateFormat{});
+        st.map_homes(size_t(r + 1) << 20);
+      } catch (const std::exception& e) {
+        refused[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < N; ++r) {
+    EXPECT_NE(refused[size_t(r)].find("planned different streamed homes"), std::string::npos) << refused[size_t(r)];
+    EXPECT_NE(refused[size_t(r)].find(cat("rank ", r, ": ", r + 1, " MiB")), std::string::npos) << refused[size_t(r)];
+    EXPECT_NE(refused[size_t(r)].find("--gpu-memory"), std::string::npos) << refused[size_t(r)];
+  }
 }
 
 }  // namespace
