@@ -29,9 +29,8 @@ UnitHomes::UnitHomes(WindowContext& w) : w_(w) {
   for (int u = 0; u < n; ++u) {
     home_.push_back(w.bufs.find(BufferRole::home, u));
     next_.push_back(w.bufs.find(BufferRole::next_weights, u));
+    shared_[size_t(u)] = w.bufs.shared(BufferRole::home, u);
   }
-  for (const BufferSpec& s : window_buffer_specs(w.cfg, w.ec, w.cd))
-    if (s.role == BufferRole::home && s.tier == Tier::host_shared) shared_[size_t(s.index)] = 1;
   upload_pending_.assign(size_t(n), 0);
   state_ = std::make_unique<std::atomic<uint8_t>[]>(size_t(n));
   for (int u = 0; u < n; ++u) state_[size_t(u)] = uint8_t(HomeState::weights);

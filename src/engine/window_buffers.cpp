@@ -289,7 +289,7 @@ class PlacedHostBuffer final : public Buffer {
 }  // namespace
 
 WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, SharedHomeMemory shared)
-    : bufs_(size_t(BufferRole::count_)) {
+    : bufs_(size_t(BufferRole::count_)), shared_(size_t(BufferRole::count_)) {
   const size_t need = shared_bytes(specs);
   SF_CHECK(need == 0 || (shared.base && shared.bytes >= need &&
                          reinterpret_cast<uintptr_t>(shared.base) % 4096 == 0),
@@ -301,6 +301,9 @@ WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, 
     if (v.size() <= size_t(s.index)) v.resize(size_t(s.index) + 1);
     SF_CHECK(!v[size_t(s.index)], "buffer spec listed twice: ", s.what);
     if (s.tier == Tier::host_shared) {
+      auto& flags = shared_[size_t(s.role)];
+      if (flags.size() <= size_t(s.index)) flags.resize(size_t(s.index) + 1, 0);
+      flags[size_t(s.index)] = 1;
       void* p = static_cast<char*>(shared.base) + at;
       v[size_t(s.index)] = std::make_unique<PlacedHostBuffer>(p, s.bytes, be.map_host(p, s.bytes, s.what));
       at += tier_bytes(s);
@@ -313,6 +316,11 @@ WindowBuffers::WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, 
 Buffer* WindowBuffers::find(BufferRole r, int index) const {
   const auto& v = bufs_[size_t(r)];
   return size_t(index) < v.size() ? v[size_t(index)].get() : nullptr;
+}
+
+bool WindowBuffers::shared(BufferRole r, int index) const {
+  const auto& v = shared_[size_t(r)];
+  return size_t(index) < v.size() && v[size_t(index)] != 0;
 }
 
 Buffer& WindowBuffers::at(BufferRole r, int index) const {

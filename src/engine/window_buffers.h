@@ -103,10 +103,12 @@ class WindowBuffers {
   WindowBuffers(Backend& be, const std::vector<BufferSpec>& specs, SharedHomeMemory shared = {});
   Buffer* find(BufferRole r, int index = 0) const;
   Buffer& at(BufferRole r, int index = 0) const;
+  bool shared(BufferRole r, int index = 0) const;  // placed in the ranks' region (Tier::host_shared)
 
  private:
   // [role][index]
   std::vector<std::vector<std::unique_ptr<Buffer>>> bufs_;
+  std::vector<std::vector<char>> shared_;  // [role][index]
 };
 
 }  // namespace sf
