@@ -24,6 +24,7 @@
 
 #include "backend/host/host_backend.h"
 #include "backend/threaded_streams_backend.h"
+#include "dist/dist_test_util.h"
 #include "dist/shm_communicator.h"
 #include "dist/thread_communicator.h"
 #include "engine/data_parallel.h"
@@ -446,35 +447,29 @@ TEST(DataParallelEngine, SharedHomesAreOneRegionTheRanksMapTogether) {
   const int N = 2;
   const ModelConfig cfg = tiny_config(Arch::llama, false);
   const std::vector<StateUnit> units = state_units(ModelLayout::build(cfg));
-  auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(60000));
-  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
-  for (int r = 0; r < N; ++r) comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
+  auto thread_ranks = [&] {
+    auto group = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(60000));
+    std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms;
+    for (int r = 0; r < N; ++r) comms.push_back(std::make_unique<dist::ThreadCommunicator>(group, r));
+    return comms;
+  };
+  auto comms = thread_ranks();
   const std::string run_id = dist::new_run_id();
   const size_t bytes = size_t(3) << 20;
-  std::vector<DataParallel> dps(static_cast<size_t>(N));
   std::vector<uint64_t> seen(static_cast<size_t>(N), 0);
-  std::vector<std::string> errors(static_cast<size_t>(N));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < N; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        SharedTrainingState st(*comms[size_t(r)], run_id, units, StateFormat{});
-        EXPECT_EQ(st.data_parallel().homes.base, nullptr) << "nothing before the plan";
-        st.map_homes(bytes);
-        const DataParallel dp = st.data_parallel();
-        dps[size_t(r)] = dp;
-        ASSERT_NE(dp.homes.base, nullptr);
-        EXPECT_GE(dp.homes.bytes, bytes);
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(dp.homes.base) % 4096, 0u);
-        if (r == 0) static_cast<uint64_t*>(dp.homes.base)[bytes / 8 - 1] = 0x5ead5ead5ead5eadull;
-        comms[size_t(r)]->barrier();
-        seen[size_t(r)] = static_cast<const uint64_t*>(dp.homes.base)[bytes / 8 - 1];
-        comms[size_t(r)]->barrier();  // both read before either unmaps
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors = dist::test::run_ranks(N, [&](int r) {
+    SharedTrainingState st(*comms[size_t(r)], run_id, units, StateFormat{});
+    EXPECT_EQ(st.data_parallel().homes.base, nullptr) << "nothing before the plan";
+    st.map_homes(bytes);
+    const DataParallel dp = st.data_parallel();
+    ASSERT_NE(dp.homes.base, nullptr);
+    EXPECT_GE(dp.homes.bytes, bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(dp.homes.base) % 4096, 0u);
+    if (r == 0) static_cast<uint64_t*>(dp.homes.base)[bytes / 8 - 1] = 0x5ead5ead5ead5eadull;
+    comms[size_t(r)]->barrier();
+    seen[size_t(r)] = static_cast<const uint64_t*>(dp.homes.base)[bytes / 8 - 1];
+    comms[size_t(r)]->barrier();  // both read before either unmaps
+  });
   for (int r = 0; r < N; ++r) {
     EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
     EXPECT_EQ(seen[size_t(r)], 0x5ead5ead5ead5eadull) << "rank " << r << " sees rank 0's write";
@@ -483,26 +478,16 @@ TEST(DataParallelEngine, SharedHomesAreOneRegionTheRanksMapTogether) {
       << "the name is removed once every rank has mapped it";
 
   // Plans that disagree: every rank refuses, naming its bytes and the ranks' mean.
-  auto group2 = std::make_shared<dist::ThreadGroup>(N, dist::Timeout(60000));
-  std::vector<std::unique_ptr<dist::ThreadCommunicator>> comms2;
-  for (int r = 0; r < N; ++r) comms2.push_back(std::make_unique<dist::ThreadCommunicator>(group2, r));
+  comms = thread_ranks();
   const std::string run2 = dist::new_run_id();
-  std::vector<std::string> refused(static_cast<size_t>(N));
-  threads.clear();
-  for (int r = 0; r < N; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        SharedTrainingState st(*comms2[size_t(r)], run2, units, StateFormat{});
-        st.map_homes(size_t(r + 1) << 20);
-      } catch (const std::exception& e) {
-        refused[size_t(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  errors = dist::test::run_ranks(N, [&](int r) {
+    SharedTrainingState st(*comms[size_t(r)], run2, units, StateFormat{});
+    st.map_homes(size_t(r + 1) << 20);
+  });
   for (int r = 0; r < N; ++r) {
-    EXPECT_NE(refused[size_t(r)].find("planned different streamed homes"), std::string::npos) << refused[size_t(r)];
-    EXPECT_NE(refused[size_t(r)].find(cat("rank ", r, ": ", r + 1, " MiB")), std::string::npos) << refused[size_t(r)];
-    EXPECT_NE(refused[size_t(r)].find("--gpu-memory"), std::string::npos) << refused[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("planned different streamed homes"), std::string::npos) << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find(cat("rank ", r, ": ", r + 1, " MiB")), std::string::npos) << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("--gpu-memory"), std::string::npos) << errors[size_t(r)];
   }
 }
 
