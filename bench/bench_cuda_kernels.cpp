@@ -1,7 +1,11 @@
 // Benchmarks of the CUDA backend's kernels at Llama-3.1-8B shapes (hidden 4096, 32 heads,
 // 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
 //
-// Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP]
+// Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP] [--span-ms T] [--impl NAME]
+// --span-ms T: each timed region enqueues as many calls back to back as fill T ms (at least
+// one) and reports the time per call, so that no host overhead between calls is counted: what
+// a call costs inside a stream the host keeps ahead of, as in training. Default 0: one call.
+// --impl NAME: the attention rows run only that implementation (native, cudnn, cudnn-nondet...).
 // Groups: copy norm rope swiglu elementwise adamw embedding gemm attention varlen lm_head, and
 // gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed;
 // plans / plans:count / plans:tokens (not in the default run): cuDNN's plan building over a
@@ -50,6 +54,8 @@ std::vector<Row> g_rows;
 double g_copy_gbs = 0;
 bool g_quick = false;
 std::string g_only;  // run only the benchmark groups whose name contains this
+double g_span_ms = 0;  // --span-ms
+std::string g_impl;    // --impl
 bool want(const char* group) { return g_only.empty() || std::string(group).find(g_only) != std::string::npos; }
 
 void check(cudaError_t e, const char* what) {
@@ -68,22 +74,33 @@ void upload(void* dst, const void* src, size_t n, const char* what) {
 }
 
 // Median milliseconds of fn over `reps` runs (after warm-up), timed with events on stream s.
+// One timed region: `calls` calls of fn back to back, in ms.
+double region_ms(cudaStream_t s, const std::function<void()>& fn, int calls, cudaEvent_t a,
+                 cudaEvent_t b) {
+  check(cudaEventRecord(a, s), "record");
+  for (int c = 0; c < calls; ++c) fn();
+  check(cudaEventRecord(b, s), "record");
+  check(cudaEventSynchronize(b), "sync");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms;
+}
+
+// The median ms per call over `reps` timed regions after 3 warm-up calls; a region holds one
+// call, or with --span-ms as many as fill that span.
 double time_ms(cudaStream_t s, const std::function<void()>& fn, int reps = 20) {
   if (g_quick) reps = std::min(reps, 5);
   for (int i = 0; i < 3; ++i) fn();
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a, s), "record");
-    fn();
-    check(cudaEventRecord(b, s), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
+  int calls = 1;
+  if (g_span_ms > 0) {
+    const double one = region_ms(s, fn, 1, a, b);
+    calls = int(std::clamp(std::ceil(g_span_ms / std::max(one, 1e-3)), 1.0, 256.0));
   }
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(region_ms(s, fn, calls, a, b) / calls);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
@@ -201,6 +218,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
                               false, false, true},
                          Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
+    if (!g_impl.empty() && g_impl != im.name) continue;
     // equal sequences: one dense part either way
     if ((im.uniform || im.by_tokens) && all_equal) continue;
     cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
@@ -589,6 +607,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) sf::g_quick = true;
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) sf::g_only = argv[++i];
+    else if (!std::strcmp(argv[i], "--span-ms") && i + 1 < argc) sf::g_span_ms = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--impl") && i + 1 < argc) sf::g_impl = argv[++i];
+    else {
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (see the file's header)\n",
+                   argv[i]);
+      return 2;
+    }
   }
   if (sf::CudaBackend::device_count() == 0) {
     std::printf("bench_cuda_kernels: no CUDA device, nothing to measure\n");

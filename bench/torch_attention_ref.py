@@ -3,9 +3,15 @@
 
 Run on the GPU machine next to `bench_cuda_kernels --only attention`:
   python3 bench/torch_attention_ref.py [--backend flash|efficient|cudnn] [--quick]
+      [--head-dim 64|128] [--span-ms T] [--data uniform|randn]
+--span-ms T times regions of as many calls back to back as fill T ms (bench_cuda_kernels'
+--span-ms): torch's host overhead per call is then hidden behind the GPU's work, as in a
+training step, instead of being counted in a call's time. --data: uniform (default) draws what
+bench_cuda_kernels draws, q/k/v ~ U(-2, 2) and dO ~ U(-1, 1); randn draws N(0, 1).
 Shapes (as the C++ rows): causal attention, seq L x (16384 / L) sequences for L = 1K..16K,
 then one sequence of 32K, 64K and 128K; D 128 with 32/8 heads and D 64 with 64/16 heads.
-Tensors are contiguous [B, H, L, D] bf16 (torch's best layout). Each backend runs through
+Tensors are contiguous [B, H, L, D] bf16 (torch's usual layout; its cuDNN backend runs
+bench_cuda_kernels' packed [T, (H + 2 KV) D] layout at the same speed at 16K-64K, within 1%). Each backend runs through
 torch.nn.attention.sdpa_kernel with enable_gqa=True where it accepts it; otherwise k and v are
 expanded to the query heads once, outside the timed region, and the row says "kv expanded".
 A backend that refuses a shape prints why instead of a row.
@@ -25,6 +31,7 @@ prints why.
 import argparse
 import inspect
 import itertools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -40,13 +47,38 @@ BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
 TOKENS = 16384
+SPAN_MS = 0.0       # --span-ms
+DATA = "uniform"    # --data
+
+
+def timed(fn, reps):
+    """Median ms per call: regions of one call, or with --span-ms of as many as fill it."""
+    if SPAN_MS <= 0:
+        return bench(fn, reps=reps)
+    one = bench(fn, reps=1)
+    calls = min(256, max(1, math.ceil(SPAN_MS / max(one, 1e-3))))
+
+    def burst():
+        for _ in range(calls):
+            fn()
+    return bench(burst, reps=reps, warmup=1) / calls
+
+
+def draw(*shape, grad=False):
+    """A random bf16 tensor as --data says: q/k/v in U(-2, 2), an output gradient in U(-1, 1)."""
+    if DATA == "randn":
+        return torch.randn(*shape, device=dev, dtype=bf)
+    half = 1.0 if grad else 2.0
+    return ((torch.rand(*shape, device=dev) * 2 - 1) * half).to(bf)
 
 
 HEADS = ((32, 8, 128), (64, 16, 64))  # (query heads, kv heads, D): the same hidden size
 
 
-def shapes():
+def shapes(head_dim=None):
     for H, KV, D in HEADS:
+        if head_dim is not None and D != head_dim:
+            continue
         for L in (1024, 2048, 4096, 8192, 16384):
             yield L, TOKENS // L, H, KV, D
         for L in (32768, 65536, 131072):
@@ -68,9 +100,9 @@ def run_once(backend, q, k, v, gqa):
 
 def time_backend(name, backend, L, B, H, KV, D, reps):
     torch.manual_seed(0)
-    q = torch.randn(B, H, L, D, device=dev, dtype=bf, requires_grad=True)
-    k = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
-    v = torch.randn(B, KV, L, D, device=dev, dtype=bf, requires_grad=True)
+    q = draw(B, H, L, D).requires_grad_(True)
+    k = draw(B, KV, L, D).requires_grad_(True)
+    v = draw(B, KV, L, D).requires_grad_(True)
     shape = f"seq {L} x {B}, {H}/{KV} heads, D {D}"
     gqa, tag = True, "gqa"
     try:
@@ -90,10 +122,10 @@ def time_backend(name, backend, L, B, H, KV, D, reps):
     with sdpa_kernel(backend):
         def fwd():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        ms = bench(fwd, reps=reps)
+        ms = timed(fwd, reps)
         o = fwd()
-        do = torch.randn_like(o)
-        msb = bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), reps=reps)
+        do = draw(*o.shape, grad=True)
+        msb = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), reps)
     row(f"sdpa {name} forward ({tag})", shape, ms, fwd_flops)
     row(f"sdpa {name} backward ({tag})", shape, msb, 2.5 * fwd_flops)
     row(f"sdpa {name} fwd+bwd ({tag})", shape, ms + msb, 3.5 * fwd_flops)
@@ -138,9 +170,9 @@ def time_way(way, shape, make, flops, reps):
     except (RuntimeError, TypeError, NotImplementedError, ValueError) as e:
         print(f"torch  {way:<44} {shape:<34} unsupported: {first_line(e)}", flush=True)
         return
-    ms = bench(fwd, reps=reps)
+    ms = timed(fwd, reps)
     o = fwd()
-    msb = bench(lambda: grad(o), reps=reps)
+    msb = timed(lambda: grad(o), reps)
     row(f"{way} forward", shape, ms, flops)
     row(f"{way} backward", shape, msb, 2.5 * flops)
     row(f"{way} fwd+bwd", shape, ms + msb, 3.5 * flops)
@@ -165,11 +197,9 @@ def varlen_rows(names, quick):
 def varlen_call(names, lens, H, KV, D, shape, flops, reps):
     torch.manual_seed(0)
     T, g = sum(lens), H // KV
-    q = torch.randn(T, H, D, device=dev, dtype=bf)
-    k = torch.randn(T, KV, D, device=dev, dtype=bf)
-    v = torch.randn(T, KV, D, device=dev, dtype=bf)
+    q, k, v = draw(T, H, D), draw(T, KV, D), draw(T, KV, D)
     cu = torch.tensor([0] + list(itertools.accumulate(lens)), device=dev, dtype=torch.int32)
-    do = torch.randn(T, H, D, device=dev, dtype=bf)
+    do = draw(T, H, D, grad=True)
     starts = cu.tolist()
 
     def grad_of(leaves, dout):
@@ -238,14 +268,22 @@ def main():
     ap.add_argument("--quick", action="store_true", help="5 timed runs per row, not 20")
     ap.add_argument("--varlen", action="store_true",
                     help="packed unequal sequences (bench_cuda_kernels --only varlen) instead")
+    ap.add_argument("--head-dim", type=int, choices=(64, 128),
+                    help="only this head dimension's rows (bench_cuda_kernels --only attention:D64)")
+    ap.add_argument("--span-ms", type=float, default=0.0,
+                    help="time regions of calls back to back filling this many ms (default: one call)")
+    ap.add_argument("--data", choices=("uniform", "randn"), default="uniform",
+                    help="uniform: bench_cuda_kernels' distributions (default); randn: N(0, 1)")
     args = ap.parse_args()
+    global SPAN_MS, DATA
+    SPAN_MS, DATA = args.span_ms, args.data
     names = args.backend or ["flash", "efficient", "cudnn"]
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"{torch.cuda.get_device_name()}", flush=True)
+          f"{torch.cuda.get_device_name()}, data {DATA}, span {SPAN_MS} ms", flush=True)
     if args.varlen:
         varlen_rows(names, args.quick)
         return
-    for L, B, H, KV, D in shapes():
+    for L, B, H, KV, D in shapes(args.head_dim):
         big = 4.0 * D * H * B * L * L / 2 > 2e13  # the 64K / 128K rows run for seconds
         reps = 5 if args.quick or big else 20
         for name in names:
