@@ -73,7 +73,6 @@ void upload(void* dst, const void* src, size_t n, const char* what) {
   check(cudaDeviceSynchronize(), what);
 }
 
-// Median milliseconds of fn over `reps` runs (after warm-up), timed with events on stream s.
 // One timed region: `calls` calls of fn back to back, in ms.
 double region_ms(cudaStream_t s, const std::function<void()>& fn, int calls, cudaEvent_t a,
                  cudaEvent_t b) {
@@ -172,6 +171,35 @@ AttentionTensors attention_tensors(Bench& b, int64_t T, int64_t H, int64_t KV, i
   return t;
 }
 
+// The attention rows' implementations, in the order they run.
+struct AttentionImpl {
+  const char* name;
+  cuda::AttentionImpl impl;
+  bool deterministic;
+  bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
+  bool uniform = false;   // no host lengths: parts of equal count padded to the longest
+  bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
+};
+const AttentionImpl kAttentionImpls[] = {
+    {"native", cuda::AttentionImpl::native, true},
+    {"cudnn", cuda::AttentionImpl::cudnn, true},
+    {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
+    {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
+    {"cudnn-nondet-bytokens", cuda::AttentionImpl::cudnn, false, false, false, true},
+    {"cudnn-nondet", cuda::AttentionImpl::cudnn, false},
+};
+bool known_attention_impl(const std::string& name) {
+  for (const AttentionImpl& im : kAttentionImpls)
+    if (name == im.name) return true;
+  return false;
+}
+std::string attention_impl_names() {
+  std::string out;
+  for (const AttentionImpl& im : kAttentionImpls)
+    out += (out.empty() ? "" : ", ") + std::string(im.name);
+  return out;
+}
+
 // One packed attention call (sequences of `lens` tokens, H/KV heads of D) with each
 // implementation (ours; cuDNN with its deterministic backward, the default; cuDNN's atomic
 // backward through the packed graph, then through the dense one where it applies). A row names
@@ -201,22 +229,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   AttentionShape sh{int(H), int(KV), int(D), 1.f / std::sqrt(float(D)), int(n_seqs), int(L)};
   const double fwd_flops = 4.0 * D * H * sum_sq / 2.0;
   const int reps = fwd_flops > 2e13 ? 5 : 20;  // the 64K / 128K rows run for seconds
-  struct Impl {
-    const char* name;
-    cuda::AttentionImpl impl;
-    bool deterministic;
-    bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
-    bool uniform = false;   // no host lengths: parts of equal count padded to the longest
-    bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
-  };
-  for (const Impl& im : {Impl{"native", cuda::AttentionImpl::native, true},
-                         Impl{"cudnn", cuda::AttentionImpl::cudnn, true},
-                         Impl{"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
-                         Impl{"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false,
-                              true},
-                         Impl{"cudnn-nondet-bytokens", cuda::AttentionImpl::cudnn, false,
-                              false, false, true},
-                         Impl{"cudnn-nondet", cuda::AttentionImpl::cudnn, false}}) {
+  for (const AttentionImpl& im : kAttentionImpls) {
     if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
     if (!g_impl.empty() && g_impl != im.name) continue;
     // equal sequences: one dense part either way
@@ -607,10 +620,25 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) sf::g_quick = true;
     else if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) sf::g_only = argv[++i];
-    else if (!std::strcmp(argv[i], "--span-ms") && i + 1 < argc) sf::g_span_ms = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--impl") && i + 1 < argc) sf::g_impl = argv[++i];
+    else if (!std::strcmp(argv[i], "--span-ms") && i + 1 < argc) {
+      char* end = nullptr;
+      sf::g_span_ms = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(sf::g_span_ms >= 0)) {
+        std::fprintf(stderr, "bench_cuda_kernels: --span-ms '%s' is not a number of ms >= 0\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--impl") && i + 1 < argc) {
+      sf::g_impl = argv[++i];
+      if (!sf::known_attention_impl(sf::g_impl)) {
+        std::fprintf(stderr, "bench_cuda_kernels: --impl '%s': the attention rows' names are %s\n",
+                     argv[i], sf::attention_impl_names().c_str());
+        return 2;
+      }
+    }
     else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (see the file's header)\n",
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument, or one without its value: '%s' (see the "
+                   "file's header)\n",
                    argv[i]);
       return 2;
     }

@@ -11,8 +11,8 @@ bench_cuda_kernels draws, q/k/v ~ U(-2, 2) and dO ~ U(-1, 1); randn draws N(0, 1
 Shapes (as the C++ rows): causal attention, seq L x (16384 / L) sequences for L = 1K..16K,
 then one sequence of 32K, 64K and 128K; D 128 with 32/8 heads and D 64 with 64/16 heads.
 Tensors are contiguous [B, H, L, D] bf16 (torch's usual layout; its cuDNN backend runs
-bench_cuda_kernels' packed [T, (H + 2 KV) D] layout at the same speed at 16K-64K, within 1%). Each backend runs through
-torch.nn.attention.sdpa_kernel with enable_gqa=True where it accepts it; otherwise k and v are
+bench_cuda_kernels' packed [T, (H + 2 KV) D] layout at the same speed at 16K-64K, within 1%).
+Each backend runs through torch.nn.attention.sdpa_kernel with enable_gqa=True where it accepts it; otherwise k and v are
 expanded to the query heads once, outside the timed region, and the row says "kv expanded".
 A backend that refuses a shape prints why instead of a row.
 Rows: median ms (CUDA events) of the training forward (autograd on, so it keeps its
@@ -275,6 +275,8 @@ def main():
     ap.add_argument("--data", choices=("uniform", "randn"), default="uniform",
                     help="uniform: bench_cuda_kernels' distributions (default); randn: N(0, 1)")
     args = ap.parse_args()
+    if args.span_ms < 0:
+        ap.error(f"--span-ms {args.span_ms}: a span is a number of ms >= 0")
     global SPAN_MS, DATA
     SPAN_MS, DATA = args.span_ms, args.data
     names = args.backend or ["flash", "efficient", "cudnn"]
