@@ -14,14 +14,23 @@
 #   the engine runs), SF_AB_TIMEOUT (seconds per run, default 300).
 # After the rounds, one pair with one call per region (--span-ms 0, the host's overhead per
 # call counted, as tables before this script timed) for the table's last column.
-# Logs under $OUT (default ./gpu_attention_out): all_D<d>.log (every torch backend),
-#   ours_D<d>_<r>.log, torch_D<d>_<r>.log, *_D<d>_percall.log, attention_vs_torch.md.
+# Under $OUT (default ./gpu_attention_out): attention_vs_torch.md (what is printed) and
+#   attention_vs_torch_logs.tgz holding all_D<d>.log (every torch backend), ours_D<d>_<r>.log,
+#   torch_D<d>_<r>.log and *_D<d>_percall.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=$1
 shift
 dims=("$@")
 [ ${#dims[@]} -eq 0 ] && dims=(128 64)
+for d in "${dims[@]}"; do
+  case $d in
+    64 | 128) ;;
+    *) echo "attention-vs-torch: head dimension '$d': the rows are D 64 and D 128" >&2; exit 2 ;;
+  esac
+done
+[ -x "$BUILD/bin/bench_cuda_kernels" ] ||
+  { echo "attention-vs-torch: no $BUILD/bin/bench_cuda_kernels (scripts/gpu.sh unpack)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu_attention_out}
 mkdir -p "$OUT"
 span=${SF_SPAN_MS:-20}
@@ -56,3 +65,6 @@ for d in "${dims[@]}"; do
 done
 echo "ours: $(cat "$BUILD/COMMIT" 2>/dev/null || echo "$BUILD") $impl, span $span ms"
 python3 bench/attention_vs_torch.py "$OUT" | tee "$OUT/attention_vs_torch.md"
+# The device call returns at most 8 files: the logs travel as one archive.
+(cd "$OUT" && tar czf attention_vs_torch_logs.tgz all_D*.log ours_D*.log torch_D*.log &&
+  rm -f all_D*.log ours_D*.log torch_D*.log)
