@@ -19,7 +19,7 @@
 #   torch_D<d>_<r>.log and *_D<d>_percall.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=$1
+BUILD=${1:?usage: scripts/gpu.sh attention-vs-torch BUILD_DIR [64|128]...}
 shift
 dims=("$@")
 [ ${#dims[@]} -eq 0 ] && dims=(128 64)
