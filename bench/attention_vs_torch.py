@@ -30,6 +30,9 @@ def ours_rows(path):
         m = OURS.match(line)
         if m:
             r = rows.setdefault(m.group(3).strip(), {})
+            if r.get("impl", m.group(2)) != m.group(2):
+                sys.exit(f"{path}: {m.group(3).strip()} has rows of {r['impl']} and "
+                         f"{m.group(2)}: run bench_cuda_kernels with --impl NAME")
             r[DIRS[m.group(1)]] = float(m.group(4))
             r["impl"] = m.group(2)
     return rows
@@ -85,7 +88,7 @@ def table(out):
             if not per:
                 lines.append(f"| {shape} | {one} | - | - | - | - | - | - | - |")
                 continue
-            med = lambda xs: statistics.median(xs)
+            med = statistics.median
             o_fb = med([p[0]["fb"] for p in per])
             t_fb = med([p[1][1]["fb"] for p in per])
             ratios = [p[0]["fb"] / p[1][1]["fb"] for p in per]

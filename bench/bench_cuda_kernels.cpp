@@ -57,6 +57,8 @@ std::string g_only;  // run only the benchmark groups whose name contains this
 double g_span_ms = 0;  // --span-ms
 std::string g_impl;    // --impl
 bool want(const char* group) { return g_only.empty() || std::string(group).find(g_only) != std::string::npos; }
+bool runs_attention_rows() { return want("attention") || g_only.rfind("attention:", 0) == 0; }
+bool runs_varlen_rows() { return want("varlen") || g_only.rfind("varlen:", 0) == 0; }
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -583,9 +585,9 @@ void run(Bench& b) {
   // ---- attention: each implementation, seq 1K..16K (16K tokens per call), then one sequence
   // of 32K, 64K, 128K; D 128 (32/8 heads) and D 64 (64/16 heads: the same hidden size and FLOPs
   // per token) ----
-  if (want("attention") || g_only.rfind("attention:", 0) == 0) attention_rows(b);
+  if (runs_attention_rows()) attention_rows(b);
   // ---- attention over packed sequences of unequal lengths (varlen_mix) ----
-  if (want("varlen") || g_only.rfind("varlen:", 0) == 0) varlen_rows(b);
+  if (runs_varlen_rows()) varlen_rows(b);
   // ---- plan building over a run's stream of packed batches (only when asked) ----
   if (g_only.rfind("plans", 0) == 0) plan_stream_rows(b);
   // ---- fused LM head + cross-entropy ----
@@ -635,13 +637,17 @@ int main(int argc, char** argv) {
                      argv[i], sf::attention_impl_names().c_str());
         return 2;
       }
-    }
-    else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument, or one without its value: '%s' (see the "
-                   "file's header)\n",
-                   argv[i]);
+    } else {
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument, or one without its value: "
+                           "'%s' (see the file's header)\n", argv[i]);
       return 2;
     }
+  }
+  if (!sf::g_impl.empty() && !sf::runs_attention_rows() && !sf::runs_varlen_rows()) {
+    std::fprintf(stderr, "bench_cuda_kernels: --impl picks among the attention rows, and --only "
+                         "'%s' runs none (--only attention, attention:D64, varlen, ...)\n",
+                 sf::g_only.c_str());
+    return 2;
   }
   if (sf::CudaBackend::device_count() == 0) {
     std::printf("bench_cuda_kernels: no CUDA device, nothing to measure\n");

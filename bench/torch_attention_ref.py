@@ -12,8 +12,8 @@ Shapes (as the C++ rows): causal attention, seq L x (16384 / L) sequences for L 
 then one sequence of 32K, 64K and 128K; D 128 with 32/8 heads and D 64 with 64/16 heads.
 Tensors are contiguous [B, H, L, D] bf16 (torch's usual layout; its cuDNN backend runs
 bench_cuda_kernels' packed [T, (H + 2 KV) D] layout at the same speed at 16K-64K, within 1%).
-Each backend runs through torch.nn.attention.sdpa_kernel with enable_gqa=True where it accepts it; otherwise k and v are
-expanded to the query heads once, outside the timed region, and the row says "kv expanded".
+Each backend runs through torch.nn.attention.sdpa_kernel with enable_gqa=True where it accepts
+it; otherwise k and v are expanded to the query heads once, outside the timed region, and the row says "kv expanded".
 A backend that refuses a shape prints why instead of a row.
 Rows: median ms (CUDA events) of the training forward (autograd on, so it keeps its
 statistics) and of the backward (autograd.grad), and TFLOP/s with bench_cuda_kernels'
