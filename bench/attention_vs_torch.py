@@ -8,7 +8,9 @@ A row is one shape ("seq L x B, H/KV heads, D d"). Per round, ours is bench_cuda
 fwd+bwd TFLOP/s, torch's is the fastest backend of that round's log; the table gives the
 medians over the rounds, the median and range of the per-round ratio ours / torch, and the
 forward and backward ratios of the medians, and the ratio of the pair timed one call per region
-(host overhead counted). Needs no torch: it runs wherever the logs are.
+(host overhead counted). Where the rounds also timed FlashAttention-3 (fa3_D<d>_<r>.log, from
+bench/fa3_jax_ref.py), two more columns: FA3's median fwd+bwd and the median per-round ratio
+ours / FA3. Needs no torch: it runs wherever the logs are.
 """
 import glob
 import os
@@ -20,6 +22,8 @@ OURS = re.compile(r"^attention (forward|backward|fwd\+bwd) \[([^\]]+)\]\s+(seq .
                   r"[\d.]+\s+([\d.]+) TFLOP/s")
 TORCH = re.compile(r"^torch\s+sdpa (\w+) (forward|backward|fwd\+bwd) \(([^)]+)\)\s+(seq .*?D \d+)"
                    r"\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
+FA3 = re.compile(r"^fa3\s+(forward|backward|fwd\+bwd) \(gqa\)\s+(seq .*?D \d+)\s+[\d.]+ ms\s+"
+                 r"([\d.]+) TFLOP/s")
 DIRS = {"forward": "fwd", "backward": "bwd", "fwd+bwd": "fb"}
 
 
@@ -50,6 +54,29 @@ def torch_rows(path):
     return rows
 
 
+def fa3_rows(path):
+    """{shape: {"fwd"|"bwd"|"fb": TFLOP/s}} of one bench/fa3_jax_ref.py log ({} if absent)."""
+    rows = {}
+    if not os.path.exists(path):
+        return rows
+    for line in open(path, errors="replace"):
+        m = FA3.match(line)
+        if m:
+            rows.setdefault(m.group(2).strip(), {})[DIRS[m.group(1)]] = float(m.group(3))
+    return rows
+
+
+def fa3_cells(shape, ours, fa3):
+    """' FA3 fb | ours / FA3 (range) |' over the rounds that timed both, or dashes."""
+    pairs = [(o[shape]["fb"], f[shape]["fb"]) for o, f in zip(ours, fa3)
+             if shape in o and "fb" in o[shape] and shape in f and "fb" in f[shape]]
+    if not pairs:
+        return " - | - |"
+    ratios = [a / b for a, b in pairs]
+    return (f" {statistics.median(b for _, b in pairs):.1f} | **{statistics.median(ratios):.3f}x** "
+            f"({min(ratios):.3f}-{max(ratios):.3f}) |")
+
+
 def fastest(backends):
     """(name, figures) of the backend with the highest fwd+bwd."""
     return max(backends.items(), key=lambda kv: kv[1].get("fb", 0.0))
@@ -70,14 +97,18 @@ def table(out):
                          for p in glob.glob(os.path.join(out, f"ours_D{d}_*.log"))) if m)
         ours = [ours_rows(os.path.join(out, f"ours_D{d}_{r}.log")) for r in rounds]
         theirs = [torch_rows(os.path.join(out, f"torch_D{d}_{r}.log")) for r in rounds]
+        fa3 = [fa3_rows(os.path.join(out, f"fa3_D{d}_{r}.log")) for r in rounds]
+        with_fa3 = any(fa3)
         lines.append(f"D {d}, {len(rounds)} rounds interleaved")
         lines.append("")
         pc_o = os.path.join(out, f"ours_D{d}_percall.log")
         pc_t = os.path.join(out, f"torch_D{d}_percall.log")
         pc = (ours_rows(pc_o), torch_rows(pc_t)) if os.path.exists(pc_t) else ({}, {})
         lines.append("| seq x seqs | flash / efficient / cuDNN (one pass) | torch's fastest | "
-                     "ours | torch | ratio (range) | fwd ratio | bwd ratio | one call per region |")
-        lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+                     "ours | torch | ratio (range) | fwd ratio | bwd ratio | one call per region |"
+                     + (" FA3 | ours / FA3 (range) |" if with_fa3 else ""))
+        lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+                     + (" ---: | ---: |" if with_fa3 else ""))
         for shape in sorted(every, key=shape_key):
             one = " / ".join(f"{every[shape][b]['fb']:.1f}" if b in every[shape] else "-"
                              for b in ("flash", "efficient", "cudnn"))
@@ -86,7 +117,8 @@ def table(out):
                 if shape in o and shape in t and "fb" in o[shape]:
                     per.append((o[shape], fastest(t[shape])))
             if not per:
-                lines.append(f"| {shape} | {one} | - | - | - | - | - | - | - |")
+                lines.append(f"| {shape} | {one} | - | - | - | - | - | - | - |"
+                             + (fa3_cells(shape, ours, fa3) if with_fa3 else ""))
                 continue
             med = statistics.median
             o_fb = med([p[0]["fb"] for p in per])
@@ -101,7 +133,8 @@ def table(out):
             impls = sorted({p[0]["impl"] for p in per})
             lines.append(f"| {shape.split(',')[0]} | {one} | {', '.join(names)} | {o_fb:.1f} "
                          f"[{', '.join(impls)}] | {t_fb:.1f} | **{med(ratios):.3f}x** "
-                         f"({min(ratios):.3f}-{max(ratios):.3f}) | {fwd:.3f} | {bwd:.3f} | {single} |")
+                         f"({min(ratios):.3f}-{max(ratios):.3f}) | {fwd:.3f} | {bwd:.3f} | {single} |"
+                         + (fa3_cells(shape, ours, fa3) if with_fa3 else ""))
         lines.append("")
     return "\n".join(lines)
 

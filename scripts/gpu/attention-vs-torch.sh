@@ -11,12 +11,14 @@
 # Prints, per head dimension and row, the medians over the rounds and the range of the
 # per-round ratio (bench/attention_vs_torch.py).
 # Env: SF_AB_ROUNDS (default 3), SF_SPAN_MS (default 20), SF_IMPL (default cudnn-nondet: what
-#   the engine runs), SF_AB_TIMEOUT (seconds per run, default 300).
+#   the engine runs), SF_AB_TIMEOUT (seconds per run, default 300), SF_FA3_LIB (the path of
+#   FlashAttention-3's libdew_flash_attn3.so, bench/fa3_jax_ref.py's header says how to carry
+#   it): when set, each round also times FA3 through JAX, and the table adds its column.
 # After the rounds, one pair with one call per region (--span-ms 0, the host's overhead per
 # call counted, as tables before this script timed) for the table's last column.
 # Under $OUT (default ./gpu_attention_out): attention_vs_torch.md (what is printed) and
 #   attention_vs_torch_logs.tgz holding all_D<d>.log (every torch backend), ours_D<d>_<r>.log,
-#   torch_D<d>_<r>.log and *_D<d>_percall.log.
+#   torch_D<d>_<r>.log, fa3_D<d>_<r>.log (with SF_FA3_LIB) and *_D<d>_percall.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:?usage: scripts/gpu.sh attention-vs-torch BUILD_DIR [64|128]...}
@@ -29,6 +31,9 @@ for d in "${dims[@]}"; do
     *) echo "attention-vs-torch: head dimension '$d': the rows are D 64 and D 128" >&2; exit 2 ;;
   esac
 done
+fa3_lib=${SF_FA3_LIB:-}
+[ -z "$fa3_lib" ] || [ -f "$fa3_lib" ] ||
+  { echo "attention-vs-torch: SF_FA3_LIB=$fa3_lib: no such file (bench/fa3_jax_ref.py's header)" >&2; exit 2; }
 [ -x "$BUILD/bin/bench_cuda_kernels" ] ||
   { echo "attention-vs-torch: no $BUILD/bin/bench_cuda_kernels (scripts/gpu.sh unpack)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu_attention_out}
@@ -50,14 +55,20 @@ theirs() {  # D round span backend...
     --span-ms "$s" "${args[@]}" > "$OUT/torch_D${d}_$r.log" 2>&1 ||
     echo "torch D$d round $r failed: $(tail -1 "$OUT/torch_D${d}_$r.log")"
 }
+fa3() {  # D round: FlashAttention-3 through JAX, when SF_FA3_LIB names its library
+  [ -n "$fa3_lib" ] || return 0
+  timeout "$limit" python3 bench/fa3_jax_ref.py --lib "$fa3_lib" --quick --head-dim "$1" \
+    --span-ms "$span" > "$OUT/fa3_D$1_$2.log" 2>&1 ||
+    echo "fa3 D$1 round $2 failed: $(tail -1 "$OUT/fa3_D$1_$2.log")"
+}
 for d in "${dims[@]}"; do
   timeout "$limit" python3 bench/torch_attention_ref.py --quick --head-dim "$d" \
     --span-ms "$span" > "$OUT/all_D$d.log" 2>&1 || echo "torch D$d all backends failed"
   best=$(python3 bench/attention_vs_torch.py --fastest "$OUT/all_D$d.log")
   echo "D $d: torch's fastest backend at some row: $best"
   for r in $(seq "${SF_AB_ROUNDS:-3}"); do
-    if [ $((r % 2)) -eq 1 ]; then ours "$d" "$r"; theirs "$d" "$r" "$span" $best
-    else theirs "$d" "$r" "$span" $best; ours "$d" "$r"; fi
+    if [ $((r % 2)) -eq 1 ]; then ours "$d" "$r"; theirs "$d" "$r" "$span" $best; fa3 "$d" "$r"
+    else fa3 "$d" "$r"; theirs "$d" "$r" "$span" $best; ours "$d" "$r"; fi
   done
   # One more pair timing one call per region, as the earlier tables did (host overhead counted).
   ours "$d" percall 0
@@ -66,5 +77,5 @@ done
 echo "ours: $(cat "$BUILD/COMMIT" 2>/dev/null || echo "$BUILD") $impl, span $span ms"
 python3 bench/attention_vs_torch.py "$OUT" | tee "$OUT/attention_vs_torch.md"
 # The device call returns at most 8 files: the logs travel as one archive.
-(cd "$OUT" && tar czf attention_vs_torch_logs.tgz all_D*.log ours_D*.log torch_D*.log &&
-  rm -f all_D*.log ours_D*.log torch_D*.log)
+(cd "$OUT" && tar czf attention_vs_torch_logs.tgz all_D*.log ours_D*.log torch_D*.log \
+  $(ls fa3_D*.log 2>/dev/null) && rm -f all_D*.log ours_D*.log torch_D*.log fa3_D*.log)
