@@ -5,10 +5,8 @@
 FA3 reaches this machine as a library with no Python ABI: the PyPI wheel dew-flash-attn-cu13
 builds its sm90a kernels (bf16/fp16, heads of 64-256, causal, GQA, variable lengths) into
 libdew_flash_attn3.so, whose XLA FFI targets any CUDA 13 JAX can call. Only that file travels
-(18 MB; the device image has jax 0.11 with the CUDA 13 plugin):
-  pip download --no-deps dew-flash-attn-cu13==0.3.6 ...; unzip; copy
-  dew_flash_attn/libdew_flash_attn3.so to .fa3/ (ignored; `carry: [".fa3"]`)
-then on the GPU machine:
+(18 MB; the device image has jax 0.11 with the CUDA 13 plugin): scripts/fetch_fa3_baseline.sh
+puts it in .fa3/ (git-ignored; a device call names it in `carry`), then on the GPU machine:
   python3 bench/fa3_jax_ref.py --lib .fa3/libdew_flash_attn3.so [--head-dim 64|128]
       [--span-ms T] [--quick] [--check-only]
 It first checks FA3's forward and backward against a float32 reference at a small causal GQA

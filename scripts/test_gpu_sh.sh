@@ -27,6 +27,9 @@ check "no verb exits 2" rc_is 2 scripts/gpu.sh
 check "engine-ab with one argument exits 2" rc_is 2 scripts/gpu.sh engine-ab "$T/a"
 check "engine-ab without builds exits 2" rc_is 2 scripts/gpu.sh engine-ab "$T/none1" "$T/none2"
 check "... and names the missing binary" has "$T/err" "$T/none1/bin/slideformer"
+check "attention-vs-torch with a missing SF_FA3_LIB exits 2" rc_is 2 \
+  env SF_FA3_LIB="$T/no.so" scripts/gpu.sh attention-vs-torch "$T/none1"
+check "... and names the library" has "$T/err" "SF_FA3_LIB=$T/no.so: no such file"
 
 # Two fake builds. Each run's numbers: base + 100 * round, B's tokens/s 1% higher; B's second
 # round on the 8-layer shape fails without a RESULT line.
