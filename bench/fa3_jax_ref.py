@@ -33,8 +33,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-HEADS = ((32, 8, 128), (64, 16, 64))  # (query heads, kv heads, D): bench_cuda_kernels' rows
-TOKENS = 16384
+from attention_shapes import HEADS, shapes  # bench_cuda_kernels' rows (same folder)
+
 FWD, BWD = "dew_flash3_mha_fwd", "dew_flash3_mha_bwd"
 
 
@@ -140,16 +140,6 @@ def row(op, shape, ms, flops):
           flush=True)
 
 
-def shapes(head_dim):
-    for H, KV, D in HEADS:
-        if head_dim is not None and D != head_dim:
-            continue
-        for L in (1024, 2048, 4096, 8192, 16384):
-            yield L, TOKENS // L, H, KV, D
-        for L in (32768, 65536, 131072):
-            yield L, 1, H, KV, D
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="path of libdew_flash_attn3.so")
@@ -162,7 +152,7 @@ def main():
     if args.span_ms < 0:
         ap.error(f"--span-ms {args.span_ms}: a span is a number of ms >= 0")
     if not os.path.isfile(args.lib):
-        ap.error(f"--lib {args.lib}: no such file (the wheel's dew_flash_attn/libdew_flash_attn3.so)")
+        ap.error(f"--lib {args.lib}: no such file (scripts/fetch_fa3_baseline.sh fetches it)")
     load(args.lib)
     dev = jax.devices("gpu")[0]
     print(f"jax {jax.__version__}, {dev.device_kind}, FA3 from {os.path.basename(args.lib)}, "

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attention_shapes import HEADS, shapes  # bench_cuda_kernels' rows (same folder)
 from torch_ref import bench  # median of CUDA-event timings (same folder)
 
 dev = "cuda"
@@ -46,7 +47,6 @@ BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-TOKENS = 16384
 SPAN_MS = 0.0       # --span-ms
 DATA = "uniform"    # --data
 
@@ -70,19 +70,6 @@ def draw(*shape, grad=False):
         return torch.randn(*shape, device=dev, dtype=bf)
     half = 1.0 if grad else 2.0
     return ((torch.rand(*shape, device=dev) * 2 - 1) * half).to(bf)
-
-
-HEADS = ((32, 8, 128), (64, 16, 64))  # (query heads, kv heads, D): the same hidden size
-
-
-def shapes(head_dim=None):
-    for H, KV, D in HEADS:
-        if head_dim is not None and D != head_dim:
-            continue
-        for L in (1024, 2048, 4096, 8192, 16384):
-            yield L, TOKENS // L, H, KV, D
-        for L in (32768, 65536, 131072):
-            yield L, 1, H, KV, D
 
 
 def row(op, shape, ms, flops):
