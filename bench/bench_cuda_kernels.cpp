@@ -16,7 +16,8 @@
 // device-to-device copy measured in the same run; GEMM, attention and the LM head report
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
-// 2.5x the forward; each attention row names its implementation (native, cudnn = cuDNN with
+// 2.5x the forward; each attention row names its implementation (native, native-ws = native
+// with the warp-specialised forward (Hopper only), cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
@@ -38,6 +39,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/gemm_lt.h"
@@ -181,9 +183,11 @@ struct AttentionImpl {
   bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
   bool uniform = false;   // no host lengths: parts of equal count padded to the longest
   bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
+  bool ws_forward = false; // the warp-specialised forward (cuda::set_attention_ws_forward)
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
+    {"native-ws", cuda::AttentionImpl::native, true, false, false, false, true},
     {"cudnn", cuda::AttentionImpl::cudnn, true},
     {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
     {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
@@ -238,6 +242,8 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     if ((im.uniform || im.by_tokens) && all_equal) continue;
     cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
                                               : cuda::PackedBatch::by_count);
+    if (im.ws_forward && !cuda::set_attention_ws_forward(true)) continue;  // no wgmma here
+    if (!im.ws_forward) cuda::set_attention_ws_forward(false);
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
@@ -267,6 +273,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
+  cuda::set_attention_ws_forward(false);
   cuda::set_cudnn_dense_graphs(true);
   cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
   b.free_all();

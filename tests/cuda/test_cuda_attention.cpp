@@ -2,7 +2,8 @@
 // accumulation) on the same bf16-rounded inputs. q/k/v are column blocks of one fused qkv
 // matrix and dq/dk/dv column blocks of one dqkv matrix, as in the model.
 //
-// Every case runs with each kernel family the GPU has (wgmma on Hopper, mma.sync everywhere).
+// Every case runs with each kernel family the GPU has (wgmma on Hopper, with either forward;
+// mma.sync everywhere).
 //
 // Tolerances: out/dq/dk/dv are bf16 (one rounding, ~1.1e-3 RMS) and the GPU also rounds P and
 // dS to bf16 for the tensor-core products (as FlashAttention does): 1e-2 relative L2 for the
@@ -13,6 +14,7 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "attention_test_util.h"
 #include "cuda_test_util.h"
+#include "scoped_env.h"
 
 namespace sf::test {
 namespace {
@@ -87,6 +89,9 @@ void run_case(const AttnCase& c, uint64_t seed) {
   const cuda::AttentionImpl impl = cuda::attention_impl();
   cuda::set_attention_impl(cuda::AttentionImpl::native);
   if (cuda::set_attention_wgmma(true)) run_case_with(c, seed, "wgmma");
+  if (cuda::set_attention_ws_forward(true))
+    run_case_with(c, seed, "wgmma, warp-specialised forward");
+  cuda::set_attention_ws_forward(false);
   cuda::set_attention_wgmma(false);
   run_case_with(c, seed, "mma.sync");
   cuda::set_attention_wgmma(true);  // the default (where the device has it)
@@ -117,6 +122,31 @@ TEST(CudaAttention, ManyOddSequences) {
   SF_REQUIRE_GPU();
   run_case({8, 4, 128, {300, 77, 129, 1, 64, 33, 128, 127, 191, 192, 193}}, 7);
   run_case({6, 3, 64, {1, 2, 3, 63, 64, 65, 127, 129, 33, 31, 250, 256, 257}}, 8);
+}
+
+// SF_ATTN_WS is read as 0 or 1; another value is an Error naming the variable and its values
+// (no GPU needed: this runs in CI).
+TEST(CudaAttentionEnv, WsForwardTakesZeroOrOne) {
+  {
+    ScopedEnv env("SF_ATTN_WS", std::nullopt);
+    EXPECT_FALSE(cuda::ws_forward_requested());
+  }
+  {
+    ScopedEnv env("SF_ATTN_WS", "0");
+    EXPECT_FALSE(cuda::ws_forward_requested());
+  }
+  {
+    ScopedEnv env("SF_ATTN_WS", "1");
+    EXPECT_TRUE(cuda::ws_forward_requested());
+  }
+  ScopedEnv env("SF_ATTN_WS", "yes");
+  try {
+    cuda::ws_forward_requested();
+    ADD_FAILURE() << "SF_ATTN_WS=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SF_ATTN_WS=yes must be 1"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CudaAttention, RejectsUnsupportedHeadDim) {

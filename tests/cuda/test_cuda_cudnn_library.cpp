@@ -14,28 +14,15 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/cudnn_library.h"
 #include "core/error.h"
+#include "scoped_env.h"
 
 namespace sf::test {
 namespace {
 
-// Sets (or unsets, with nullopt) SF_CUDNN_LIB for one test and restores it.
-class ScopedCudnnLib {
- public:
-  explicit ScopedCudnnLib(const std::optional<std::string>& value) {
-    const char* old = std::getenv("SF_CUDNN_LIB");
-    if (old != nullptr) old_ = old;
-    if (value) setenv("SF_CUDNN_LIB", value->c_str(), 1);
-    else unsetenv("SF_CUDNN_LIB");
-  }
-  ~ScopedCudnnLib() {
-    if (old_) setenv("SF_CUDNN_LIB", old_->c_str(), 1);
-    else unsetenv("SF_CUDNN_LIB");
-  }
-  ScopedCudnnLib(const ScopedCudnnLib&) = delete;
-  ScopedCudnnLib& operator=(const ScopedCudnnLib&) = delete;
-
- private:
-  std::optional<std::string> old_;
+// SF_CUDNN_LIB for one test, restored after it.
+struct ScopedCudnnLib : ScopedEnv {
+  explicit ScopedCudnnLib(const std::optional<std::string>& value)
+      : ScopedEnv("SF_CUDNN_LIB", value) {}
 };
 
 // The Error's message a probe throws, or "" where it throws none.

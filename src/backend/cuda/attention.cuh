@@ -27,6 +27,14 @@ namespace sf::cuda {
 // (tests, A/B benchmarks; no call in flight) and returns whether wgmma is now on (never where
 // it cannot run).
 bool set_attention_wgmma(bool on);
+// SF_ATTN_WS=1: the forward runs the warp-specialised kernel (TMA producer warp, two consumer
+// warpgroups; attention_sm90_ws.cu) in place of the wgmma one; 0 or unset: the wgmma one.
+// Another value is an Error; so is 1 where the wgmma kernels cannot run, or where cuDNN runs
+// attention (cudnn_attention.cpp), since it chooses among slideformer's own kernels.
+bool ws_forward_requested();
+// Overrides SF_ATTN_WS (tests, A/B benchmarks); returns whether the kernel now runs (only
+// where the wgmma kernels do).
+bool set_attention_ws_forward(bool on);
 
 void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
                               const AttentionShape& shape, const int32_t* cu_seqlens);

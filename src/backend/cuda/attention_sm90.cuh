@@ -11,5 +11,8 @@ namespace sf::cuda::attn {
 struct AttnArgs;
 void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 void backward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
+// The warp-specialised forward (attention_sm90_ws.cu): TMA producer warp, mbarrier ring, two
+// consumer warpgroups; the same contract as forward_sm90.
+void forward_sm90_ws(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 
 }  // namespace sf::cuda::attn

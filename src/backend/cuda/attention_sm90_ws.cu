@@ -1,0 +1,329 @@
+// The warp-specialised wgmma forward (sm_90a): FlashAttention-3's structure in our contract
+// (attention.cuh). One producer warp feeds 128-row Q and 128-key K / V tiles by TMA through
+// an mbarrier ring; two consumer warpgroups (64 query rows each) only compute, with the
+// registers the producer gave up (setmaxnreg). Within a consumer, S(j) = Q K(j)^T is issued
+// before O += P(j-1) V(j-1), so the tensor cores run one product while the softmax of the
+// other waits for it. Same arithmetic as attn_forward_wgmma_kernel (log2-domain online
+// softmax, the scale folded into one FFMA per exponent), so the two agree to rounding.
+// Selected by SF_ATTN_WS=1 (attention.cuh). On an H100 it runs 1.07-1.20x the wgmma forward at
+// D 128 (430 TFLOP/s from 16K tokens) and 0.96-1.03x at D 64; cuDNN's forward runs 600-665 and
+// FlashAttention-3's ~700: what it still lacks is ping-pong between the two consumers (one's
+// softmax under the other's products) and a deeper ring (docs/ENGINE.md, known gaps).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "backend/cuda/attention_sm90.cuh"
+#include "backend/cuda/attention_tiles.cuh"
+#include "backend/cuda/wgmma.cuh"
+#include "core/error.h"
+
+namespace sf::cuda::attn {
+namespace {
+
+constexpr int kWsBQ = 128, kWsBK = 128, kWsStages = 2, kWsThreads = 3 * kThreads;
+
+// Shared memory: Q [128, D], then the ring's K and V tiles [128, D] each, every tile sw128
+// (wgmma.cuh; TMA's 128B swizzle writes that layout, 64 columns a box); then the barriers.
+template <int D>
+struct WsSmem {
+  static constexpr int kTileBytes = 128 * D * 2;
+  static constexpr int kQ = 0, kK = kTileBytes, kV = kK + kWsStages * kTileBytes;
+  static constexpr int kBars = kV + kWsStages * kTileBytes;
+  static constexpr int kBytes = kBars + (1 + 3 * kWsStages) * 8;
+  static_assert(kQ % 1024 == 0 && kK % 1024 == 0 && kV % 1024 == 0,
+                "the 128B swizzle's atoms are 1024-byte aligned");
+};
+
+#ifdef SF_WGMMA  // the helpers exist only where the kernel has a body
+// ---- mbarrier, TMA and register-budget PTX ---------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (a fresh barrier counts parity 1 as
+// completed, so a producer's first pass over the ring does not wait).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// A [rows, 64] box of a 2-D bf16 tensor map at (column c, row r), 128B-swizzled, into smem.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c, int r,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(smem_addr(bar))
+      : "memory");
+}
+// Pins accumulator registers at this point of the program: the compiler may not move their
+// reads or writes across it (a wgmma writes them asynchronously, behind the compiler's back).
+template <int N>
+__device__ __forceinline__ void pin(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Loads a [128, D] tile: D / 64 boxes side by side, each [128 rows, 128 bytes].
+template <int D>
+__device__ __forceinline__ void tma_tile(unsigned char* dst, const CUtensorMap* map, int col,
+                                         int row, uint64_t* bar) {
+#pragma unroll
+  for (int b = 0; b < D / 64; ++b) tma_load(dst + b * 128 * 128, map, col + 64 * b, row, bar);
+}
+
+// The online softmax of one 64 x 128 score tile (accumulator layout of wgmma.cuh): masks the
+// keys after each row on the diagonal tile, turns s into exp2 weights, updates m and the
+// per-thread partial l, returns each row half's rescale factor in alpha.
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], bool diagonal, int key0,
+                                             int row0, int t4, float scale_log2) {
+  if (diagonal) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+      if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = -INFINITY;
+  }
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+      mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[ri], mx * scale_log2);
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    alpha[ri] = exp2f(m[ri] - base);
+    m[ri] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+      const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], scale_log2, -base)),
+                  p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], scale_log2, -base));
+      s[4 * nt + 2 * ri] = p0;
+      s[4 * nt + 2 * ri + 1] = p1;
+      rs += p0 + p1;
+    }
+    l[ri] = l[ri] * alpha[ri] + rs;
+  }
+}
+
+// S = Q K^T for one warpgroup's 64 rows against a 128-key tile (issued, not waited for).
+template <int D>
+__device__ __forceinline__ void issue_scores(float (&s)[64], uint32_t qs, uint32_t ks) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wg::mma_ss_n128(s, wg::desc_k<kWsBQ>(qs, kk), wg::desc_k<kWsBK>(ks, kk), kk > 0);
+}
+
+// O += P V over a 128-key tile, P in registers (issued, not waited for).
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&of)[D / 2], const uint32_t (&a)[8][4],
+                                         uint32_t vs) {
+#pragma unroll
+  for (int kb = 0; kb < kWsBK / 16; ++kb) {
+    if constexpr (D == 128) wg::mma_rs_n128_tb(of, a[kb], wg::desc_mn<kWsBK>(vs, kb));
+    else wg::mma_rs_n64_tb(of, a[kb], wg::desc_mn<kWsBK>(vs, kb));
+  }
+}
+
+#endif  // SF_WGMMA
+
+template <int D>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    attn_forward_ws_kernel(const __grid_constant__ CUtensorMap tq,
+                           const __grid_constant__ CUtensorMap tk,
+                           const __grid_constant__ CUtensorMap tv, AttnArgs p) {
+#ifdef SF_WGMMA
+  using L = WsSmem<D>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* sm = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* bar_q = reinterpret_cast<uint64_t*>(sm + L::kBars);
+  uint64_t* full_k = bar_q + 1;
+  uint64_t* full_v = full_k + kWsStages;
+  uint64_t* empty = full_v + kWsStages;
+  const QueryBlock blk = query_block<kWsBQ>(p);
+  const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
+  if (q0 >= len) return;  // the whole block, before any barrier
+  // Key tiles this block sees: up to the diagonal one, which starts at q0 (kWsBK == kWsBQ).
+  const int nkb = q0 / kWsBK + 1;
+  if (threadIdx.x == 0) {
+    mbar_init(bar_q, 1);
+    for (int st = 0; st < kWsStages; ++st) {
+      mbar_init(&full_k[st], 1);
+      mbar_init(&full_v[st], 1);
+      mbar_init(&empty[st], 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int wgi = threadIdx.x >> 7;  // 0: producer, 1-2: consumers
+
+  if (wgi == 0) {
+    regs_dec<24>();
+    if (threadIdx.x != 0) return;
+    constexpr uint32_t kTileBytes = L::kTileBytes;
+    mbar_expect_tx(bar_q, kTileBytes);
+    tma_tile<D>(sm + L::kQ, &tq, h * D, start + q0, bar_q);
+    for (int j = 0; j < nkb; ++j) {
+      const int st = j % kWsStages;
+      if (j >= kWsStages) mbar_wait(&empty[st], uint32_t((j / kWsStages - 1) & 1));
+      unsigned char* kt = sm + L::kK + st * L::kTileBytes;
+      unsigned char* vt = sm + L::kV + st * L::kTileBytes;
+      mbar_expect_tx(&full_k[st], kTileBytes);
+      tma_tile<D>(kt, &tk, hk * D, start + j * kWsBK, &full_k[st]);
+      mbar_expect_tx(&full_v[st], kTileBytes);
+      tma_tile<D>(vt, &tv, hk * D, start + j * kWsBK, &full_v[st]);
+    }
+    return;
+  }
+
+  regs_inc<240>();
+  const int cw = wgi - 1;  // consumer warpgroup: rows q0 + 64 cw ..
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = q0 + cw * 64 + warp * 16 + g;  // accumulator rows g (and g + 8)
+  const uint32_t qs = smem_addr(sm + L::kQ) + uint32_t(cw * 64 * 128);
+  auto k_at = [&](int j) { return smem_addr(sm + L::kK + (j % kWsStages) * L::kTileBytes); };
+  auto v_at = [&](int j) { return smem_addr(sm + L::kV + (j % kWsStages) * L::kTileBytes); };
+  auto parity = [](int j) { return uint32_t((j / kWsStages) & 1); };
+
+  float o[D / 8][4];
+  zero(o);
+  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+  float s[64];
+  uint32_t a[8][4];
+
+  mbar_wait(bar_q, 0);
+  mbar_wait(&full_k[0], parity(0));
+  wg::fence();
+  issue_scores<D>(s, qs, k_at(0));
+  wg::commit();
+  wg::wait<0>();
+  pin(s);
+  softmax_tile(s, m, l, alpha, nkb == 1, 0, row0, t4, p.scale_log2);
+  wg::acc_to_a<8>(a, s);
+  for (int j = 1; j < nkb; ++j) {
+    mbar_wait(&full_k[j % kWsStages], parity(j));
+    pin(s);
+    pin(of);
+    wg::fence();
+    issue_scores<D>(s, qs, k_at(j));  // S(j) ...
+    wg::commit();
+    mbar_wait(&full_v[(j - 1) % kWsStages], parity(j - 1));
+    issue_pv<D>(of, a, v_at(j - 1));  // ... while O += P(j-1) V(j-1) queues behind it
+    wg::commit();
+    wg::wait<1>();  // S(j) done
+    pin(s);
+    softmax_tile(s, m, l, alpha, j == nkb - 1, j * kWsBK, row0, t4, p.scale_log2);
+    wg::wait<0>();  // P(j-1) V(j-1) done: its stage may be refilled, O may be rescaled
+    pin(of);
+    if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(j - 1) % kWsStages]);
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
+    wg::acc_to_a<8>(a, s);
+  }
+  mbar_wait(&full_v[(nkb - 1) % kWsStages], parity(nkb - 1));
+  pin(of);
+  wg::fence();
+  issue_pv<D>(of, a, v_at(nkb - 1));
+  wg::commit();
+  wg::wait<0>();
+  pin(of);
+  if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(nkb - 1) % kWsStages]);
+
+  float inv[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float lt = l[ri];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[ri] = 1.f / lt;
+    const int r = row0 + ri * 8;
+    if (t4 == 0 && r < len) p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, cw * 64 + warp * 16,
+                len - q0, o, inv[0], inv[1], lane);
+#else
+  __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
+#endif
+}
+
+// ---- host side: tensor maps --------------------------------------------------------------------
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &q));
+    SF_REQUIRE(q == cudaDriverEntryPointSuccess && f != nullptr,
+               "cuda attention: the driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2-D map over rows [0, T) and `cols` columns of a bf16 view with row stride ld, read in
+// [rows, 64] boxes with the 128B swizzle (rows past T read as zeros).
+CUtensorMap tile_map(const bf16* base, int64_t T, int64_t cols, int64_t ld, int rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(T)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, cuuint32_t(rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                                 const_cast<bf16*>(base), dims, strides, box, elem,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SF_REQUIRE(r == CUDA_SUCCESS, "cuda attention: cuTensorMapEncodeTiled failed (", int(r),
+             ") for a [", T, ", ", cols, "] view with row stride ", ld);
+  return map;
+}
+
+template <int D>
+void forward_ws_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  using L = WsSmem<D>;
+  const size_t smem = size_t(L::kBytes) + 1024;  // + 1 KiB to align the tiles
+  static std::once_flag once;
+  std::call_once(once, [&] { set_smem(attn_forward_ws_kernel<D>, smem); });
+  const CUtensorMap tq = tile_map(a.q, a.T, int64_t(sh.n_heads) * D, a.ldq, kWsBQ);
+  const CUtensorMap tk = tile_map(a.k, a.T, int64_t(sh.n_kv_heads) * D, a.ldk, kWsBK);
+  const CUtensorMap tv = tile_map(a.v, a.T, int64_t(sh.n_kv_heads) * D, a.ldv, kWsBK);
+  const dim3 grid((sh.max_seqlen + kWsBQ - 1) / kWsBQ, sh.n_seqs, sh.n_heads);
+  attn_forward_ws_kernel<D><<<grid, kWsThreads, smem, s>>>(tq, tk, tv, a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void forward_sm90_ws(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  if (sh.head_dim == 64) forward_ws_d<64>(s, a, sh);
+  else forward_ws_d<128>(s, a, sh);
+}
+
+}  // namespace sf::cuda::attn
