@@ -93,29 +93,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
             s[i] = -INFINITY;
       }
       float alpha[2];
-#pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {  // rows g (i & 3 in {0, 1}) and g + 8 ({2, 3})
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[ri], mx * p.scale_log2);
-        const float base = m_new == -INFINITY ? 0.f : m_new;
-        alpha[ri] = exp2f(m[ri] - base);
-        m[ri] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], p.scale_log2, -base)),
-                      p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], p.scale_log2, -base));
-          s[4 * nt + 2 * ri] = p0;
-          s[4 * nt + 2 * ri + 1] = p1;
-          rs += p0 + p1;
-        }
-        l[ri] = l[ri] * alpha[ri] + rs;  // per-thread partial; quad-summed at the end
-      }
+      online_softmax<8>(s, m, l, alpha, p.scale_log2);
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
@@ -137,18 +115,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attn_forward_wgmma_kernel(Att
     __syncthreads();
   }
 
-  float inv[2];
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    float lt = l[ri];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    inv[ri] = 1.f / lt;
-    const int r = row0 + ri * 8;
-    if (t4 == 0 && r < len) p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
-  }
-  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, wgi * 64 + warp * 16,
-                len - q0, o, inv[0], inv[1], lane);
+  finish_forward_rows<D>(p, o, m, l, start, len, h, q0, row0, wgi * 64 + warp * 16, lane);
 #else
   __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
 #endif

@@ -93,40 +93,11 @@ __device__ __forceinline__ void tma_tile(unsigned char* dst, const CUtensorMap* 
   for (int b = 0; b < D / 64; ++b) tma_load(dst + b * 128 * 128, map, col + 64 * b, row, bar);
 }
 
-// The online softmax of one 64 x 128 score tile (accumulator layout of wgmma.cuh): masks the
-// keys after each row on the diagonal tile, turns s into exp2 weights, updates m and the
-// per-thread partial l, returns each row half's rescale factor in alpha.
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], bool diagonal, int key0,
-                                             int row0, int t4, float scale_log2) {
-  if (diagonal) {
+// Masks the keys after each row on the diagonal tile of a 64 x 128 score accumulator.
+__device__ __forceinline__ void mask_diagonal(float (&s)[64], int key0, int row0, int t4) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i)
-      if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = -INFINITY;
-  }
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-      mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[ri], mx * scale_log2);
-    const float base = m_new == -INFINITY ? 0.f : m_new;
-    alpha[ri] = exp2f(m[ri] - base);
-    m[ri] = m_new;
-    float rs = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-      const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], scale_log2, -base)),
-                  p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], scale_log2, -base));
-      s[4 * nt + 2 * ri] = p0;
-      s[4 * nt + 2 * ri + 1] = p1;
-      rs += p0 + p1;
-    }
-    l[ri] = l[ri] * alpha[ri] + rs;
-  }
+  for (int i = 0; i < 64; ++i)
+    if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > row0 + ((i & 3) >> 1) * 8) s[i] = -INFINITY;
 }
 
 // S = Q K^T for one warpgroup's 64 rows against a 128-key tile (issued, not waited for).
@@ -224,7 +195,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wg::commit();
   wg::wait<0>();
   pin(s);
-  softmax_tile(s, m, l, alpha, nkb == 1, 0, row0, t4, p.scale_log2);
+  if (nkb == 1) mask_diagonal(s, 0, row0, t4);
+  online_softmax<16>(s, m, l, alpha, p.scale_log2);
   wg::acc_to_a<8>(a, s);
   for (int j = 1; j < nkb; ++j) {
     mbar_wait(&full_k[j % kWsStages], parity(j));
@@ -238,7 +210,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wg::commit();
     wg::wait<1>();  // S(j) done
     pin(s);
-    softmax_tile(s, m, l, alpha, j == nkb - 1, j * kWsBK, row0, t4, p.scale_log2);
+    if (j == nkb - 1) mask_diagonal(s, j * kWsBK, row0, t4);
+    online_softmax<16>(s, m, l, alpha, p.scale_log2);
     wg::wait<0>();  // P(j-1) V(j-1) done: its stage may be refilled, O may be rescaled
     pin(of);
     if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(j - 1) % kWsStages]);
@@ -255,18 +228,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   pin(of);
   if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(nkb - 1) % kWsStages]);
 
-  float inv[2];
-#pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    float lt = l[ri];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    inv[ri] = 1.f / lt;
-    const int r = row0 + ri * 8;
-    if (t4 == 0 && r < len) p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
-  }
-  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, cw * 64 + warp * 16,
-                len - q0, o, inv[0], inv[1], lane);
+  finish_forward_rows<D>(p, o, m, l, start, len, h, q0, row0, cw * 64 + warp * 16, lane);
 #else
   __trap();  // launched only on sm_90 devices, for which the build has sm_90a code
 #endif

@@ -222,6 +222,64 @@ __device__ __forceinline__ void store_rows(bf16* dst, int64_t ld, int r0, int n_
   }
 }
 
+// ---- the wgmma forwards' softmax and epilogue (attention_sm90*.cu) --------------------------
+
+// One online-softmax step over a warpgroup score accumulator of NT n8-tiles (wgmma.cuh's
+// layout: rows g and g + 8, columns 8 nt + 2 t (+1)), already masked: s becomes the exp2
+// weights, m the running row maxima (log2 domain: the scale (> 0) goes into the maximum and
+// one FFMA per exponent), l the per-thread partial row sums (quad-summed at the end), alpha
+// each row half's rescale factor for the output accumulator.
+template <int NT>
+__device__ __forceinline__ void online_softmax(float (&s)[4 * NT], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float scale_log2) {
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {  // rows g (i & 3 in {0, 1}) and g + 8 ({2, 3})
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * ri], s[4 * nt + 2 * ri + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[ri], mx * scale_log2);
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    alpha[ri] = exp2f(m[ri] - base);
+    m[ri] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float p0 = exp2f(fmaf(s[4 * nt + 2 * ri], scale_log2, -base)),
+                  p1 = exp2f(fmaf(s[4 * nt + 2 * ri + 1], scale_log2, -base));
+      s[4 * nt + 2 * ri] = p0;
+      s[4 * nt + 2 * ri + 1] = p1;
+      rs += p0 + p1;
+    }
+    l[ri] = l[ri] * alpha[ri] + rs;  // per-thread partial; quad-summed at the end
+  }
+}
+
+// A wgmma forward's end for one warp: sums l over the quad, writes lse (natural log) of the
+// rows before len, and stores O / l as bf16. row0 = the warp's first accumulator row within
+// the sequence (+ g); r0 = its first row within the block's query tile at q0.
+template <int D>
+__device__ __forceinline__ void finish_forward_rows(const AttnArgs& p, const float (&o)[D / 8][4],
+                                                    const float (&m)[2], const float (&l)[2],
+                                                    int start, int len, int h, int q0, int row0,
+                                                    int r0, int lane) {
+  float inv[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float lt = l[ri];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    inv[ri] = 1.f / lt;
+    const int r = row0 + ri * 8;
+    if ((lane & 3) == 0 && r < len)
+      p.lse[int64_t(h) * p.T + start + r] = (m[ri] + log2f(lt)) * kLn2;
+  }
+  store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, r0, len - q0, o, inv[0],
+                inv[1], lane);
+}
+
 // ---- block prologue ---------------------------------------------------------------------------
 
 // What every kernel of both families works out before its main loop: its (tile, sequence,
