@@ -119,6 +119,29 @@ __device__ __forceinline__ void issue_pv(float (&of)[D / 2], const uint32_t (&a)
   }
 }
 
+// The producer thread: Q once, then key tiles 0 .. nkb - 1 of K and V into the ring, each
+// stage refilled once both consumers have released it. Columns q_col / kv_col, rows from
+// q_row (Q) and kv_row (key tile 0).
+template <int D>
+__device__ __forceinline__ void produce(unsigned char* sm, uint64_t* bar_q, uint64_t* full_k,
+                                        uint64_t* full_v, uint64_t* empty,
+                                        const CUtensorMap* tq, const CUtensorMap* tk,
+                                        const CUtensorMap* tv, int q_col, int kv_col, int q_row,
+                                        int kv_row, int nkb) {
+  using L = WsSmem<D>;
+  constexpr uint32_t kTileBytes = L::kTileBytes;
+  mbar_expect_tx(bar_q, kTileBytes);
+  tma_tile<D>(sm + L::kQ, tq, q_col, q_row, bar_q);
+  for (int j = 0; j < nkb; ++j) {
+    const int st = j % kWsStages;
+    if (j >= kWsStages) mbar_wait(&empty[st], uint32_t((j / kWsStages - 1) & 1));
+    mbar_expect_tx(&full_k[st], kTileBytes);
+    tma_tile<D>(sm + L::kK + st * L::kTileBytes, tk, kv_col, kv_row + j * kWsBK, &full_k[st]);
+    mbar_expect_tx(&full_v[st], kTileBytes);
+    tma_tile<D>(sm + L::kV + st * L::kTileBytes, tv, kv_col, kv_row + j * kWsBK, &full_v[st]);
+  }
+}
+
 #endif  // SF_WGMMA
 
 template <int D>
@@ -154,20 +177,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   if (wgi == 0) {
     regs_dec<24>();
-    if (threadIdx.x != 0) return;
-    constexpr uint32_t kTileBytes = L::kTileBytes;
-    mbar_expect_tx(bar_q, kTileBytes);
-    tma_tile<D>(sm + L::kQ, &tq, h * D, start + q0, bar_q);
-    for (int j = 0; j < nkb; ++j) {
-      const int st = j % kWsStages;
-      if (j >= kWsStages) mbar_wait(&empty[st], uint32_t((j / kWsStages - 1) & 1));
-      unsigned char* kt = sm + L::kK + st * L::kTileBytes;
-      unsigned char* vt = sm + L::kV + st * L::kTileBytes;
-      mbar_expect_tx(&full_k[st], kTileBytes);
-      tma_tile<D>(kt, &tk, hk * D, start + j * kWsBK, &full_k[st]);
-      mbar_expect_tx(&full_v[st], kTileBytes);
-      tma_tile<D>(vt, &tv, hk * D, start + j * kWsBK, &full_v[st]);
-    }
+    if (threadIdx.x == 0)
+      produce<D>(sm, bar_q, full_k, full_v, empty, &tq, &tk, &tv, h * D, hk * D, start + q0,
+                 start, nkb);
     return;
   }
 
