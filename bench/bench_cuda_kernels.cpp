@@ -242,8 +242,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     if ((im.uniform || im.by_tokens) && all_equal) continue;
     cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
                                               : cuda::PackedBatch::by_count);
-    if (im.ws_forward && !cuda::set_attention_ws_forward(true)) continue;  // no wgmma here
-    if (!im.ws_forward) cuda::set_attention_ws_forward(false);
+    if (cuda::set_attention_ws_forward(im.ws_forward) != im.ws_forward) continue;  // no wgmma
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);

@@ -1,7 +1,7 @@
 // The warp-specialised wgmma forward (sm_90a): FlashAttention-3's structure in our contract
-// (attention.cuh). One producer warp feeds 128-row Q and 128-key K / V tiles by TMA through
-// an mbarrier ring; two consumer warpgroups (64 query rows each) only compute, with the
-// registers the producer gave up (setmaxnreg). Within a consumer, S(j) = Q K(j)^T is issued
+// (attention.cuh). A producer warpgroup, of which one thread issues the copies, feeds 128-row
+// Q and 128-key K / V tiles by TMA through an mbarrier ring; two consumer warpgroups (64 query
+// rows each) only compute, with the registers the producer gave up (setmaxnreg). Within a consumer, S(j) = Q K(j)^T is issued
 // before O += P(j-1) V(j-1), so the tensor cores run one product while the softmax of the
 // other waits for it. Same arithmetic as attn_forward_wgmma_kernel (log2-domain online
 // softmax, the scale folded into one FFMA per exponent), so the two agree to rounding.
