@@ -174,13 +174,13 @@ __global__ void __launch_bounds__(kThreads, (fwd_blocks_per_sm<D, MT>()))
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[mt][ri], mx * p.scale_log2);
         const float base = m_new == -INFINITY ? 0.f : m_new;
-        alpha[ri] = exp2f(m[mt][ri] - base);
+        alpha[ri] = exp2_ftz(m[mt][ri] - base);
         m[mt][ri] = m_new;
         float rs = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kTile / 8; ++nt) {
-          const float p0 = exp2f(fmaf(s[mt][nt][2 * ri], p.scale_log2, -base)),
-                      p1 = exp2f(fmaf(s[mt][nt][2 * ri + 1], p.scale_log2, -base));
+          const float p0 = exp2_ftz(fmaf(s[mt][nt][2 * ri], p.scale_log2, -base)),
+                      p1 = exp2_ftz(fmaf(s[mt][nt][2 * ri + 1], p.scale_log2, -base));
           s[mt][nt][2 * ri] = p0;
           s[mt][nt][2 * ri + 1] = p1;
           rs += p0 + p1;
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dkdv_kernel(At
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = nt * 8 + 2 * t4 + (e & 1);
-        const float pv = exp2f(st[nt][e] * p.scale_log2 - lse_s[qi] * kLog2e);
+        const float pv = exp2_ftz(st[nt][e] * p.scale_log2 - lse_s[qi] * kLog2e);
         st[nt][e] = (krow0 + (e >> 1) * 8 > q0 + qi || qi >= nq) ? 0.f : pv;
       }
     uint32_t pf[BQ / 16][4];
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, kBwdBlocksPerSm) attn_dq_kernel(Attn
       for (int e = 0; e < 4; ++e) {
         const int ri = e >> 1;
         const int kidx = kb0 + nt * 8 + 2 * t4 + (e & 1);
-        float pv = exp2f(s[nt][e] * p.scale_log2 - lse2[ri]);
+        float pv = exp2_ftz(s[nt][e] * p.scale_log2 - lse2[ri]);
         if (kidx > row0 + ri * 8) pv = 0.f;
         dp[nt][e] = pv * (dp[nt][e] - delta[ri]);
       }

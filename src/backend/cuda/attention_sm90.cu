@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
     // P = exp(scale * s - lse); only a tile reaching past the warpgroup's first row needs the
     // causal mask (warpgroup-uniform test).
 #pragma unroll
-    for (int i = 0; i < BK / 2; ++i) s[i] = exp2f(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
+    for (int i = 0; i < BK / 2; ++i) s[i] = exp2_ftz(fmaf(s[i], p.scale_log2, -lse2[(i & 3) >> 1]));
     if (kb0 + BK - 1 > qw) {
 #pragma unroll
       for (int i = 0; i < BK / 2; ++i)
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     // query tile need the test (warpgroup-uniform).
 #pragma unroll
     for (int i = 0; i < 32; ++i)
-      st[i] = exp2f(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+      st[i] = exp2_ftz(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
     if (kw0 + 63 > q0 || nq < BQ) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
