@@ -1,14 +1,13 @@
 // The warp-specialised wgmma forward (sm_90a): FlashAttention-3's structure in our contract
 // (attention.cuh). A producer warpgroup, of which one thread issues the copies, feeds 128-row
 // Q and 128-key K / V tiles by TMA through an mbarrier ring; two consumer warpgroups (64 query
-// rows each) only compute, with the registers the producer gave up (setmaxnreg). Within a consumer, S(j) = Q K(j)^T is issued
-// before O += P(j-1) V(j-1), so the tensor cores run one product while the softmax of the
-// other waits for it. Same arithmetic as attn_forward_wgmma_kernel (log2-domain online
-// softmax, the scale folded into one FFMA per exponent), so the two agree to rounding.
-// Selected by SF_ATTN_WS=1 (attention.cuh). On an H100 it runs 1.07-1.20x the wgmma forward at
-// D 128 (430 TFLOP/s from 16K tokens) and 0.96-1.03x at D 64; cuDNN's forward runs 600-665 and
-// FlashAttention-3's ~700: what it still lacks is ping-pong between the two consumers (one's
-// softmax under the other's products) and a deeper ring (docs/ENGINE.md, known gaps).
+// rows each) only compute, with the registers the producer gave up (setmaxnreg). Within a
+// consumer, S(j) = Q K(j)^T is issued before O += P(j-1) V(j-1), so the tensor cores run one
+// product while the softmax waits for the other; between the consumers, turns to issue
+// (ping-pong) put one's softmax under the other's products. Same arithmetic as
+// attn_forward_wgmma_kernel (log2-domain online softmax, the scale folded into one FFMA per
+// exponent), so the two agree to rounding. Selected by SF_ATTN_WS=1 (attention.cuh); its
+// speed against the wgmma forward, cuDNN's and FlashAttention-3's: docs/BENCHMARKS.md.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -83,6 +82,15 @@ __device__ __forceinline__ void regs_dec() {
 template <int N>
 __device__ __forceinline__ void regs_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// Named barriers over the two consumer warpgroups (ids 1, 2; 0 is __syncthreads'): sync waits
+// for 256 arrivals, its own warpgroup's 128 and the other's bar.arrive.
+__device__ __forceinline__ void consumers_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void consumers_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
 // Loads a [128, D] tile: D / 64 boxes side by side, each [128 rows, 128 bytes].
@@ -199,12 +207,29 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
   float s[64];
   uint32_t a[8][4];
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
+  };
+
+  // Ping-pong: the consumers take turns to issue their products (steps 0 .. nkb: S(0), then
+  // S(j) with P(j-1) V(j-1), then the last P V), so one's softmax runs under the other's
+  // tensor-core work rather than both softmaxes at once with the tensor cores idle. Consumer
+  // c waits on barrier 1 + c and, after issuing, lets the other go; consumer 1 opens the first
+  // turn for consumer 0 and skips its own last arrive, so every arrival is waited for.
+  const int my_turn = 1 + cw, their_turn = 2 - cw;
+  auto end_turn = [&](bool last) {
+    if (!(last && cw == 1)) consumers_arrive(their_turn);
+  };
+  if (cw == 1) consumers_arrive(their_turn);
 
   mbar_wait(bar_q, 0);
   mbar_wait(&full_k[0], parity(0));
+  consumers_sync(my_turn);
   wg::fence();
   issue_scores<D>(s, qs, k_at(0));
   wg::commit();
+  end_turn(false);
   wg::wait<0>();
   pin(s);
   if (nkb == 1) mask_diagonal(s, 0, row0, t4);
@@ -212,30 +237,36 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wg::acc_to_a<8>(a, s);
   for (int j = 1; j < nkb; ++j) {
     mbar_wait(&full_k[j % kWsStages], parity(j));
+    consumers_sync(my_turn);
     pin(s);
     pin(of);
     wg::fence();
     issue_scores<D>(s, qs, k_at(j));  // S(j) ...
     wg::commit();
+    rescale_o();  // by alpha(j - 1), while S(j) runs: no product is writing O now
     mbar_wait(&full_v[(j - 1) % kWsStages], parity(j - 1));
-    issue_pv<D>(of, a, v_at(j - 1));  // ... while O += P(j-1) V(j-1) queues behind it
+    pin(of);
+    wg::fence();
+    issue_pv<D>(of, a, v_at(j - 1));  // ... and O += P(j-1) V(j-1) behind it
     wg::commit();
+    end_turn(false);
     wg::wait<1>();  // S(j) done
     pin(s);
     if (j == nkb - 1) mask_diagonal(s, j * kWsBK, row0, t4);
     online_softmax<16>(s, m, l, alpha, p.scale_log2);
-    wg::wait<0>();  // P(j-1) V(j-1) done: its stage may be refilled, O may be rescaled
+    wg::wait<0>();  // P(j-1) V(j-1) done: its stage may be refilled
     pin(of);
     if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(j - 1) % kWsStages]);
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) of[i] *= alpha[(i & 3) >> 1];
     wg::acc_to_a<8>(a, s);
   }
   mbar_wait(&full_v[(nkb - 1) % kWsStages], parity(nkb - 1));
+  consumers_sync(my_turn);
+  rescale_o();
   pin(of);
   wg::fence();
   issue_pv<D>(of, a, v_at(nkb - 1));
   wg::commit();
+  end_turn(true);
   wg::wait<0>();
   pin(of);
   if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(nkb - 1) % kWsStages]);
