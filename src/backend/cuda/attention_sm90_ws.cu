@@ -30,7 +30,7 @@ struct WsSmem {
   static constexpr int kTileBytes = 128 * D * 2;
   static constexpr int kQ = 0, kK = kTileBytes, kV = kK + kWsStages * kTileBytes;
   static constexpr int kBars = kV + kWsStages * kTileBytes;
-  static constexpr int kBytes = kBars + (1 + 3 * kWsStages) * 8;
+  static constexpr int kBytes = kBars + (1 + 4 * kWsStages) * 8;
   static_assert(kQ % 1024 == 0 && kK % 1024 == 0 && kV % 1024 == 0,
                 "the 128B swizzle's atoms are 1024-byte aligned");
 };
@@ -127,26 +127,41 @@ __device__ __forceinline__ void issue_pv(float (&of)[D / 2], const uint32_t (&a)
   }
 }
 
-// The producer thread: Q once, then key tiles 0 .. nkb - 1 of K and V into the ring, each
-// stage refilled once both consumers have released it. Columns q_col / kv_col, rows from
-// q_row (Q) and kv_row (key tile 0).
+// The ring's barriers, one of each per stage. K and V are released apart: K once S = Q K^T is
+// done, V once O += P V is, a step later; so each tile's copy can start a whole step before
+// the consumers need it (one barrier for both left the next K waiting on the last P V).
+struct Ring {
+  uint64_t* full_k;   // the producer's copy has landed (transaction bytes)
+  uint64_t* full_v;
+  uint64_t* empty_k;  // both consumers are done reading (an arrival per thread)
+  uint64_t* empty_v;
+};
+
+// One [128, D] tile of key tile t into its stage, once the stage's last reader released it.
 template <int D>
-__device__ __forceinline__ void produce(unsigned char* sm, uint64_t* bar_q, uint64_t* full_k,
-                                        uint64_t* full_v, uint64_t* empty,
+__device__ __forceinline__ void produce_tile(unsigned char* dst, const CUtensorMap* map,
+                                             uint64_t* full, uint64_t* empty, int col, int row,
+                                             int t) {
+  const int st = t % kWsStages;
+  if (t >= kWsStages) mbar_wait(&empty[st], uint32_t((t / kWsStages - 1) & 1));
+  mbar_expect_tx(&full[st], WsSmem<D>::kTileBytes);
+  tma_tile<D>(dst + st * WsSmem<D>::kTileBytes, map, col, row + t * kWsBK, &full[st]);
+}
+
+// The producer thread: Q once, then the key tiles 0 .. nkb - 1 in the order the consumers
+// take them: K(0), then K(j) with V(j - 1), then V(nkb - 1). Columns q_col / kv_col, rows
+// from q_row (Q) and kv_row (key tile 0).
+template <int D>
+__device__ __forceinline__ void produce(unsigned char* sm, uint64_t* bar_q, const Ring& r,
                                         const CUtensorMap* tq, const CUtensorMap* tk,
                                         const CUtensorMap* tv, int q_col, int kv_col, int q_row,
                                         int kv_row, int nkb) {
   using L = WsSmem<D>;
-  constexpr uint32_t kTileBytes = L::kTileBytes;
-  mbar_expect_tx(bar_q, kTileBytes);
+  mbar_expect_tx(bar_q, L::kTileBytes);
   tma_tile<D>(sm + L::kQ, tq, q_col, q_row, bar_q);
-  for (int j = 0; j < nkb; ++j) {
-    const int st = j % kWsStages;
-    if (j >= kWsStages) mbar_wait(&empty[st], uint32_t((j / kWsStages - 1) & 1));
-    mbar_expect_tx(&full_k[st], kTileBytes);
-    tma_tile<D>(sm + L::kK + st * L::kTileBytes, tk, kv_col, kv_row + j * kWsBK, &full_k[st]);
-    mbar_expect_tx(&full_v[st], kTileBytes);
-    tma_tile<D>(sm + L::kV + st * L::kTileBytes, tv, kv_col, kv_row + j * kWsBK, &full_v[st]);
+  for (int j = 0; j <= nkb; ++j) {
+    if (j < nkb) produce_tile<D>(sm + L::kK, tk, r.full_k, r.empty_k, kv_col, kv_row, j);
+    if (j > 0) produce_tile<D>(sm + L::kV, tv, r.full_v, r.empty_v, kv_col, kv_row, j - 1);
   }
 }
 
@@ -163,9 +178,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   unsigned char* sm = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* bar_q = reinterpret_cast<uint64_t*>(sm + L::kBars);
-  uint64_t* full_k = bar_q + 1;
-  uint64_t* full_v = full_k + kWsStages;
-  uint64_t* empty = full_v + kWsStages;
+  const Ring ring{bar_q + 1, bar_q + 1 + kWsStages, bar_q + 1 + 2 * kWsStages,
+                  bar_q + 1 + 3 * kWsStages};
   const QueryBlock blk = query_block<kWsBQ>(p);
   const int start = blk.start, len = blk.len, h = blk.h, hk = blk.hk, q0 = blk.q0;
   if (q0 >= len) return;  // the whole block, before any barrier
@@ -174,9 +188,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (threadIdx.x == 0) {
     mbar_init(bar_q, 1);
     for (int st = 0; st < kWsStages; ++st) {
-      mbar_init(&full_k[st], 1);
-      mbar_init(&full_v[st], 1);
-      mbar_init(&empty[st], 2);  // one arrival per consumer warpgroup
+      mbar_init(&ring.full_k[st], 1);
+      mbar_init(&ring.full_v[st], 1);
+      mbar_init(&ring.empty_k[st], 2 * kThreads);  // every consumer thread, after its wait
+      mbar_init(&ring.empty_v[st], 2 * kThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -186,7 +201,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (wgi == 0) {
     regs_dec<24>();
     if (threadIdx.x == 0)
-      produce<D>(sm, bar_q, full_k, full_v, empty, &tq, &tk, &tv, h * D, hk * D, start + q0,
+      produce<D>(sm, bar_q, ring, &tq, &tk, &tv, h * D, hk * D, start + q0,
                  start, nkb);
     return;
   }
@@ -200,6 +215,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   auto k_at = [&](int j) { return smem_addr(sm + L::kK + (j % kWsStages) * L::kTileBytes); };
   auto v_at = [&](int j) { return smem_addr(sm + L::kV + (j % kWsStages) * L::kTileBytes); };
   auto parity = [](int j) { return uint32_t((j / kWsStages) & 1); };
+  // Each thread arrives on key tile t's stage once its own wait for the product reading it
+  // returned (a wait covers the waiting thread's part of a wgmma, not its warpgroup's).
+  auto release = [&](uint64_t* empty, int t) { mbar_arrive(&empty[t % kWsStages]); };
 
   float o[D / 8][4];
   zero(o);
@@ -224,7 +242,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (cw == 1) consumers_arrive(their_turn);
 
   mbar_wait(bar_q, 0);
-  mbar_wait(&full_k[0], parity(0));
+  mbar_wait(&ring.full_k[0], parity(0));
   consumers_sync(my_turn);
   wg::fence();
   issue_scores<D>(s, qs, k_at(0));
@@ -232,11 +250,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   end_turn(false);
   wg::wait<0>();
   pin(s);
+  release(ring.empty_k, 0);
   if (nkb == 1) mask_diagonal(s, 0, row0, t4);
   online_softmax<16>(s, m, l, alpha, p.scale_log2);
   wg::acc_to_a<8>(a, s);
   for (int j = 1; j < nkb; ++j) {
-    mbar_wait(&full_k[j % kWsStages], parity(j));
+    mbar_wait(&ring.full_k[j % kWsStages], parity(j));
     consumers_sync(my_turn);
     pin(s);
     pin(of);
@@ -244,22 +263,23 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     issue_scores<D>(s, qs, k_at(j));  // S(j) ...
     wg::commit();
     rescale_o();  // by alpha(j - 1), while S(j) runs: no product is writing O now
-    mbar_wait(&full_v[(j - 1) % kWsStages], parity(j - 1));
+    mbar_wait(&ring.full_v[(j - 1) % kWsStages], parity(j - 1));
     pin(of);
     wg::fence();
     issue_pv<D>(of, a, v_at(j - 1));  // ... and O += P(j-1) V(j-1) behind it
     wg::commit();
     end_turn(false);
-    wg::wait<1>();  // S(j) done
+    wg::wait<1>();  // S(j) done: K(j)'s stage may be refilled
     pin(s);
+    release(ring.empty_k, j);
     if (j == nkb - 1) mask_diagonal(s, j * kWsBK, row0, t4);
     online_softmax<16>(s, m, l, alpha, p.scale_log2);
-    wg::wait<0>();  // P(j-1) V(j-1) done: its stage may be refilled
+    wg::wait<0>();  // P(j-1) V(j-1) done: V(j-1)'s stage may be refilled
     pin(of);
-    if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(j - 1) % kWsStages]);
+    release(ring.empty_v, j - 1);
     wg::acc_to_a<8>(a, s);
   }
-  mbar_wait(&full_v[(nkb - 1) % kWsStages], parity(nkb - 1));
+  mbar_wait(&ring.full_v[(nkb - 1) % kWsStages], parity(nkb - 1));
   consumers_sync(my_turn);
   rescale_o();
   pin(of);
@@ -269,7 +289,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   end_turn(true);
   wg::wait<0>();
   pin(of);
-  if (threadIdx.x % kThreads == 0) mbar_arrive(&empty[(nkb - 1) % kWsStages]);
+  release(ring.empty_v, nkb - 1);
 
   finish_forward_rows<D>(p, o, m, l, start, len, h, q0, row0, cw * 64 + warp * 16, lane);
 #else
