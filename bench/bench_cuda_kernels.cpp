@@ -183,7 +183,8 @@ struct AttentionImpl {
   bool packed = false;    // dense graphs off (cuda::cudnn_dense_graphs): the packed graph runs
   bool uniform = false;   // no host lengths: parts of equal count padded to the longest
   bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
-  bool ws_forward = false; // the warp-specialised forward (cuda::set_attention_ws_forward)
+  bool ws_forward = false; // the warp-specialised forward (cuda::set_attention_ws_forward);
+                           // "native" is the wgmma forward, for the two side by side
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
@@ -272,7 +273,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
-  cuda::set_attention_ws_forward(false);
+  cuda::set_attention_ws_forward(true);  // the default (where the wgmma kernels run)
   cuda::set_cudnn_dense_graphs(true);
   cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
   b.free_all();

@@ -88,13 +88,15 @@ void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels)
 void run_case(const AttnCase& c, uint64_t seed) {
   const cuda::AttentionImpl impl = cuda::attention_impl();
   cuda::set_attention_impl(cuda::AttentionImpl::native);
-  if (cuda::set_attention_wgmma(true)) run_case_with(c, seed, "wgmma");
+  if (cuda::set_attention_wgmma(true)) {
+    cuda::set_attention_ws_forward(false);
+    run_case_with(c, seed, "wgmma");
+  }
   if (cuda::set_attention_ws_forward(true))
     run_case_with(c, seed, "wgmma, warp-specialised forward");
-  cuda::set_attention_ws_forward(false);
   cuda::set_attention_wgmma(false);
   run_case_with(c, seed, "mma.sync");
-  cuda::set_attention_wgmma(true);  // the default (where the device has it)
+  cuda::set_attention_wgmma(true);  // the defaults (where the device has them)
   cuda::set_attention_impl(impl);
 }
 
@@ -124,27 +126,28 @@ TEST(CudaAttention, ManyOddSequences) {
   run_case({6, 3, 64, {1, 2, 3, 63, 64, 65, 127, 129, 33, 31, 250, 256, 257}}, 8);
 }
 
-// SF_ATTN_WS is read as 0 or 1; another value is an Error naming the variable and its values
-// (no GPU needed: this runs in CI).
+// SF_ATTN_WS is read as unset (the default), 0 or 1; another value is an Error naming the
+// variable and its values (no GPU needed: this runs in CI).
 TEST(CudaAttentionEnv, WsForwardTakesZeroOrOne) {
+  using cuda::WsForward;
   {
     ScopedEnv env("SF_ATTN_WS", std::nullopt);
-    EXPECT_FALSE(cuda::ws_forward_requested());
+    EXPECT_EQ(cuda::ws_forward_setting(), WsForward::by_default);
   }
   {
     ScopedEnv env("SF_ATTN_WS", "0");
-    EXPECT_FALSE(cuda::ws_forward_requested());
+    EXPECT_EQ(cuda::ws_forward_setting(), WsForward::off);
   }
   {
     ScopedEnv env("SF_ATTN_WS", "1");
-    EXPECT_TRUE(cuda::ws_forward_requested());
+    EXPECT_EQ(cuda::ws_forward_setting(), WsForward::required);
   }
   ScopedEnv env("SF_ATTN_WS", "yes");
   try {
-    cuda::ws_forward_requested();
+    cuda::ws_forward_setting();
     ADD_FAILURE() << "SF_ATTN_WS=yes was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("SF_ATTN_WS=yes must be 1"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("SF_ATTN_WS=yes must be 0"), std::string::npos)
         << e.what();
   }
 }

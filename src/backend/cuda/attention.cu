@@ -10,8 +10,8 @@
 //    on the H200 the wgmma backward is 1.5x / 1.8x / 1.85x faster at seq 1K / 4K / 8K.
 //  Every kernel takes its (tile, sequence, head) from heavy_first() and the common part of its
 //  prologue (block indices, work items, row statistics) from attention_tiles.cuh.
-//    With SF_ATTN_WS=1 the forward is instead the warp-specialised kernel of
-//    attention_sm90_ws.cu (a TMA producer warp feeding two consumer warpgroups).
+//    The forward there is the warp-specialised kernel of attention_sm90_ws.cu (a TMA producer
+//    warp feeding two consumer warpgroups) unless SF_ATTN_WS=0.
 //  - mma.sync (m16n8k16, sm_80+): every other GPU, and SF_ATTN_WGMMA=0.
 // Both backwards are deterministic (no atomics; the same bits every call).
 //
@@ -510,25 +510,26 @@ void forward_mt(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   CUDA_CHECK_LAUNCH();
 }
 
-std::atomic<int> g_ws_forward{-1};  // -1: not decided yet (SF_ATTN_WS)
-bool use_ws_forward() {
+std::atomic<int> g_ws_forward{-1};  // -1: not decided yet, else a WsForward (SF_ATTN_WS)
+WsForward ws_forward() {
   int v = g_ws_forward.load();
   if (v < 0) {
-    v = ws_forward_requested() ? 1 : 0;
+    v = int(ws_forward_setting());
     g_ws_forward.store(v);
   }
-  return v == 1;
+  return WsForward(v);
 }
+bool use_ws_forward() { return ws_forward() != WsForward::off && use_wgmma(); }
 
 // 128 query rows per block (MT 2). Measured on the H200 against the 64-row kernel in one call
 // (scripts/gpu.sh ab, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
 // D 128), although ptxas reports 156 B of spill stores at D 128.
 template <int D>
 void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  SF_REQUIRE(ws_forward() != WsForward::required || use_wgmma(), "SF_ATTN_WS=1: the "
+             "warp-specialised forward needs a compute capability 9 GPU, a build with sm_90a code "
+             "(SF_CUDA_ARCHS) and SF_ATTN_WGMMA unset; unset SF_ATTN_WS");
   if (use_ws_forward()) {
-    SF_REQUIRE(use_wgmma(), "SF_ATTN_WS=1: the warp-specialised forward needs a compute "
-               "capability 9 GPU, a build with sm_90a code (SF_CUDA_ARCHS) and SF_ATTN_WGMMA "
-               "unset; unset SF_ATTN_WS");
     forward_sm90_ws(s, a, sh);
   } else if (use_wgmma()) {
     forward_sm90(s, a, sh);
@@ -566,17 +567,18 @@ bool set_attention_wgmma(bool on) {
   return use_wgmma();
 }
 
-bool ws_forward_requested() {
+WsForward ws_forward_setting() {
   const char* e = std::getenv("SF_ATTN_WS");
-  const std::string want = e == nullptr ? "0" : e;
-  SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_WS=", want, " must be 1 (slideformer's "
-             "attention forward runs its warp-specialised kernel, Hopper only) or 0 (the wgmma "
-             "forward, the default)");
-  return want == "1";
+  if (e == nullptr) return WsForward::by_default;
+  const std::string want = e;
+  SF_REQUIRE(want == "0" || want == "1", "SF_ATTN_WS=", want, " must be 0 (slideformer's "
+             "attention forward runs its wgmma kernel) or 1 (its warp-specialised kernel, Hopper "
+             "only, the default there); unset it for the default");
+  return want == "1" ? WsForward::required : WsForward::off;
 }
 
 bool set_attention_ws_forward(bool on) {
-  g_ws_forward.store(on && use_wgmma() ? 1 : 0);
+  g_ws_forward.store(int(on ? WsForward::by_default : WsForward::off));
   return use_ws_forward();
 }
 

@@ -27,13 +27,15 @@ namespace sf::cuda {
 // (tests, A/B benchmarks; no call in flight) and returns whether wgmma is now on (never where
 // it cannot run).
 bool set_attention_wgmma(bool on);
-// SF_ATTN_WS=1: the forward runs the warp-specialised kernel (TMA producer warp, two consumer
-// warpgroups; attention_sm90_ws.cu) in place of the wgmma one; 0 or unset: the wgmma one.
-// Another value is an Error; so is 1 where the wgmma kernels cannot run, or where cuDNN runs
-// attention (cudnn_attention.cpp), since it chooses among slideformer's own kernels.
-bool ws_forward_requested();
-// Overrides SF_ATTN_WS (tests, A/B benchmarks); returns whether the kernel now runs (only
-// where the wgmma kernels do).
+// Where the wgmma kernels run, the forward is the warp-specialised kernel (TMA producer warp,
+// two consumer warpgroups in ping-pong; attention_sm90_ws.cu), 1.3-1.5x the wgmma forward's
+// speed; SF_ATTN_WS=0 runs the wgmma forward instead. SF_ATTN_WS=1 insists: an Error where
+// the wgmma kernels cannot run, or where cuDNN runs attention (cudnn_attention.cpp), since it
+// chooses among slideformer's own kernels. Another value is an Error.
+enum class WsForward { by_default, off, required };
+WsForward ws_forward_setting();
+// Overrides SF_ATTN_WS (tests, A/B benchmarks) with the default (on) or 0; returns whether the
+// kernel now runs (only where the wgmma kernels do).
 bool set_attention_ws_forward(bool on);
 
 void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k, Mat v,
