@@ -28,7 +28,7 @@ namespace sf::cuda {
 // it cannot run).
 bool set_attention_wgmma(bool on);
 // Where the wgmma kernels run, the forward is the warp-specialised kernel (TMA producer warp,
-// two consumer warpgroups in ping-pong; attention_sm90_ws.cu), 1.3-1.5x the wgmma forward's
+// two consumer warpgroups in ping-pong; attention_sm90_ws.cu), 1.2-1.8x the wgmma forward's
 // speed; SF_ATTN_WS=0 runs the wgmma forward instead. SF_ATTN_WS=1 insists: an Error where
 // the wgmma kernels cannot run, or where cuDNN runs attention (cudnn_attention.cpp), since it
 // chooses among slideformer's own kernels. Another value is an Error.

@@ -6,8 +6,8 @@
 // product while the softmax waits for the other; between the consumers, turns to issue
 // (ping-pong) put one's softmax under the other's products. Same arithmetic as
 // attn_forward_wgmma_kernel (log2-domain online softmax, the scale folded into one FFMA per
-// exponent), so the two agree to rounding. Selected by SF_ATTN_WS=1 (attention.cuh); its
-// speed against the wgmma forward, cuDNN's and FlashAttention-3's: docs/BENCHMARKS.md.
+// exponent), so the two agree to rounding. The forward wherever the wgmma kernels run, unless
+// SF_ATTN_WS=0 (attention.cuh); its speed against cuDNN's forward: docs/BENCHMARKS.md.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
