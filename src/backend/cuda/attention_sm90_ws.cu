@@ -21,7 +21,7 @@
 namespace sf::cuda::attn {
 namespace {
 
-// Two stages: a third (225 KiB at D 128) measured no faster at D 128 and 2-6% slower at D 64.
+// Two stages: a third (225 KiB at D 128) measured no faster at D 128 and 2-7% slower at D 64.
 constexpr int kWsBQ = 128, kWsBK = 128, kWsStages = 2, kWsThreads = 3 * kThreads;
 
 // Shared memory: Q [128, D], then the ring's K and V tiles [128, D] each, every tile sw128
