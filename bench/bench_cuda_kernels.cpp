@@ -273,7 +273,8 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
                                                              : cuda::AttentionImpl::native);
   cuda::set_attention_deterministic(true);
-  cuda::set_attention_ws_forward(true);  // the default (where the wgmma kernels run)
+  // Back to what SF_ATTN_WS asks (the rows above set it per implementation).
+  cuda::set_attention_ws_forward(cuda::ws_forward_setting() != cuda::WsForward::off);
   cuda::set_cudnn_dense_graphs(true);
   cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
   b.free_all();

@@ -63,9 +63,9 @@ AttentionImpl attention_impl() {
     SF_REQUIRE(want != "cudnn" || cudnn, "SF_ATTN=cudnn, but cuDNN attention is unavailable: ",
                cudnn_attention_unavailable_reason(), ". Unset SF_ATTN (or SF_ATTN=native) to run "
                "slideformer's own attention kernels");
-    SF_REQUIRE(!cudnn || ws_forward_setting() != WsForward::required, "SF_ATTN_WS=1 picks among slideformer's own "
-               "attention kernels, but cuDNN runs attention here: add SF_ATTN=native, or unset "
-               "SF_ATTN_WS");
+    SF_REQUIRE(!cudnn || ws_forward_setting() != WsForward::required,
+               "SF_ATTN_WS=1 picks among slideformer's own attention kernels, but cuDNN runs "
+               "attention here: add SF_ATTN=native, or unset SF_ATTN_WS");
     v = cudnn ? 1 : 0;
     g_impl.store(v);
   }
