@@ -17,7 +17,8 @@
 // TFLOP/s. Each number is the median of timed runs (CUDA events) after warm-up, on random data.
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
 // 2.5x the forward; each attention row names its implementation (native, native-ws = native
-// with the warp-specialised forward (Hopper only), cudnn = cuDNN with
+// with the warp-specialised forward (Hopper only), native-atomic = native-ws with the one-pass
+// backward that adds dQ with atomics (launch_attention_backward_atomic), cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
@@ -185,10 +186,12 @@ struct AttentionImpl {
   bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
   bool ws_forward = false; // the warp-specialised forward (cuda::set_attention_ws_forward);
                            // "native" is the wgmma forward, for the two side by side
+  bool atomic_dq = false;  // our backward with atomic dQ (launch_attention_backward_atomic)
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
     {"native-ws", cuda::AttentionImpl::native, true, false, false, false, true},
+    {"native-atomic", cuda::AttentionImpl::native, false, false, false, false, true, true},
     {"cudnn", cuda::AttentionImpl::cudnn, true},
     {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
     {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
@@ -244,6 +247,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
                                               : cuda::PackedBatch::by_count);
     if (cuda::set_attention_ws_forward(im.ws_forward) != im.ws_forward) continue;  // no wgmma
+    if (im.atomic_dq && !cuda::attention_backward_atomic_runs()) continue;
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
@@ -260,8 +264,16 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
                               reps);
     const std::string fwd_impl = ran(e0);
     e0 = cuda::cudnn_attention_stats().executions;
+    const size_t ws_bytes =
+        im.atomic_dq ? cuda::attention_backward_atomic_workspace_bytes(T, sh) : 0;
+    float* ws =  // (i32: not filled; the launch zeroes it)
+        ws_bytes ? static_cast<float*>(b.rand_buf(DType::i32, ws_bytes / 4)) : nullptr;
     const double msb = time_ms(b.raw, [&] {
-      be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
+      if (im.atomic_dq)
+        cuda::launch_attention_backward_atomic(b.raw, dq, dk, dv, dout, out, lse, q, k, v, sh,
+                                               dcu, ws, ws_bytes);
+      else
+        be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
     }, reps);
     const std::string bwd_impl = ran(e0);
     add_flops(cat("attention forward [", fwd_impl, "]"), shape, fwd_flops, ms);

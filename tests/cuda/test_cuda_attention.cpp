@@ -126,6 +126,74 @@ TEST(CudaAttention, ManyOddSequences) {
   run_case({6, 3, 64, {1, 2, 3, 63, 64, 65, 127, 129, 33, 31, 250, 256, 257}}, 8);
 }
 
+// The one-pass backward with atomic dQ (launch_attention_backward_atomic) against the host
+// reference, from the GPU's own forward. Its dk/dv come from the deterministic backward's
+// arithmetic in the same order, so they must match that backward's bit for bit; dq's f32 sums
+// arrive in a varying order: a repeat agrees to 1e-3 (bf16 rounding of nearly equal sums).
+void run_atomic_case(const AttnCase& c, uint64_t seed) {
+  const std::string what = aname(c) + " (atomic dQ)";
+  SCOPED_TRACE(what);
+  std::vector<int32_t> cu{0};
+  for (int l : c.lens) cu.push_back(cu.back() + l);
+  const int64_t T = cu.back(), qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D;
+  const int64_t W = qd + 2 * kvd;
+  const AttentionShape sh{c.Hq, c.Hkv, c.D, 1.f / std::sqrt(float(c.D)), int(c.lens.size()),
+                          *std::max_element(c.lens.begin(), c.lens.end())};
+  auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
+  auto vdo = rand_bf16(size_t(T * qd), seed + 1);
+  DevMat qkv(DType::bf16, T, W), out(DType::bf16, T, qd), dout(DType::bf16, T, qd),
+      lse(DType::f32, c.Hq, T);
+  qkv.upload(vqkv);
+  dout.upload(vdo);
+  DevArray<int32_t> dcu(cu);
+  const Mat q = qkv.m.col_block(0, qd), k = qkv.m.col_block(qd, kvd),
+            v = qkv.m.col_block(qd + kvd, kvd);
+  gpu().attention_forward(gs(), out.m, lse.m.as<float>(), q, k, v, sh, dcu.ptr());
+  const size_t ws_bytes = cuda::attention_backward_atomic_workspace_bytes(T, sh);
+  auto ws = gpu().alloc(ws_bytes, "atomic dQ workspace");
+  auto backward = [&](DevMat& g, bool atomic) {
+    g.poison();
+    const Mat dq = g.m.col_block(0, qd), dk = g.m.col_block(qd, kvd),
+              dv = g.m.col_block(qd + kvd, kvd);
+    cudaStream_t st = CudaBackend::cuda_stream(gs());
+    if (atomic)
+      cuda::launch_attention_backward_atomic(st, dq, dk, dv, dout.m, out.m, lse.m.as<float>(), q,
+                                             k, v, sh, dcu.ptr(),
+                                             static_cast<float*>(ws->data()), ws_bytes);
+    else
+      cuda::launch_attention_backward(st, dq, dk, dv, dout.m, out.m, lse.m.as<float>(), q, k, v,
+                                      sh, dcu.ptr());
+    return g.download();
+  };
+  DevMat g1(DType::bf16, T, W, W + 8), g2(DType::bf16, T, W, W + 8), gd(DType::bf16, T, W, W + 8);
+  const auto a1 = backward(g1, true), a2 = backward(g2, true), det = backward(gd, false);
+  EXPECT_TRUE(g1.guards_intact());
+
+  const auto gout = out.download();
+  const auto hl = lse.download();
+  HostMat hq(T, qd, cols(vqkv, T, W, 0, qd)), hk(T, kvd, cols(vqkv, T, W, qd, kvd)),
+      hv(T, kvd, cols(vqkv, T, W, qd + kvd, kvd)), hout(T, qd, gout), hdo(T, qd, vdo),
+      hdq(T, qd), hdk(T, kvd), hdv(T, kvd);
+  host().attention_backward(hs(), hdq.m, hdk.m, hdv.m, hdo.m, hout.m, hl.data(), hq.m, hk.m,
+                            hv.m, sh, cu.data());
+  expect_close(what + " dq", cols(a1, T, W, 0, qd), hdq.v, 1e-2);
+  expect_close(what + " dk", cols(a1, T, W, qd, kvd), hdk.v, 1e-2);
+  expect_close(what + " dv", cols(a1, T, W, qd + kvd, kvd), hdv.v, 1e-2);
+  expect_close(what + " dq repeat", cols(a2, T, W, 0, qd), cols(a1, T, W, 0, qd), 1e-3);
+  expect_bitwise(what + " dk, dv = the deterministic backward's",
+                 cols(a1, T, W, qd, 2 * kvd), cols(det, T, W, qd, 2 * kvd));
+}
+
+TEST(CudaAttention, AtomicBackward) {
+  SF_REQUIRE_GPU();
+  if (!cuda::set_attention_wgmma(true)) GTEST_SKIP() << "the atomic backward needs wgmma";
+  run_atomic_case({4, 2, 64, {1, 65, 130, 22}}, 11);
+  run_atomic_case({6, 3, 64, {1, 2, 63, 64, 65, 127, 129, 257}}, 12);
+  run_atomic_case({8, 2, 128, {200, 64, 1, 17}}, 13);
+  run_atomic_case({32, 8, 128, {512, 300}}, 14);
+  run_atomic_case({8, 4, 128, {300, 77, 129, 1, 128, 127, 191, 192, 193}}, 15);
+}
+
 // SF_ATTN_WS is read as unset (the default), 0 or 1; another value is an Error naming the
 // variable and its values (no GPU needed: this runs in CI).
 TEST(CudaAttentionEnv, WsForwardTakesZeroOrOne) {

@@ -538,11 +538,17 @@ void forward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   }
 }
 
+// Step 1 of every backward: the delta stash in dq's rows (attention.cuh).
+void launch_delta(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  const unsigned blocks = unsigned((a.T * sh.n_heads * 32 + 255) / 256);
+  if (sh.head_dim == 64) attn_delta_kernel<64><<<blocks, 256, 0, s>>>(a, sh.n_heads);
+  else attn_delta_kernel<128><<<blocks, 256, 0, s>>>(a, sh.n_heads);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <int D>
 void backward(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  const int64_t warps = a.T * sh.n_heads;
-  attn_delta_kernel<D><<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(a, sh.n_heads);
-  CUDA_CHECK_LAUNCH();
+  launch_delta(s, a, sh);
   if (use_wgmma()) return backward_sm90(s, a, sh);
   constexpr int BQ = dkdv_bq<D>(), BK = dq_bk<D>();
   // K, V + two stages of Q, dO (+ lse, delta); Q, dO + two stages of K, V (+ delta).
@@ -597,19 +603,17 @@ void launch_attention_forward(cudaStream_t s, Mat out, float* lse, Mat q, Mat k,
   else forward<128>(s, a, sh);
 }
 
-void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
-                               const float* lse, Mat q, Mat k, Mat v, const AttentionShape& sh,
-                               const int32_t* cu) {
-  NVTX_RANGE("attention_backward");
-  const char* op = "attention_backward";
+namespace {
+// The backward's arguments, checked.
+AttnArgs backward_args(Mat dq, Mat dk, Mat dv, Mat dout, Mat out, const float* lse, Mat q, Mat k,
+                       Mat v, const AttentionShape& sh, const int32_t* cu, const char* op) {
   AttnArgs a = make_args(q, k, v, sh, cu, op);
   check_qkv(dq, q.rows, q.cols, op, "dq");
   check_qkv(dout, q.rows, q.cols, op, "dout");
   check_qkv(out, q.rows, q.cols, op, "out");
   check_qkv(dk, k.rows, k.cols, op, "dk");
   check_qkv(dv, v.rows, v.cols, op, "dv");
-  SF_CHECK(lse != nullptr || q.rows == 0, "cuda attention_backward: lse is null");
-  if (q.rows == 0 || sh.max_seqlen == 0) return;
+  SF_CHECK(lse != nullptr || q.rows == 0, "cuda ", op, ": lse is null");
   a.out = out.as<const bf16>();
   a.ldo = out.ld;
   a.dout = dout.as<const bf16>();
@@ -621,8 +625,47 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
   a.dv = dv.as<bf16>();
   a.lddv = dv.ld;
   a.lse = const_cast<float*>(lse);
+  return a;
+}
+}  // namespace
+
+void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
+                               const float* lse, Mat q, Mat k, Mat v, const AttentionShape& sh,
+                               const int32_t* cu) {
+  NVTX_RANGE("attention_backward");
+  const AttnArgs a = backward_args(dq, dk, dv, dout, out, lse, q, k, v, sh, cu,
+                                   "attention_backward");
+  if (q.rows == 0 || sh.max_seqlen == 0) return;
   if (sh.head_dim == 64) backward<64>(s, a, sh);
   else backward<128>(s, a, sh);
+}
+
+bool attention_backward_atomic_runs() { return use_wgmma(); }
+
+size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& sh) {
+  return size_t(T) * size_t(sh.n_heads) * size_t(sh.head_dim) * sizeof(float);
+}
+
+void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
+                                      const float* lse, Mat q, Mat k, Mat v,
+                                      const AttentionShape& sh, const int32_t* cu,
+                                      float* workspace, size_t workspace_bytes) {
+  NVTX_RANGE("attention_backward_atomic");
+  const char* op = "attention_backward_atomic";
+  AttnArgs a = backward_args(dq, dk, dv, dout, out, lse, q, k, v, sh, cu, op);
+  SF_REQUIRE(attention_backward_atomic_runs(), "cuda ", op, ": needs slideformer's wgmma "
+             "kernels (a compute capability 9 GPU, a build with sm_90a code, SF_ATTN_WGMMA "
+             "unset); launch_attention_backward runs everywhere");
+  const size_t need = attention_backward_atomic_workspace_bytes(q.rows, sh);
+  SF_CHECK(workspace_bytes >= need && reinterpret_cast<uintptr_t>(workspace) % 16 == 0, "cuda ",
+           op, ": the workspace must be 16-byte aligned and hold ", need, " bytes, got ",
+           workspace_bytes);
+  if (q.rows == 0 || sh.max_seqlen == 0) return;
+  a.dq_acc = workspace;
+  a.ldacc = int64_t(sh.n_heads) * sh.head_dim;
+  CUDA_CHECK(cudaMemsetAsync(workspace, 0, need, s));
+  launch_delta(s, a, sh);
+  backward_atomic_sm90(s, a, sh);
 }
 
 }  // namespace sf::cuda

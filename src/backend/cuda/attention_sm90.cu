@@ -223,14 +223,55 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
 #endif
 }
 
+// Writes a warp's dS^T A fragments (wgmma.cuh's register layout: keys r0 + g (+8), queries
+// 16 kb + 2 t (+1, +8)) into a sw128 [ROWS keys, 64 queries] tile; conflict-free (the swizzle
+// spreads the eight rows' chunks over all banks).
+template <int ROWS>
+__device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4], int r0,
+                                           int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = r0 + g + 8 * (r & 1), col = 16 * kb + 8 * (r >> 1) + 2 * t4;
+      *reinterpret_cast<uint32_t*>(tile + wg::sw128<ROWS>(row, col >> 3) + (col & 7)) = b[kb][r];
+    }
+}
+
+// Adds a warp's [16 query rows, 64 columns] dQ accumulator (columns col0 ..) into the f32
+// accumulator in global memory (REDG.ADD.F32x2: two columns per atomic), rows from r0 on,
+// rows >= nq skipped. acc points at the tile's first row and the head's first column.
+__device__ __forceinline__ void add_dq_rows(float* acc, int64_t ld, const float (&d)[32], int r0,
+                                            int nq, int col0, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    if (r >= nq) continue;
+    float* row = acc + int64_t(r) * ld + col0 + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
+  }
+}
+
 // dk, dv as attn_dkdv_kernel (query tiles of 64 rows double-buffered, same work items) with
 // warpgroup MMAs: S^T = K Q^T and dP^T = V dO^T read both operands from shared memory;
 // dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
 // operands. WGS warpgroups of 64 keys share each query tile (one item's Q, dO stream from L2
 // serves 64 WGS keys).
-template <int D, int WGS>
+// ATOMIC_DQ: the whole backward in one pass (5 products per tile pair against the two
+// kernels' 7): dS^T also goes to shared memory, dQ = dS K is an SS product with both operands
+// MN-major, and it is added into p.dq_acc with atomics. At D 128 the two warpgroups share the
+// tile's [128 keys, 64 queries] dS^T and each adds half of dQ's columns over all 128 keys (half
+// the atomics of per-warpgroup partials); at D 64 a column half would start inside a swizzle
+// atom, so each adds its own keys' partial.
+template <int D, int WGS, bool ATOMIC_DQ = false>
 __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kernel(AttnArgs p) {
 #ifdef SF_WGMMA
+  static_assert(!ATOMIC_DQ || WGS == 2, "the atomic dQ splits its work over two warpgroups");
   constexpr int BQ = 64, KB = 64 * WGS, NTH = WGS * kThreads, KE = KB * D, QE = BQ * D;
   extern __shared__ __align__(128) unsigned char smem_raw[];  // rounded up to 1024 below
   bf16* Ks = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
@@ -240,6 +281,7 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
   bf16* dObuf = Qbuf + 2 * QE;                                    // [2][BQ, D]
   float* lse_buf = reinterpret_cast<float*>(dObuf + 2 * QE);      // [2][BQ], natural log
   float* dl_buf = lse_buf + 2 * BQ;                               // [2][BQ]
+  bf16* dSt = Ks + 2 * KE + 4 * QE + 512;  // ATOMIC_DQ: [KB, BQ] after the 1 KiB of statistics
   const KeyBlock blk = key_block<KB>(p);
   const int start = blk.start, len = blk.len, hk = blk.hk, k0 = blk.k0;
   if (k0 >= len) return;
@@ -344,7 +386,38 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
       else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
     }
     wg::commit();
-    wg::wait<0>();
+    if constexpr (ATOMIC_DQ) {
+      const int h = hk * p.group + gi;
+      float* acc = p.dq_acc + int64_t(start + q0) * p.ldacc + h * D;
+      store_ds_t<KB>(dSt, b, wgi * 64 + warp * 16, lane);
+      wg::fence_proxy_async();  // the stores, visible to the MMAs' async proxy
+      const uint32_t ds_all = smem_addr(dSt), ks_all = smem_addr(Ks);
+      float dq[32];
+      if constexpr (D == 128) {
+        __syncthreads();  // both warpgroups' dS^T rows are in (the previous item's were read)
+        wg::fence();
+#pragma unroll
+        for (int kk = 0; kk < KB / 16; ++kk)  // dQ[:, 64 wgi ..] = dS K[:, 64 wgi ..]
+          wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<KB>(ds_all, kk),
+                               wg::desc_mn<KB>(ks_all + uint32_t(wgi * KB * 128), kk), kk > 0);
+      } else {
+        // This warpgroup's rows are in (immediate ids: a register id reserves all 16).
+        if (wgi == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        wg::fence();
+        const uint32_t off = uint32_t(wgi * 64 * 128);  // its 64 keys
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)  // dQ += dS[:, its keys] K[its keys, :]
+          wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<KB>(ds_all + off, kk),
+                               wg::desc_mn<KB>(ks_all + off, kk), kk > 0);
+      }
+      wg::commit();
+      wg::wait<0>();
+      wg::pin(dq);
+      add_dq_rows(acc, p.ldacc, dq, warp * 16, nq, D == 128 ? wgi * 64 : 0, lane);
+    } else {
+      wg::wait<0>();
+    }
   }
   store_rows<D>(p.dk + int64_t(start + k0) * p.lddk + hk * D, p.lddk, wgi * 64 + warp * 16,
                 len - k0, dk, p.scale, p.scale, lane);
@@ -366,14 +439,16 @@ void forward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh)
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D, int WGS>
+template <int D, int WGS, bool ATOMIC_DQ = false>
 void dkdv_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  // K, V of 64 WGS keys + two stages of 64-row Q, dO (+ lse, delta); + 1 KiB to align.
-  const size_t smem = (2 * 64 * WGS + 4 * 64) * size_t(D) * sizeof(bf16) + 4 * 64 * 4 + 1024;
+  // K, V of 64 WGS keys + two stages of 64-row Q, dO (+ lse, delta, padded to 1 KiB); the
+  // atomic form's [64 WGS, 64] dS^T; + 1 KiB to align.
+  const size_t smem = (2 * 64 * WGS + 4 * 64) * size_t(D) * sizeof(bf16) + 1024 +
+                      (ATOMIC_DQ ? 64 * WGS * 64 * sizeof(bf16) : 0) + 1024;
   static std::once_flag once;
-  std::call_once(once, [&] { set_smem(attn_dkdv_wgmma_kernel<D, WGS>, smem); });
+  std::call_once(once, [&] { set_smem(attn_dkdv_wgmma_kernel<D, WGS, ATOMIC_DQ>, smem); });
   const unsigned tiles = unsigned((sh.max_seqlen + 64 * WGS - 1) / (64 * WGS));
-  attn_dkdv_wgmma_kernel<D, WGS>
+  attn_dkdv_wgmma_kernel<D, WGS, ATOMIC_DQ>
       <<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), WGS * kThreads, smem, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
@@ -397,7 +472,35 @@ void backward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh
   dq_sm90<D, 2>(s, a, sh);
 }
 
+// dq = scale * acc, as bf16 (8 columns a thread; Hq * D is a multiple of 64).
+__global__ void dq_from_acc_kernel(AttnArgs p, int64_t cols) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= p.T * cols) return;
+  const int64_t t = i / cols, c = i - t * cols;
+  float v[8];
+  load8(p.dq_acc + t * p.ldacc + c, v);
+  uint4 out;
+  out.x = pack_bf16(v[0] * p.scale, v[1] * p.scale);
+  out.y = pack_bf16(v[2] * p.scale, v[3] * p.scale);
+  out.z = pack_bf16(v[4] * p.scale, v[5] * p.scale);
+  out.w = pack_bf16(v[6] * p.scale, v[7] * p.scale);
+  *reinterpret_cast<uint4*>(p.o + t * p.ld_o + c) = out;
+}
+
+template <int D>
+void backward_atomic_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  dkdv_sm90<D, 2, true>(s, a, sh);
+  const int64_t cols = int64_t(sh.n_heads) * D, threads = a.T * cols / 8;
+  dq_from_acc_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(a, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
+  if (sh.head_dim == 64) backward_atomic_sm90_d<64>(s, a, sh);
+  else backward_atomic_sm90_d<128>(s, a, sh);
+}
 
 void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   if (sh.head_dim == 64) forward_sm90_d<64>(s, a, sh);

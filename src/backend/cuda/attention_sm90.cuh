@@ -11,6 +11,9 @@ namespace sf::cuda::attn {
 struct AttnArgs;
 void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 void backward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
+// The one-pass backward with atomic dQ (attention.cuh's launch_attention_backward_atomic):
+// expects the delta stash written and a.dq_acc zeroed; ends by writing dq from it.
+void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 // The warp-specialised forward (attention_sm90_ws.cu): TMA producer warp, mbarrier ring, two
 // consumer warpgroups; the same contract as forward_sm90.
 void forward_sm90_ws(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);

@@ -70,13 +70,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(smem_addr(bar))
       : "memory");
 }
-// Pins accumulator registers at this point of the program: the compiler may not move their
-// reads or writes across it (a wgmma writes them asynchronously, behind the compiler's back).
-template <int N>
-__device__ __forceinline__ void pin(float (&x)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
-}
 template <int N>
 __device__ __forceinline__ void regs_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
@@ -251,7 +244,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wg::commit();
   end_turn(false);
   wg::wait<0>();
-  pin(s);
+  wg::pin(s);
   release(ring.empty_k, 0);
   if (nkb == 1) mask_diagonal(s, 0, row0, t4);
   online_softmax<16>(s, m, l, alpha, p.scale_log2);
@@ -259,38 +252,38 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int j = 1; j < nkb; ++j) {
     mbar_wait(&ring.full_k[j % kWsStages], parity(j));
     consumers_sync(my_turn);
-    pin(s);
-    pin(of);
+    wg::pin(s);
+    wg::pin(of);
     wg::fence();
     issue_scores<D>(s, qs, k_at(j));  // S(j) ...
     wg::commit();
     rescale_o();  // by alpha(j - 1), while S(j) runs: no product is writing O now
     mbar_wait(&ring.full_v[(j - 1) % kWsStages], parity(j - 1));
-    pin(of);
+    wg::pin(of);
     wg::fence();
     issue_pv<D>(of, a, v_at(j - 1));  // ... and O += P(j-1) V(j-1) behind it
     wg::commit();
     end_turn(false);
     wg::wait<1>();  // S(j) done: K(j)'s stage may be refilled
-    pin(s);
+    wg::pin(s);
     release(ring.empty_k, j);
     if (j == nkb - 1) mask_diagonal(s, j * kWsBK, row0, t4);
     online_softmax<16>(s, m, l, alpha, p.scale_log2);
     wg::wait<0>();  // P(j-1) V(j-1) done: V(j-1)'s stage may be refilled
-    pin(of);
+    wg::pin(of);
     release(ring.empty_v, j - 1);
     wg::acc_to_a<8>(a, s);
   }
   mbar_wait(&ring.full_v[(nkb - 1) % kWsStages], parity(nkb - 1));
   consumers_sync(my_turn);
   rescale_o();
-  pin(of);
+  wg::pin(of);
   wg::fence();
   issue_pv<D>(of, a, v_at(nkb - 1));
   wg::commit();
   end_turn(true);
   wg::wait<0>();
-  pin(of);
+  wg::pin(of);
   release(ring.empty_v, nkb - 1);
 
   finish_forward_rows<D>(p, o, m, l, start, len, h, q0, row0, cw * 64 + warp * 16, lane);

@@ -33,6 +33,8 @@ struct AttnArgs {
   bf16* dv;
   int64_t ld_o, lddk, lddv;
   float* lse;        // [Hq, T]
+  float* dq_acc;     // backward with atomic dQ: f32 [T, Hq*D] (row stride ldacc), zeroed
+  int64_t ldacc;
   const int32_t* cu;
   int64_t T;
   int group;         // Hq / Hkv
