@@ -18,7 +18,8 @@
 // Attention FLOPs use the usual causal convention: forward 4*D*sum(len^2)/2 per head, backward
 // 2.5x the forward; each attention row names its implementation (native, native-ws = native
 // with the warp-specialised forward (Hopper only), native-atomic = native-ws with the one-pass
-// backward that adds dQ with atomics (launch_attention_backward_atomic), cudnn = cuDNN with
+// backward that adds dQ with atomics (launch_attention_backward_atomic; its warp-specialised
+// kernel), native-atomic-wgmma = the same pass by the wgmma dk/dv kernel, cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
@@ -186,12 +187,15 @@ struct AttentionImpl {
   bool by_tokens = false; // cuda::PackedBatch::by_tokens (unequal sequences only)
   bool ws_forward = false; // the warp-specialised forward (cuda::set_attention_ws_forward);
                            // "native" is the wgmma forward, for the two side by side
-  bool atomic_dq = false;  // our backward with atomic dQ (launch_attention_backward_atomic)
+  bool atomic_dq = false;  // our backward with atomic dQ (launch_attention_backward_atomic),
+  bool ws_backward = true; // by its warp-specialised kernel (else the wgmma dk/dv kernel's form)
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
     {"native-ws", cuda::AttentionImpl::native, true, false, false, false, true},
     {"native-atomic", cuda::AttentionImpl::native, false, false, false, false, true, true},
+    {"native-atomic-wgmma", cuda::AttentionImpl::native, false, false, false, false, true, true,
+     false},
     {"cudnn", cuda::AttentionImpl::cudnn, true},
     {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
     {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
@@ -248,6 +252,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
                                               : cuda::PackedBatch::by_count);
     if (cuda::set_attention_ws_forward(im.ws_forward) != im.ws_forward) continue;  // no wgmma
     if (im.atomic_dq && !cuda::attention_backward_atomic_runs()) continue;
+    cuda::set_attention_ws_backward(im.ws_backward);
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
@@ -289,6 +294,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   cuda::set_attention_ws_forward(cuda::ws_forward_setting() != cuda::WsForward::off);
   cuda::set_cudnn_dense_graphs(true);
   cuda::set_cudnn_packed_batch(cuda::PackedBatch::by_count);
+  cuda::set_attention_ws_backward(true);
   b.free_all();
 }
 

@@ -130,8 +130,8 @@ TEST(CudaAttention, ManyOddSequences) {
 // reference, from the GPU's own forward. Its dk/dv come from the deterministic backward's
 // arithmetic in the same order, so they must match that backward's bit for bit; dq's f32 sums
 // arrive in a varying order: a repeat agrees to 1e-3 (bf16 rounding of nearly equal sums).
-void run_atomic_case(const AttnCase& c, uint64_t seed) {
-  const std::string what = aname(c) + " (atomic dQ)";
+void run_atomic_case_with(const AttnCase& c, uint64_t seed, const std::string& kernel) {
+  const std::string what = aname(c) + " (atomic dQ, " + kernel + ")";
   SCOPED_TRACE(what);
   std::vector<int32_t> cu{0};
   for (int l : c.lens) cu.push_back(cu.back() + l);
@@ -182,6 +182,14 @@ void run_atomic_case(const AttnCase& c, uint64_t seed) {
   expect_close(what + " dq repeat", cols(a2, T, W, 0, qd), cols(a1, T, W, 0, qd), 1e-3);
   expect_bitwise(what + " dk, dv = the deterministic backward's",
                  cols(a1, T, W, qd, 2 * kvd), cols(det, T, W, qd, 2 * kvd));
+}
+
+// Both forms of the pass: the warp-specialised kernel and the wgmma dk/dv kernel's.
+void run_atomic_case(const AttnCase& c, uint64_t seed) {
+  if (cuda::set_attention_ws_backward(true)) run_atomic_case_with(c, seed, "warp-specialised");
+  cuda::set_attention_ws_backward(false);
+  run_atomic_case_with(c, seed, "wgmma dk/dv");
+  cuda::set_attention_ws_backward(true);
 }
 
 TEST(CudaAttention, AtomicBackward) {

@@ -248,7 +248,10 @@ __global__ void attn_delta_kernel(AttnArgs p, int n_heads) {
     acc += a.x * b.x + a.y * b.y;
   }
   acc = warp_sum(acc);
-  if (lane == 0) reinterpret_cast<float*>(p.o + t * p.ld_o)[h] = acc;
+  if (lane == 0) {
+    reinterpret_cast<float*>(p.o + t * p.ld_o)[h] = acc;
+    if (p.delta != nullptr) p.delta[int64_t(h) * p.T + t] = acc;
+  }
 }
 
 // dk, dv for one key tile of one kv head; grid (key tiles, sequences, kv heads). Query tiles of
@@ -520,6 +523,8 @@ WsForward ws_forward() {
   return WsForward(v);
 }
 bool use_ws_forward() { return ws_forward() != WsForward::off && use_wgmma(); }
+std::atomic<bool> g_ws_backward{true};
+bool use_ws_backward() { return g_ws_backward.load() && use_wgmma(); }
 
 // 128 query rows per block (MT 2). Measured on the H200 against the 64-row kernel in one call
 // (scripts/gpu.sh ab, 2026-11-30): 12% / 19% / 21% faster at seq 1K / 4K / 8K (32/8 heads,
@@ -583,6 +588,11 @@ WsForward ws_forward_setting() {
   return want == "1" ? WsForward::required : WsForward::off;
 }
 
+bool set_attention_ws_backward(bool on) {
+  g_ws_backward.store(on);
+  return use_ws_backward();
+}
+
 bool set_attention_ws_forward(bool on) {
   g_ws_forward.store(int(on ? WsForward::by_default : WsForward::off));
   return use_ws_forward();
@@ -642,8 +652,9 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 
 bool attention_backward_atomic_runs() { return use_wgmma(); }
 
+// The f32 dQ accumulator [T, Hq * D], then delta [Hq, T] for the warp-specialised kernel.
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& sh) {
-  return size_t(T) * size_t(sh.n_heads) * size_t(sh.head_dim) * sizeof(float);
+  return size_t(T) * size_t(sh.n_heads) * size_t(sh.head_dim + 1) * sizeof(float);
 }
 
 void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
@@ -663,9 +674,12 @@ void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Ma
   if (q.rows == 0 || sh.max_seqlen == 0) return;
   a.dq_acc = workspace;
   a.ldacc = int64_t(sh.n_heads) * sh.head_dim;
-  CUDA_CHECK(cudaMemsetAsync(workspace, 0, need, s));
+  a.delta = workspace + q.rows * a.ldacc;
+  // The warp-specialised kernel reads lse and delta by TMA, from 16-byte aligned rows.
+  const bool ws = use_ws_backward() && reinterpret_cast<uintptr_t>(lse) % 16 == 0;
+  CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(q.rows * a.ldacc) * sizeof(float), s));
   launch_delta(s, a, sh);
-  backward_atomic_sm90(s, a, sh);
+  backward_atomic_sm90(s, a, sh, ws);
 }
 
 }  // namespace sf::cuda

@@ -47,10 +47,15 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 // The backward in one pass with atomic dQ, where the wgmma kernels run
 // (attention_backward_atomic_runs): one dk/dv kernel also computes dQ = dS K from the dS it
 // already has (5 tensor-core products per tile pair against 7) and adds it into an f32
-// accumulator in `workspace` (attention_backward_atomic_workspace_bytes: T x Hq x D x 4 bytes,
-// 16-byte aligned), then one pass writes dq. dk and dv repeat bit for bit; dq's f32 sums
+// accumulator in `workspace` (attention_backward_atomic_workspace_bytes: T x Hq x (D + 1) x 4
+// bytes, 16-byte aligned), then one pass writes dq. dk and dv repeat bit for bit; dq's f32 sums
 // arrive in a varying order, so its bits may differ from run to run (as cuDNN's fast backward).
+// The pass is the warp-specialised kernel (attention_sm90_ws_bwd.cu: TMA producer, two
+// consumer warpgroups) where lse is 16-byte aligned, else the wgmma dk/dv kernel with the same
+// arithmetic; set_attention_ws_backward(false) insists on the latter (tests, A/B benchmarks)
+// and returns whether the former now runs.
 bool attention_backward_atomic_runs();
+bool set_attention_ws_backward(bool on);
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& shape);
 void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
                                       const float* lse, Mat q, Mat k, Mat v,

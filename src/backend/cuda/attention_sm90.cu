@@ -223,40 +223,6 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dq_wgmma_kernel(
 #endif
 }
 
-// Writes a warp's dS^T A fragments (wgmma.cuh's register layout: keys r0 + g (+8), queries
-// 16 kb + 2 t (+1, +8)) into a sw128 [ROWS keys, 64 queries] tile; conflict-free (the swizzle
-// spreads the eight rows' chunks over all banks).
-template <int ROWS>
-__device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4], int r0,
-                                           int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = r0 + g + 8 * (r & 1), col = 16 * kb + 8 * (r >> 1) + 2 * t4;
-      *reinterpret_cast<uint32_t*>(tile + wg::sw128<ROWS>(row, col >> 3) + (col & 7)) = b[kb][r];
-    }
-}
-
-// Adds a warp's [16 query rows, 64 columns] dQ accumulator (columns col0 ..) into the f32
-// accumulator in global memory (REDG.ADD.F32x2: two columns per atomic), rows from r0 on,
-// rows >= nq skipped. acc points at the tile's first row and the head's first column.
-__device__ __forceinline__ void add_dq_rows(float* acc, int64_t ld, const float (&d)[32], int r0,
-                                            int nq, int col0, int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = r0 + g + 8 * half;
-    if (r >= nq) continue;
-    float* row = acc + int64_t(r) * ld + col0 + 2 * t4;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
-                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
-  }
-}
-
 // dk, dv as attn_dkdv_kernel (query tiles of 64 rows double-buffered, same work items) with
 // warpgroup MMAs: S^T = K Q^T and dP^T = V dO^T read both operands from shared memory;
 // dV += P^T dO and dK += dS^T Q take P^T and dS^T from registers and dO, Q as MN-major
@@ -487,19 +453,15 @@ __global__ void dq_from_acc_kernel(AttnArgs p, int64_t cols) {
   *reinterpret_cast<uint4*>(p.o + t * p.ld_o + c) = out;
 }
 
-template <int D>
-void backward_atomic_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  dkdv_sm90<D, 2, true>(s, a, sh);
-  const int64_t cols = int64_t(sh.n_heads) * D, threads = a.T * cols / 8;
-  dq_from_acc_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(a, cols);
-  CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
-void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
-  if (sh.head_dim == 64) backward_atomic_sm90_d<64>(s, a, sh);
-  else backward_atomic_sm90_d<128>(s, a, sh);
+void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh, bool ws) {
+  if (ws) backward_ws_sm90(s, a, sh);
+  else if (sh.head_dim == 64) dkdv_sm90<64, 2, true>(s, a, sh);
+  else dkdv_sm90<128, 2, true>(s, a, sh);
+  const int64_t cols = int64_t(sh.n_heads) * sh.head_dim, threads = a.T * cols / 8;
+  dq_from_acc_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(a, cols);
+  CUDA_CHECK_LAUNCH();
 }
 
 void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {

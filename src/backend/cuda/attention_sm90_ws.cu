@@ -8,13 +8,11 @@
 // attn_forward_wgmma_kernel (log2-domain online softmax, the scale folded into one FFMA per
 // exponent), so the two agree to rounding. The forward wherever the wgmma kernels run, unless
 // SF_ATTN_WS=0 (attention.cuh); its speed against cuDNN's forward: docs/BENCHMARKS.md.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <mutex>
 
 #include "backend/cuda/attention_sm90.cuh"
 #include "backend/cuda/attention_tiles.cuh"
+#include "backend/cuda/tma.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "core/error.h"
 
@@ -38,63 +36,12 @@ struct WsSmem {
 };
 
 #ifdef SF_WGMMA  // the helpers exist only where the kernel has a body
-// ---- mbarrier, TMA and register-budget PTX ---------------------------------------------------
+using tma::mbar_arrive, tma::mbar_expect_tx, tma::mbar_init, tma::mbar_wait;
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Returns once the phase of parity `parity` has completed (a fresh barrier counts parity 1 as
-// completed, so a producer's first pass over the ring does not wait).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// A [rows, 64] box of a 2-D bf16 tensor map at (column c, row r), 128B-swizzled, into smem.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c, int r,
-                                         uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(smem_addr(bar))
-      : "memory");
-}
-template <int N>
-__device__ __forceinline__ void regs_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void regs_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
-// Named barriers over the two consumer warpgroups (ids 1, 2; 0 is __syncthreads'): sync waits
-// for 256 arrivals, its own warpgroup's 128 and the other's bar.arrive.
-__device__ __forceinline__ void consumers_sync(int id) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
-}
-__device__ __forceinline__ void consumers_arrive(int id) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
-// Loads a [128, D] tile: D / 64 boxes side by side, each [128 rows, 128 bytes].
-template <int D>
-__device__ __forceinline__ void tma_tile(unsigned char* dst, const CUtensorMap* map, int col,
-                                         int row, uint64_t* bar) {
-#pragma unroll
-  for (int b = 0; b < D / 64; ++b) tma_load(dst + b * 128 * 128, map, col + 64 * b, row, bar);
-}
+// Named barriers over the two consumer warpgroups (ids 1, 2): sync waits for 256 arrivals,
+// its own warpgroup's 128 and the other's arrive.
+__device__ __forceinline__ void consumers_sync(int id) { tma::bar_sync(id, 256); }
+__device__ __forceinline__ void consumers_arrive(int id) { tma::bar_arrive(id, 256); }
 
 // Masks the keys after each row on the diagonal tile of a 64 x 128 score accumulator.
 __device__ __forceinline__ void mask_diagonal(float (&s)[64], int key0, int row0, int t4) {
@@ -140,7 +87,8 @@ __device__ __forceinline__ void produce_tile(unsigned char* dst, const CUtensorM
   const int st = t % kWsStages;
   if (t >= kWsStages) mbar_wait(&empty[st], uint32_t((t / kWsStages - 1) & 1));
   mbar_expect_tx(&full[st], WsSmem<D>::kTileBytes);
-  tma_tile<D>(dst + st * WsSmem<D>::kTileBytes, map, col, row + t * kWsBK, &full[st]);
+  tma::load_tile<D, 128>(dst + st * WsSmem<D>::kTileBytes, map, col, row + t * kWsBK,
+                         &full[st]);
 }
 
 // The producer thread: Q once, then the key tiles 0 .. nkb - 1 in the order the consumers
@@ -153,7 +101,7 @@ __device__ __forceinline__ void produce(unsigned char* sm, uint64_t* bar_q, cons
                                         int kv_row, int nkb) {
   using L = WsSmem<D>;
   mbar_expect_tx(bar_q, L::kTileBytes);
-  tma_tile<D>(sm + L::kQ, tq, q_col, q_row, bar_q);
+  tma::load_tile<D, 128>(sm + L::kQ, tq, q_col, q_row, bar_q);
   for (int j = 0; j <= nkb; ++j) {
     if (j < nkb) produce_tile<D>(sm + L::kK, tk, r.full_k, r.empty_k, kv_col, kv_row, j);
     if (j > 0) produce_tile<D>(sm + L::kV, tv, r.full_v, r.empty_v, kv_col, kv_row, j - 1);
@@ -188,20 +136,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       mbar_init(&ring.empty_k[st], 2 * kThreads);  // every consumer thread, after its wait
       mbar_init(&ring.empty_v[st], 2 * kThreads);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma::mbar_init_fence();
   }
   __syncthreads();
   const int wgi = threadIdx.x >> 7;  // 0: producer, 1-2: consumers
 
   if (wgi == 0) {
-    regs_dec<24>();
+    tma::regs_dec<24>();
     if (threadIdx.x == 0)
       produce<D>(sm, bar_q, ring, &tq, &tk, &tv, h * D, hk * D, start + q0,
                  start, nkb);
     return;
   }
 
-  regs_inc<240>();
+  tma::regs_inc<240>();
   const int cw = wgi - 1;  // consumer warpgroup: rows q0 + 64 cw ..
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -292,48 +240,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-// ---- host side: tensor maps --------------------------------------------------------------------
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &q));
-    SF_REQUIRE(q == cudaDriverEntryPointSuccess && f != nullptr,
-               "cuda attention: the driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 2-D map over rows [0, T) and `cols` columns of a bf16 view with row stride ld, read in
-// [rows, 64] boxes with the 128B swizzle (rows past T read as zeros).
-CUtensorMap tile_map(const bf16* base, int64_t T, int64_t cols, int64_t ld, int rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(T)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld) * sizeof(bf16)};
-  const cuuint32_t box[2] = {64, cuuint32_t(rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                                 const_cast<bf16*>(base), dims, strides, box, elem,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SF_REQUIRE(r == CUDA_SUCCESS, "cuda attention: cuTensorMapEncodeTiled failed (", int(r),
-             ") for a [", T, ", ", cols, "] view with row stride ", ld);
-  return map;
-}
-
 template <int D>
 void forward_ws_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) {
   using L = WsSmem<D>;
   const size_t smem = size_t(L::kBytes) + 1024;  // + 1 KiB to align the tiles
   static std::once_flag once;
   std::call_once(once, [&] { set_smem(attn_forward_ws_kernel<D>, smem); });
-  const CUtensorMap tq = tile_map(a.q, a.T, int64_t(sh.n_heads) * D, a.ldq, kWsBQ);
-  const CUtensorMap tk = tile_map(a.k, a.T, int64_t(sh.n_kv_heads) * D, a.ldk, kWsBK);
-  const CUtensorMap tv = tile_map(a.v, a.T, int64_t(sh.n_kv_heads) * D, a.ldv, kWsBK);
+  const CUtensorMap tq = tma::tile_map(a.q, a.T, int64_t(sh.n_heads) * D, a.ldq, kWsBQ);
+  const CUtensorMap tk = tma::tile_map(a.k, a.T, int64_t(sh.n_kv_heads) * D, a.ldk, kWsBK);
+  const CUtensorMap tv = tma::tile_map(a.v, a.T, int64_t(sh.n_kv_heads) * D, a.ldv, kWsBK);
   const dim3 grid((sh.max_seqlen + kWsBQ - 1) / kWsBQ, sh.n_seqs, sh.n_heads);
   attn_forward_ws_kernel<D><<<grid, kWsThreads, smem, s>>>(tq, tk, tv, a);
   CUDA_CHECK_LAUNCH();

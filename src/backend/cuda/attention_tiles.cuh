@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 namespace sf::cuda::attn {
 
@@ -35,6 +36,8 @@ struct AttnArgs {
   float* lse;        // [Hq, T]
   float* dq_acc;     // backward with atomic dQ: f32 [T, Hq*D] (row stride ldacc), zeroed
   int64_t ldacc;
+  float* delta;      // backward with atomic dQ: [Hq, T] f32, dout . out (written by the delta
+                     // kernel beside its stash)
   const int32_t* cu;
   int64_t T;
   int group;         // Hq / Hkv
@@ -289,6 +292,48 @@ __device__ __forceinline__ void finish_forward_rows(const AttnArgs& p, const flo
   }
   store_rows<D>(p.o + int64_t(start + q0) * p.ld_o + h * D, p.ld_o, r0, len - q0, o, inv[0],
                 inv[1], lane);
+}
+
+// ---- the atomic backwards' dQ (attention_sm90*.cu) ------------------------------------------
+
+// Writes a warp's dS^T A fragments (wgmma.cuh's register layout: keys r0 + g (+8), queries
+// 16 kb + 2 t (+1, +8)) into a sw128 [ROWS keys, 64 queries] tile; conflict-free (the swizzle
+// spreads the eight rows' chunks over all banks).
+template <int ROWS>
+__device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4], int r0,
+                                           int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = r0 + g + 8 * (r & 1), col = 16 * kb + 8 * (r >> 1) + 2 * t4;
+      *reinterpret_cast<uint32_t*>(tile + wg::sw128<ROWS>(row, col >> 3) + (col & 7)) = b[kb][r];
+    }
+}
+
+// Adds a warp's [16 query rows, 64 columns] dQ accumulator (columns col0 ..) into the f32
+// accumulator in global memory (REDG.ADD.F32x2: two columns per atomic), rows from r0 on,
+// rows >= nq skipped. acc points at the tile's first row and the head's first column.
+__device__ __forceinline__ void add_dq_rows(float* acc, int64_t ld, const float (&d)[32], int r0,
+                                            int nq, int col0, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + g + 8 * half;
+    if (r >= nq) continue;
+    float* row = acc + int64_t(r) * ld + col0 + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
+                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
+#else  // (compiled for the other archs' passes, never run there)
+      atomicAdd(row + 8 * j, d[4 * j + 2 * half]);
+      atomicAdd(row + 8 * j + 1, d[4 * j + 2 * half + 1]);
+#endif
+    }
+  }
 }
 
 // ---- block prologue ---------------------------------------------------------------------------
