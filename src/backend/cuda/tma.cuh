@@ -131,10 +131,11 @@ inline CUtensorMap tile_map(const __nv_bfloat16* base, int64_t T, int64_t cols, 
 inline CUtensorMap vector_map(const float* base, int64_t n, int box) {
   CUtensorMap map;
   const cuuint64_t dims[1] = {cuuint64_t(n)};
+  const cuuint64_t strides[1] = {cuuint64_t(n) * sizeof(float)};  // (rank 1: none is read)
   const cuuint32_t boxes[1] = {cuuint32_t(box)};
   const cuuint32_t elem[1] = {1};
   const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1,
-                                 const_cast<float*>(base), dims, nullptr, boxes, elem,
+                                 const_cast<float*>(base), dims, strides, boxes, elem,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                  CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
