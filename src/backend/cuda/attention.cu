@@ -675,8 +675,7 @@ void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Ma
   a.dq_acc = workspace;
   a.ldacc = int64_t(sh.n_heads) * sh.head_dim;
   a.delta = workspace + q.rows * a.ldacc;
-  // The warp-specialised kernel reads lse and delta by TMA, from 16-byte aligned rows.
-  const bool ws = use_ws_backward() && reinterpret_cast<uintptr_t>(lse) % 16 == 0;
+  const bool ws = use_ws_backward();
   CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(q.rows * a.ldacc) * sizeof(float), s));
   launch_delta(s, a, sh);
   backward_atomic_sm90(s, a, sh, ws);

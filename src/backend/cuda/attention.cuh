@@ -51,9 +51,8 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 // bytes, 16-byte aligned), then one pass writes dq. dk and dv repeat bit for bit; dq's f32 sums
 // arrive in a varying order, so its bits may differ from run to run (as cuDNN's fast backward).
 // The pass is the warp-specialised kernel (attention_sm90_ws_bwd.cu: TMA producer, two
-// consumer warpgroups) where lse is 16-byte aligned, else the wgmma dk/dv kernel with the same
-// arithmetic; set_attention_ws_backward(false) insists on the latter (tests, A/B benchmarks)
-// and returns whether the former now runs.
+// consumer warpgroups); set_attention_ws_backward(false) runs the wgmma dk/dv kernel's form of
+// it instead (tests, A/B benchmarks) and it returns whether the former now runs.
 bool attention_backward_atomic_runs();
 bool set_attention_ws_backward(bool on);
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& shape);

@@ -2,8 +2,9 @@
 // pairs, FlashAttention-3's structure in our contract (attention.cuh). A block owns 128 keys of
 // one kv head (K, V stay in shared memory); a producer warpgroup, of which one thread issues
 // the copies, streams the items (query head of the group, 64-row query tile) by TMA through an
-// mbarrier ring: Q, dO and the rows' lse and delta. Two consumer warpgroups (64 keys each) only
-// compute, with the registers the producer gave up:
+// mbarrier ring: Q and dO. Two consumer warpgroups (64 keys each) only
+// compute, with the registers the producer gave up (each reads its 16 query columns' lse and
+// delta from global memory, L2-resident, while its first products run):
 //   S^T = K Q^T, dP^T = V dO^T     (both operands from shared memory)
 //   dV += P^T dO, dK += dS^T Q      (P^T, dS^T from registers)
 //   dQ  = dS K                      (dS^T through shared memory; added into an f32 accumulator
@@ -25,32 +26,29 @@ namespace {
 constexpr int kBwBQ = 64, kBwKB = 128, kBwStages = 2, kBwThreads = 3 * kThreads;
 
 // Shared memory: K and V [128, D]; the ring's Q and dO tiles [64, D]; two [128, 64] dS^T
-// tiles (item parity); the ring's lse and delta rows [64] f32; the barriers. Tiles sw128.
+// tiles (item parity); the barriers. Tiles sw128.
 template <int D>
 struct BwSmem {
   static constexpr int kKvBytes = kBwKB * D * 2, kQBytes = kBwBQ * D * 2;
-  static constexpr int kDsBytes = kBwKB * kBwBQ * 2, kRowBytes = kBwBQ * 4;
+  static constexpr int kDsBytes = kBwKB * kBwBQ * 2;
   static constexpr int kK = 0, kV = kKvBytes, kQ = 2 * kKvBytes;
   static constexpr int kDo = kQ + kBwStages * kQBytes, kDs = kDo + kBwStages * kQBytes;
-  static constexpr int kLse = kDs + 2 * kDsBytes, kDl = kLse + kBwStages * kRowBytes;
-  static constexpr int kBars = kDl + kBwStages * kRowBytes;
+  static constexpr int kBars = kDs + 2 * kDsBytes;
   static constexpr int kBytes = kBars + (1 + 2 * kBwStages) * 8;
   static_assert(kK % 1024 == 0 && kV % 1024 == 0 && kQ % 1024 == 0 && kDo % 1024 == 0 &&
                     kDs % 1024 == 0 && kQBytes % 1024 == 0,
                 "the 128B swizzle's atoms are 1024-byte aligned");
-  static_assert(kLse % 128 == 0 && kDl % 128 == 0, "TMA writes 128-byte aligned boxes");
   static_assert(kBytes + 1024 <= 227 * 1024, "an sm_90 block has 227 KiB of shared memory");
 };
 
 struct BwMaps {
   CUtensorMap k, v, q, dout;  // [128, 64] boxes for K, V; [64, 64] for Q, dO
-  CUtensorMap lse, delta;     // [Hq * T] f32, 64-value boxes
 };
 
 #ifdef SF_WGMMA
 
-// The producer thread: K and V once, then each item's Q, dO, lse and delta into its stage,
-// once both consumers released the stage's previous item.
+// The producer thread: K and V once, then each item's Q and dO into its stage, once both
+// consumers released the stage's previous item.
 template <int D>
 __device__ __forceinline__ void produce_bwd(unsigned char* sm, uint64_t* bar_kv, uint64_t* full,
                                             uint64_t* empty, const BwMaps& m, const AttnArgs& p,
@@ -65,12 +63,9 @@ __device__ __forceinline__ void produce_bwd(unsigned char* sm, uint64_t* bar_kv,
     int gi, q0;
     dkdv_item<kBwBQ>(items, it, gi, q0);
     const int h = blk.hk * p.group + gi, row = blk.start + q0;
-    const int stat = int(int64_t(h) * p.T + row);
-    tma::mbar_expect_tx(&full[st], 2 * L::kQBytes + 2 * L::kRowBytes);
+    tma::mbar_expect_tx(&full[st], 2 * L::kQBytes);
     tma::load_tile<D, kBwBQ>(sm + L::kQ + st * L::kQBytes, &m.q, h * D, row, &full[st]);
     tma::load_tile<D, kBwBQ>(sm + L::kDo + st * L::kQBytes, &m.dout, h * D, row, &full[st]);
-    tma::load_1d(sm + L::kLse + st * L::kRowBytes, &m.lse, stat, &full[st]);
-    tma::load_1d(sm + L::kDl + st * L::kRowBytes, &m.delta, stat, &full[st]);
   }
 }
 
@@ -152,8 +147,7 @@ __global__ void __launch_bounds__(kBwThreads, 1)
     const int nq = min(kBwBQ, len - q0);
     const uint32_t qs = smem_addr(sm + L::kQ + st * L::kQBytes),
                    dos = smem_addr(sm + L::kDo + st * L::kQBytes);
-    const float* lse_s = reinterpret_cast<const float*>(sm + L::kLse + st * L::kRowBytes);
-    const float* dl_s = reinterpret_cast<const float*>(sm + L::kDl + st * L::kRowBytes);
+    const int h = blk.hk * p.group + gi;
     float st_[32], dp[32];
     wg::fence();
 #pragma unroll
@@ -164,13 +158,15 @@ __global__ void __launch_bounds__(kBwThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
       wg::mma_ss_n64(dp, wg::desc_k<kBwKB>(vs, kk), wg::desc_k<kBwBQ>(dos, kk), kk > 0);
     wg::commit();
-    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
+    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows;
+    // 0 past the end (masked below).
     float lse_c[16], dl_c[16];
+    const int64_t stat = int64_t(h) * p.T + start + q0;
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
       const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
-      lse_c[c] = lse_s[qi] * kLog2e;
-      dl_c[c] = dl_s[qi];
+      lse_c[c] = qi < nq ? p.lse[stat + qi] * kLog2e : 0.f;
+      dl_c[c] = qi < nq ? p.delta[stat + qi] : 0.f;
     }
     wg::wait<1>();  // S^T is ready
     wg::pin(st_);
@@ -219,7 +215,6 @@ __global__ void __launch_bounds__(kBwThreads, 1)
     float dq[32];
     item_dq<D>(dq, smem_addr(ds_tile), ks_all, cw);  // (waits for dK and dV too)
     tma::mbar_arrive(&empty[st]);  // this thread is done with the stage
-    const int h = blk.hk * p.group + gi;
     add_dq_rows(p.dq_acc + int64_t(start + q0) * p.ldacc + h * D, p.ldacc, dq, warp * 16, nq,
                 D == 128 ? cw * 64 : 0, lane);
   }
@@ -243,8 +238,6 @@ void backward_ws_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh) 
   m.v = tma::tile_map(a.v, a.T, kv_cols, a.ldv, kBwKB);
   m.q = tma::tile_map(a.q, a.T, q_cols, a.ldq, kBwBQ);
   m.dout = tma::tile_map(a.dout, a.T, q_cols, a.lddo, kBwBQ);
-  m.lse = tma::vector_map(a.lse, a.T * sh.n_heads, kBwBQ);
-  m.delta = tma::vector_map(a.delta, a.T * sh.n_heads, kBwBQ);
   const unsigned tiles = unsigned((sh.max_seqlen + kBwKB - 1) / kBwKB);
   attn_bwd_ws_kernel<D><<<dim3(tiles, sh.n_seqs, sh.n_kv_heads), kBwThreads, smem, s>>>(m, a);
   CUDA_CHECK_LAUNCH();

@@ -57,14 +57,6 @@ __device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int c
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(r), "r"(saddr(bar))
       : "memory");
 }
-// A box of a 1-D tensor map from element i into smem.
-__device__ __forceinline__ void load_1d(void* dst, const CUtensorMap* map, int i, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2}], [%3];\n" ::"r"(saddr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(i), "r"(saddr(bar))
-      : "memory");
-}
 // A [ROWS, COLS] bf16 tile in wgmma.cuh's sw128 layout from a 128B-swizzled map with
 // [ROWS, 64] boxes: COLS / 64 boxes side by side, from (column c, row r).
 template <int COLS, int ROWS>
@@ -123,24 +115,6 @@ inline CUtensorMap tile_map(const __nv_bfloat16* base, int64_t T, int64_t cols, 
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SF_REQUIRE(r == CUDA_SUCCESS, "cuda: cuTensorMapEncodeTiled failed (", int(r), ") for a [",
              T, ", ", cols, "] bf16 view with row stride ", ld);
-  return map;
-}
-
-// A 1-D map over n f32 values (16-byte aligned), read in boxes of `box` values (a multiple
-// of 4); values past n read as zeros.
-inline CUtensorMap vector_map(const float* base, int64_t n, int box) {
-  CUtensorMap map;
-  const cuuint64_t dims[1] = {cuuint64_t(n)};
-  const cuuint64_t strides[1] = {cuuint64_t(n) * sizeof(float)};  // (rank 1: none is read)
-  const cuuint32_t boxes[1] = {cuuint32_t(box)};
-  const cuuint32_t elem[1] = {1};
-  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1,
-                                 const_cast<float*>(base), dims, strides, boxes, elem,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                 CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SF_REQUIRE(r == CUDA_SUCCESS, "cuda: cuTensorMapEncodeTiled failed (", int(r),
-             ") for a vector of ", n, " f32 values");
   return map;
 }
 
