@@ -14,7 +14,6 @@
 #if SF_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cudnn_attention.h"
 #endif
@@ -152,19 +151,9 @@ void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& 
 // slideformer's kernels 275 TFLOP/s (the default), cuDNN's forward with its atomic backward
 // 530, cuDNN's forward with our deterministic backward 350 (14th session, docs/BENCHMARKS.md).
 // Returns the implementation in words, for the plan's hardware line.
-// Our kernels' backward with atomic dQ (where runs need not repeat bit for bit) allocates its
-// f32 accumulator like cuDNN's (less than attention_workspace_bytes counts), so the plan leaves
-// room for it, or falls back to the deterministic backward where that room is what is missing.
-// Its rate is counted as the deterministic kernels' until the H200 has measured it.
 std::string set_attention_rate(HardwareModel& hw) {
+  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return "attention: slideformer's kernels";
   const bool det = cuda::attention_deterministic();
-  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) {
-    const bool atomic = !det && cuda::attention_backward_atomic_runs();
-    hw.attention_workspace = atomic;
-    hw.attention_flops_no_workspace = atomic ? hw.attention_flops : 0;
-    return atomic ? "attention: slideformer's kernels, backward with atomic dQ"
-                  : "attention: slideformer's kernels";
-  }
   hw.attention_flops = det ? 350e12 : 530e12;
   hw.attention_workspace = !det;
   hw.attention_flops_no_workspace = det ? 0 : 350e12;

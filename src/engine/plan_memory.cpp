@@ -112,7 +112,7 @@ std::vector<MemoryLine> sliding_memory(const ModelConfig& cfg, const EngineConfi
   // counted either way), update (device AdamW).
   m.push_back({"backend workspaces", 3 * kBackendWorkspace, true});
   if (ec.attention_workspace_bytes > 0)
-    m.push_back({"attention backward workspace (f32 dQ)", ec.attention_workspace_bytes, true});
+    m.push_back({"attention backward workspace (cuDNN)", ec.attention_workspace_bytes, true});
   add_process_lines(l, cd, ec.state_format, m);
   return m;
 }
@@ -174,7 +174,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t T, DType
            {"batch inputs + loss", dev_round(DeviceBatch::storage_bytes(cfg, T)) + dev_round(4) * 2, true},
            {"backend workspaces", kBackendWorkspace, true}})
     m.push_back(line);
-  if (attention_workspace > 0) m.push_back({"attention backward workspace (f32 dQ)", attention_workspace, true});
+  if (attention_workspace > 0) m.push_back({"attention backward workspace (cuDNN)", attention_workspace, true});
   add_process_lines(l, cd, f, m);
   return m;
 }

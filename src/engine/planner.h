@@ -29,11 +29,11 @@ struct HardwareModel {
   // attention_flops at seq 1K, 0.95 at 4K, 1 from 8K, log-linear in between (the H200's
   // measured ratios; short sequences spend more of their time on tile edges and setup).
   double attention_rate(double ctx) const;
-  // The attention backward allocates a workspace that grows with the chunk (the
-  // atomic-accumulating forms, cuDNN's or ours: f32 dQ and row sums, attention_workspace_bytes):
-  // set where such a backward will run, so that the plan leaves the room for it.
+  // The attention backward allocates a workspace that grows with the chunk (cuDNN's
+  // atomic-accumulating form: f32 dQ and softmax sums, attention_workspace_bytes): set where
+  // that implementation will run, so that the plan leaves the room for it.
   bool attention_workspace = false;
-  // The rate of the backward that needs no workspace (cuDNN's or our forward with slideformer's
+  // The rate of the backward that needs no workspace (cuDNN's forward with slideformer's
   // deterministic backward), or 0 where there is no such choice: make_plan falls back to it
   // when that workspace is what keeps the step from fitting (Plan::attention_without_workspace).
   double attention_flops_no_workspace = 0;
@@ -150,9 +150,7 @@ std::vector<MemoryLine> resident_memory(const ModelConfig& cfg, int64_t max_toke
 // The attention backward's workspace for a chunk of T tokens where HardwareModel::
 // attention_workspace is set: cuDNN's f32 dQ accumulator and its sums, 8 bytes per token and
 // query channel plus 8 per token and head (measured: 1,082,131,712 B for 8B's 32K tokens, this
-// formula + 1,280), and 2 MiB for its execution plan; slideformer's atomic-dQ backward needs
-// half of it (4 bytes per token and query channel, 4 per token and head). Exact for chunks of
-// equal sequences;
+// formula + 1,280), and 2 MiB for its execution plan. Exact for chunks of equal sequences;
 // packed unequal ones pad each sequence to the longest, so the backend runs them in parts whose
 // padded rows fit in the chunk's tokens (cudnn_attention.cpp, parts_of): this bounds them too.
 size_t attention_workspace_bytes(const ModelConfig& cfg, int64_t tokens);

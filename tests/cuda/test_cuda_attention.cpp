@@ -182,23 +182,6 @@ void run_atomic_case_with(const AttnCase& c, uint64_t seed, const std::string& k
   expect_close(what + " dq repeat", cols(a2, T, W, 0, qd), cols(a1, T, W, 0, qd), 1e-3);
   expect_bitwise(what + " dk, dv = the deterministic backward's",
                  cols(a1, T, W, qd, 2 * kvd), cols(det, T, W, qd, 2 * kvd));
-
-  // The backend runs this pass for our kernels once runs need not repeat bit for bit.
-  const cuda::AttentionImpl impl = cuda::attention_impl();
-  cuda::set_attention_impl(cuda::AttentionImpl::native);
-  cuda::set_attention_deterministic(false);
-  DevMat gb(DType::bf16, T, W, W + 8);
-  gb.poison();
-  gpu().attention_backward(gs(), gb.m.col_block(0, qd), gb.m.col_block(qd, kvd),
-                           gb.m.col_block(qd + kvd, kvd), dout.m, out.m, lse.m.as<float>(), q, k,
-                           v, sh, dcu.ptr());
-  const auto ab = gb.download();
-  cuda::set_attention_deterministic(true);
-  cuda::set_attention_impl(impl);
-  expect_bitwise(what + " dk, dv through the backend", cols(ab, T, W, qd, 2 * kvd),
-                 cols(a1, T, W, qd, 2 * kvd));
-  expect_close(what + " dq through the backend", cols(ab, T, W, 0, qd), cols(a1, T, W, 0, qd),
-               1e-3);
 }
 
 // Both forms of the pass: the warp-specialised kernel and the wgmma dk/dv kernel's.

@@ -904,7 +904,7 @@ TEST(Planner, CountsTheAttentionBackwardsWorkspaceWhereItRuns) {
   ASSERT_TRUE(without.fits && with.fits) << with.advice;
   auto line = [](const Plan& p) -> const MemoryLine* {
     for (const MemoryLine& l : p.lines)
-      if (l.what == "attention backward workspace (f32 dQ)") return &l;
+      if (l.what == "attention backward workspace (cuDNN)") return &l;
     return nullptr;
   };
   EXPECT_EQ(line(without), nullptr);

@@ -84,7 +84,7 @@ struct CudaBackend::StreamImpl final : public Stream {
   cudaStream_t s = nullptr;
   std::string name;
   std::unique_ptr<Buffer> gemm_ws, reduce_ws;
-  std::unique_ptr<Buffer> attn_ws;  // attention workspace, grown to the largest call
+  std::unique_ptr<Buffer> attn_ws;  // cuDNN attention workspace, grown to the largest call
   size_t attn_ws_bytes = 0;
 
   explicit StreamImpl(const std::string& n) : name(n) {
@@ -303,53 +303,32 @@ void CudaBackend::rope_backward(Stream& s, Mat dx, int n_heads, int head_dim,
 }
 
 // Attention: cuDNN's fused kernels where selected (cuda::attention_impl) and cuDNN builds a
-// plan for the shape, else ours; our backward is the one-pass form with atomic dQ where it runs
-// and runs need not repeat bit for bit (cuda::attention_deterministic), else the deterministic
-// one. Either workspace belongs to the stream (counted like any buffer) and grows to the
-// largest call; growing waits for the stream's work first.
+// plan for the shape, else ours. The cuDNN path's workspace belongs to the stream (counted like
+// any buffer) and grows to the largest call; growing waits for the stream's work first.
 namespace {
-// The stream's attention workspace with at least `bytes`, or null where no memory is left for
-// it (one note on stderr; `fallback` says what runs instead).
-void* attention_workspace(CudaBackend& be, CudaBackend::StreamImpl& st, size_t bytes,
-                          const char* fallback) {
-  if (st.attn_ws_bytes >= bytes) return st.attn_ws->data();
-  st.synchronize();
-  st.attn_ws.reset();
-  st.attn_ws_bytes = 0;
-  try {
-    st.attn_ws = be.alloc(bytes, cat("attention workspace of stream ", st.name));
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
-    static std::once_flag once;
-    std::call_once(once, [&] {
-      std::fprintf(stderr, "sf: no memory for the attention workspace (%zu bytes): %s run such "
-                           "calls (%s)\n", bytes, fallback, e.what());
-    });
-    return nullptr;
-  }
-  st.attn_ws_bytes = bytes;
-  return st.attn_ws->data();
-}
-
 bool run_cudnn_attention(CudaBackend& be, Stream& s, const cuda::CudnnAttentionCall& c) {
   if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return false;
   const size_t bytes = cuda::cudnn_attention_workspace_bytes(c);
   if (bytes == 0) return false;
   auto& st = dynamic_cast<CudaBackend::StreamImpl&>(s);
-  void* ws = attention_workspace(be, st, bytes, "slideformer's kernels");
-  return ws != nullptr && cuda::cudnn_attention_run(raw(s), c, ws, st.attn_ws_bytes);
-}
-
-bool run_atomic_backward(CudaBackend& be, Stream& s, const cuda::CudnnAttentionCall& c) {
-  if (cuda::attention_deterministic() || !cuda::attention_backward_atomic_runs()) return false;
-  auto& st = dynamic_cast<CudaBackend::StreamImpl&>(s);
-  const size_t bytes = cuda::attention_backward_atomic_workspace_bytes(c.q.rows, c.shape);
-  void* ws = attention_workspace(be, st, bytes, "the deterministic backward's kernels");
-  if (ws == nullptr) return false;
-  cuda::launch_attention_backward_atomic(raw(s), c.dq, c.dk, c.dv, c.dout, c.out, c.lse, c.q,
-                                         c.k, c.v, c.shape, c.cu_seqlens,
-                                         static_cast<float*>(ws), st.attn_ws_bytes);
-  return true;
+  if (st.attn_ws_bytes < bytes) {
+    st.synchronize();
+    st.attn_ws.reset();
+    st.attn_ws_bytes = 0;
+    try {
+      st.attn_ws = be.alloc(bytes, cat("cuDNN attention workspace of stream ", st.name));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::out_of_memory) throw;
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        std::fprintf(stderr, "sf: no memory for the cuDNN attention workspace (%zu bytes): "
+                             "the native kernels run such calls (%s)\n", bytes, e.what());
+      });
+      return false;
+    }
+    st.attn_ws_bytes = bytes;
+  }
+  return cuda::cudnn_attention_run(raw(s), c, st.attn_ws->data(), st.attn_ws_bytes);
 }
 }  // namespace
 
@@ -382,7 +361,7 @@ void CudaBackend::attention_backward(Stream& s, Mat dq, Mat dk, Mat dv, Mat dout
   c.cu_seqlens = cu_seqlens;
   c.shape = shape;
   c.backward = true;
-  if (run_cudnn_attention(*this, s, c) || run_atomic_backward(*this, s, c)) return;
+  if (run_cudnn_attention(*this, s, c)) return;
   cuda::launch_attention_backward(raw(s), dq, dk, dv, dout, out, lse, q, k, v, shape,
                                   cu_seqlens);
 }

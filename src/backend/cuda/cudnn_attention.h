@@ -69,8 +69,7 @@ AttentionImpl set_attention_impl(AttentionImpl impl);
 // backward runs the graph form without the f32 dQ accumulator and only on an engine cuDNN does
 // not mark non-deterministic; where it has none (from 2K tokens per sequence on the H200: its
 // workspace grows past 2 GiB), our kernels run the backward. The forward is deterministic
-// either way. Our backward follows the same switch: off, it is the one-pass form with atomic dQ
-// where that runs (attention.cuh, launch_attention_backward_atomic), on, the three kernels.
+// either way; our kernels always are.
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
 
