@@ -53,6 +53,10 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 // The pass is the warp-specialised kernel (attention_sm90_ws_bwd.cu: TMA producer, two
 // consumer warpgroups); set_attention_ws_backward(false) runs the wgmma dk/dv kernel's form of
 // it instead (tests, A/B benchmarks) and it returns whether the former now runs.
+// Status: not yet passed on a GPU (its first run, on an H100, hit an illegal instruction in
+// the warp-specialised kernel; the wgmma form ran, 0.85-1.05x the deterministic backward, but
+// was not checked), so nothing calls it but CudaAttention.AtomicBackward
+// (SF_TEST_ATOMIC_BACKWARD=1) and bench_cuda_kernels --impl native-atomic / native-atomic-wgmma.
 bool attention_backward_atomic_runs();
 bool set_attention_ws_backward(bool on);
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& shape);
