@@ -1,10 +1,10 @@
 // The warp-specialised backward with atomic dQ (sm_90a): one pass over (key tile, query tile)
 // pairs, FlashAttention-3's structure in our contract (attention.cuh). A block owns 128 keys of
 // one kv head (K, V stay in shared memory); a producer warpgroup, of which one thread issues
-// the copies, streams the items (query head of the group, 64-row query tile) by TMA through an
-// mbarrier ring: Q and dO. Two consumer warpgroups (64 keys each) only
-// compute, with the registers the producer gave up (each reads its 16 query columns' lse and
-// delta from global memory, L2-resident, while its first products run):
+// the copies, streams the items' Q and dO (item: query head of the group, 64-row query tile)
+// by TMA through an mbarrier ring. Two consumer warpgroups (64 keys each) compute, with the
+// registers the producer gave up; each thread reads its 16 query columns' lse and delta from
+// global memory (L2) while its first products run:
 //   S^T = K Q^T, dP^T = V dO^T     (both operands from shared memory)
 //   dV += P^T dO, dK += dS^T Q      (P^T, dS^T from registers)
 //   dQ  = dS K                      (dS^T through shared memory; added into an f32 accumulator
