@@ -22,23 +22,18 @@ namespace sf::test {
 namespace {
 
 using sf::test::AttnCase;
+using sf::test::AttnLayout;
+using sf::test::attn_layout;
 using sf::test::cols;
 std::string aname(const AttnCase& c) { return sf::test::attn_case_name("attention", c); }
 
 void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels) {
   const std::string what = aname(c) + " (" + kernels + ")";
   SCOPED_TRACE(what);
-  std::vector<int32_t> cu{0};
-  for (int l : c.lens) cu.push_back(cu.back() + l);
-  const int64_t T = cu.back(), qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D;
-  const int64_t W = qd + 2 * kvd;
-  AttentionShape sh;
-  sh.n_heads = c.Hq;
-  sh.n_kv_heads = c.Hkv;
-  sh.head_dim = c.D;
-  sh.scale = 1.f / std::sqrt(float(c.D));
-  sh.n_seqs = int(c.lens.size());
-  sh.max_seqlen = *std::max_element(c.lens.begin(), c.lens.end());
+  const AttnLayout lay = attn_layout(c);
+  const std::vector<int32_t>& cu = lay.cu;
+  const int64_t T = lay.T, qd = lay.qd, kvd = lay.kvd, W = lay.W;
+  const AttentionShape& sh = lay.sh;
 
   auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
   auto vdo = rand_bf16(size_t(T * qd), seed + 1);
@@ -135,12 +130,10 @@ TEST(CudaAttention, ManyOddSequences) {
 void run_atomic_case_with(const AttnCase& c, uint64_t seed, const std::string& kernel) {
   const std::string what = aname(c) + " (atomic dQ, " + kernel + ")";
   SCOPED_TRACE(what);
-  std::vector<int32_t> cu{0};
-  for (int l : c.lens) cu.push_back(cu.back() + l);
-  const int64_t T = cu.back(), qd = int64_t(c.Hq) * c.D, kvd = int64_t(c.Hkv) * c.D;
-  const int64_t W = qd + 2 * kvd;
-  const AttentionShape sh{c.Hq, c.Hkv, c.D, 1.f / std::sqrt(float(c.D)), int(c.lens.size()),
-                          *std::max_element(c.lens.begin(), c.lens.end())};
+  const AttnLayout lay = attn_layout(c);
+  const std::vector<int32_t>& cu = lay.cu;
+  const int64_t T = lay.T, qd = lay.qd, kvd = lay.kvd, W = lay.W;
+  const AttentionShape& sh = lay.sh;
   auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
   auto vdo = rand_bf16(size_t(T * qd), seed + 1);
   DevMat qkv(DType::bf16, T, W), out(DType::bf16, T, qd), dout(DType::bf16, T, qd),

@@ -298,89 +298,32 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     const float* dl_s = dl_buf + buf * BQ;
     // Warpgroup 1 also runs the items wholly before its keys (masked to zero, adding nothing):
     // skipping them behind a warpgroup-uniform branch made the kernels 5% slower.
-    float st[32], dp[32];
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
-      wg::mma_ss_n64(st, wg::desc_k<KB>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
-    wg::commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
-      wg::mma_ss_n64(dp, wg::desc_k<KB>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
-    wg::commit();
-    if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
-    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows.
-    float lse_c[16], dl_c[16];
-#pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
-      lse_c[c] = lse_s[qi] * kLog2e;
-      dl_c[c] = dl_s[qi];
-    }
-    wg::wait<1>();  // S^T is ready
-    // P^T = exp(scale * s - lse); zero where the key is after the query or the query is past
-    // the end (its zero-filled lse would give finite junk): only the diagonal and the last
-    // query tile need the test (warpgroup-uniform).
-#pragma unroll
-    for (int i = 0; i < 32; ++i)
-      st[i] = exp2_ftz(fmaf(st[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
-    if (kw0 + 63 > q0 || nq < BQ) {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
-        if (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) st[i] = 0.f;
-      }
-    }
-    uint32_t a[4][4];
-    wg::acc64_to_a(a, st);
-    wg::fence();
-#pragma unroll
-    for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
-      if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
-      else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
-    }
-    wg::commit();
-    wg::wait<1>();  // dP^T is ready (groups complete in order)
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);  // dS^T
     uint32_t b[4][4];
-    wg::acc64_to_a(b, dp);
-    wg::fence();
+    dkdv_item_products<D, KB>(dkf, dvf, b, ks, vs, qs, dos, kw0, krow0, q0, nq, t4, p.scale_log2,
+                              [&](float (&lse_c)[16], float (&dl_c)[16]) {
+      if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
 #pragma unroll
-    for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q
-      if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
-      else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
-    }
-    wg::commit();
+      for (int c = 0; c < 16; ++c) {
+        const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
+        lse_c[c] = lse_s[qi] * kLog2e;
+        dl_c[c] = dl_s[qi];
+      }
+    });
     if constexpr (ATOMIC_DQ) {
-      const int h = hk * p.group + gi;
-      float* acc = p.dq_acc + int64_t(start + q0) * p.ldacc + h * D;
       store_ds_t<KB>(dSt, b, wgi * 64 + warp * 16, lane);
       wg::fence_proxy_async();  // the stores, visible to the MMAs' async proxy
-      const uint32_t ds_all = smem_addr(dSt), ks_all = smem_addr(Ks);
-      float dq[32];
       if constexpr (D == 128) {
         __syncthreads();  // both warpgroups' dS^T rows are in (the previous item's were read)
-        wg::fence();
-#pragma unroll
-        for (int kk = 0; kk < KB / 16; ++kk)  // dQ[:, 64 wgi ..] = dS K[:, 64 wgi ..]
-          wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<KB>(ds_all, kk),
-                               wg::desc_mn<KB>(ks_all + uint32_t(wgi * KB * 128), kk), kk > 0);
       } else {
         // This warpgroup's rows are in (immediate ids: a register id reserves all 16).
         if (wgi == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
         else asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        wg::fence();
-        const uint32_t off = uint32_t(wgi * 64 * 128);  // its 64 keys
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)  // dQ += dS[:, its keys] K[its keys, :]
-          wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<KB>(ds_all + off, kk),
-                               wg::desc_mn<KB>(ks_all + off, kk), kk > 0);
       }
-      wg::commit();
-      wg::wait<0>();
-      wg::pin(dq);
-      add_dq_rows(acc, p.ldacc, dq, warp * 16, nq, D == 128 ? wgi * 64 : 0, lane);
+      float dq[32];
+      dq_item_product<D>(dq, smem_addr(dSt), smem_addr(Ks), wgi);
+      const int h = hk * p.group + gi;
+      add_dq_rows(p.dq_acc + int64_t(start + q0) * p.ldacc + h * D, p.ldacc, dq, warp * 16, nq,
+                  D == 128 ? wgi * 64 : 0, lane);
     } else {
       wg::wait<0>();
     }

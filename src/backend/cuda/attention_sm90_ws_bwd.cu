@@ -69,29 +69,6 @@ __device__ __forceinline__ void produce_bwd(unsigned char* sm, uint64_t* bar_kv,
   }
 }
 
-// One item's dQ = dS K for this consumer (issued and waited for): at D 128 half of the
-// columns over both consumers' 128 keys (the caller synced both consumers' dS^T rows), at D 64
-// all columns over its own 64 keys.
-template <int D>
-__device__ __forceinline__ void item_dq(float (&dq)[32], uint32_t ds, uint32_t ks, int cw) {
-  wg::fence();
-  if constexpr (D == 128) {
-#pragma unroll
-    for (int kk = 0; kk < kBwKB / 16; ++kk)
-      wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<kBwKB>(ds, kk),
-                           wg::desc_mn<kBwKB>(ks + uint32_t(cw * kBwKB * 128), kk), kk > 0);
-  } else {
-    const uint32_t off = uint32_t(cw * 64 * 128);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<kBwKB>(ds + off, kk), wg::desc_mn<kBwKB>(ks + off, kk),
-                           kk > 0);
-  }
-  wg::commit();
-  wg::wait<0>();
-  wg::pin(dq);
-}
-
 #endif  // SF_WGMMA
 
 template <int D>
@@ -148,62 +125,17 @@ __global__ void __launch_bounds__(kBwThreads, 1)
     const uint32_t qs = smem_addr(sm + L::kQ + st * L::kQBytes),
                    dos = smem_addr(sm + L::kDo + st * L::kQBytes);
     const int h = blk.hk * p.group + gi;
-    float st_[32], dp[32];
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
-      wg::mma_ss_n64(st_, wg::desc_k<kBwKB>(ks, kk), wg::desc_k<kBwBQ>(qs, kk), kk > 0);
-    wg::commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
-      wg::mma_ss_n64(dp, wg::desc_k<kBwKB>(vs, kk), wg::desc_k<kBwBQ>(dos, kk), kk > 0);
-    wg::commit();
-    // This thread's 16 query columns' statistics (lse in log2 units), reused for both rows;
-    // 0 past the end (masked below).
-    float lse_c[16], dl_c[16];
-    const int64_t stat = int64_t(h) * p.T + start + q0;
-#pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
-      lse_c[c] = qi < nq ? p.lse[stat + qi] * kLog2e : 0.f;
-      dl_c[c] = qi < nq ? p.delta[stat + qi] : 0.f;
-    }
-    wg::wait<1>();  // S^T is ready
-    wg::pin(st_);
-    // P^T, zero where the key is after the query or the query is past the end (rows there
-    // belong to the next sequence or read as zeros; any finite junk is masked here).
-#pragma unroll
-    for (int i = 0; i < 32; ++i)
-      st_[i] = exp2_ftz(fmaf(st_[i], p.scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
-    if (kw0 + 63 > q0 || nq < kBwBQ) {
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
-        if (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) st_[i] = 0.f;
-      }
-    }
-    uint32_t a[4][4];
-    wg::acc64_to_a(a, st_);
-    wg::fence();
-#pragma unroll
-    for (int kb = 0; kb < kBwBQ / 16; ++kb) {  // dV += P^T dO
-      if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<kBwBQ>(dos, kb));
-      else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<kBwBQ>(dos, kb));
-    }
-    wg::commit();
-    wg::wait<1>();  // dP^T is ready (groups complete in order)
-    wg::pin(dp);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dp[i] = st_[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);
     uint32_t b[4][4];
-    wg::acc64_to_a(b, dp);
-    wg::fence();
+    dkdv_item_products<D, kBwKB>(dkf, dvf, b, ks, vs, qs, dos, kw0, krow0, q0, nq, t4,
+                                 p.scale_log2, [&](float (&lse_c)[16], float (&dl_c)[16]) {
+      const int64_t stat = int64_t(h) * p.T + start + q0;  // (0 past the end: masked)
 #pragma unroll
-    for (int kb = 0; kb < kBwBQ / 16; ++kb) {  // dK += dS^T Q
-      if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<kBwBQ>(qs, kb));
-      else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<kBwBQ>(qs, kb));
-    }
-    wg::commit();
+      for (int c = 0; c < 16; ++c) {
+        const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
+        lse_c[c] = qi < nq ? p.lse[stat + qi] * kLog2e : 0.f;
+        dl_c[c] = qi < nq ? p.delta[stat + qi] : 0.f;
+      }
+    });
     // dS^T through shared memory for dQ = dS K (the buffer of this item's parity: the
     // consumers' sync of the previous item ordered its last reads before these writes).
     unsigned char* ds_tile = sm + L::kDs + (it & 1) * L::kDsBytes;
@@ -213,7 +145,7 @@ __global__ void __launch_bounds__(kBwThreads, 1)
     else if (cw == 0) tma::bar_sync(2, kThreads);             // this consumer's rows are in
     else tma::bar_sync(3, kThreads);
     float dq[32];
-    item_dq<D>(dq, smem_addr(ds_tile), ks_all, cw);  // (waits for dK and dV too)
+    dq_item_product<D>(dq, smem_addr(ds_tile), ks_all, cw);  // (waits for dK and dV too)
     tma::mbar_arrive(&empty[st]);  // this thread is done with the stage
     add_dq_rows(p.dq_acc + int64_t(start + q0) * p.ldacc + h * D, p.ldacc, dq, warp * 16, nq,
                 D == 128 ? cw * 64 : 0, lane);

@@ -294,6 +294,72 @@ __device__ __forceinline__ void finish_forward_rows(const AttnArgs& p, const flo
                 inv[1], lane);
 }
 
+// ---- the wgmma backwards' dk/dv item (attention_sm90*.cu) -----------------------------------
+
+// One (query head, 64-row query tile) item for a warpgroup's 64 keys, shared by both wgmma
+// backwards so that their dk and dv agree bit for bit: S^T = K Q^T and dP^T = V dO^T (K, V: the
+// warpgroup's rows of KROWS-row sw128 tiles at ks, vs; Q, dO: 64-row tiles at qs, dos), then
+// stats(lse_c, dl_c) while those run (this thread's 16 query columns' lse in log2 units and
+// delta; the caller may issue its next copies there), P^T (zero where the key is after the
+// query or the query is past nq), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// Returns with dK's product issued, not waited for; b holds dS^T as A fragments. kw0: the
+// warpgroup's first key, krow0: its accumulator row g's key, both within the sequence; t4:
+// lane % 4.
+template <int D, int KROWS, class Stats>
+__device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&dvf)[D / 2],
+                                                   uint32_t (&b)[4][4], uint32_t ks, uint32_t vs,
+                                                   uint32_t qs, uint32_t dos, int kw0, int krow0,
+                                                   int q0, int nq, int t4, float scale_log2,
+                                                   Stats&& stats) {
+  constexpr int BQ = 64;
+  float st[32], dp[32];
+  wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)  // S^T = K Q^T
+    wg::mma_ss_n64(st, wg::desc_k<KROWS>(ks, kk), wg::desc_k<BQ>(qs, kk), kk > 0);
+  wg::commit();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
+    wg::mma_ss_n64(dp, wg::desc_k<KROWS>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
+  wg::commit();
+  float lse_c[16], dl_c[16];
+  stats(lse_c, dl_c);
+  wg::wait<1>();  // S^T is ready
+  // P^T = exp(scale * s - lse); only the diagonal and the last query tile need the mask
+  // (warpgroup-uniform test). Rows past nq hold zero-filled or another sequence's rows: any
+  // finite junk there is overwritten.
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    st[i] = exp2_ftz(fmaf(st[i], scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+  if (kw0 + 63 > q0 || nq < BQ) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int qi = (i >> 2) * 8 + 2 * t4 + (i & 1);
+      if (krow0 + ((i & 3) >> 1) * 8 > q0 + qi || qi >= nq) st[i] = 0.f;
+    }
+  }
+  uint32_t a[4][4];
+  wg::acc64_to_a(a, st);
+  wg::fence();
+#pragma unroll
+  for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
+    if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+    else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
+  }
+  wg::commit();
+  wg::wait<1>();  // dP^T is ready (groups complete in order)
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);
+  wg::acc64_to_a(b, dp);
+  wg::fence();
+#pragma unroll
+  for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q
+    if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+    else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
+  }
+  wg::commit();
+}
+
 // ---- the atomic backwards' dQ (attention_sm90*.cu) ------------------------------------------
 
 // Writes a warp's dS^T A fragments (wgmma.cuh's register layout: keys r0 + g (+8), queries
@@ -310,6 +376,30 @@ __device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4]
       const int row = r0 + g + 8 * (r & 1), col = 16 * kb + 8 * (r >> 1) + 2 * t4;
       *reinterpret_cast<uint32_t*>(tile + wg::sw128<ROWS>(row, col >> 3) + (col & 7)) = b[kb][r];
     }
+}
+
+// One item's dQ = dS K for warpgroup wgi of two sharing 128 keys (issued and waited for, with
+// every product before it): at D 128 half of the columns (64 wgi ..) over all 128 keys (the
+// caller synced both warpgroups' dS^T rows), at D 64 all columns over its own 64 keys. ds: the
+// [128 keys, 64 queries] sw128 dS^T tile; ks: the [128, D] K tile.
+template <int D>
+__device__ __forceinline__ void dq_item_product(float (&dq)[32], uint32_t ds, uint32_t ks, int wgi) {
+  wg::fence();
+  if constexpr (D == 128) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<128>(ds, kk),
+                           wg::desc_mn<128>(ks + uint32_t(wgi * 128 * 128), kk), kk > 0);
+  } else {
+    const uint32_t off = uint32_t(wgi * 64 * 128);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wg::mma_ss_n64<1, 1>(dq, wg::desc_mn<128>(ds + off, kk), wg::desc_mn<128>(ks + off, kk),
+                           kk > 0);
+  }
+  wg::commit();
+  wg::wait<0>();
+  wg::pin(dq);
 }
 
 // Adds a warp's [16 query rows, 64 columns] dQ accumulator (columns col0 ..) into the f32
