@@ -22,7 +22,6 @@ namespace sf::test {
 namespace {
 
 using sf::test::AttnCase;
-using sf::test::AttnLayout;
 using sf::test::attn_layout;
 using sf::test::cols;
 std::string aname(const AttnCase& c) { return sf::test::attn_case_name("attention", c); }
@@ -30,10 +29,7 @@ std::string aname(const AttnCase& c) { return sf::test::attn_case_name("attentio
 void run_case_with(const AttnCase& c, uint64_t seed, const std::string& kernels) {
   const std::string what = aname(c) + " (" + kernels + ")";
   SCOPED_TRACE(what);
-  const AttnLayout lay = attn_layout(c);
-  const std::vector<int32_t>& cu = lay.cu;
-  const int64_t T = lay.T, qd = lay.qd, kvd = lay.kvd, W = lay.W;
-  const AttentionShape& sh = lay.sh;
+  const auto [cu, T, qd, kvd, W, sh] = attn_layout(c);
 
   auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
   auto vdo = rand_bf16(size_t(T * qd), seed + 1);
@@ -130,10 +126,7 @@ TEST(CudaAttention, ManyOddSequences) {
 void run_atomic_case_with(const AttnCase& c, uint64_t seed, const std::string& kernel) {
   const std::string what = aname(c) + " (atomic dQ, " + kernel + ")";
   SCOPED_TRACE(what);
-  const AttnLayout lay = attn_layout(c);
-  const std::vector<int32_t>& cu = lay.cu;
-  const int64_t T = lay.T, qd = lay.qd, kvd = lay.kvd, W = lay.W;
-  const AttentionShape& sh = lay.sh;
+  const auto [cu, T, qd, kvd, W, sh] = attn_layout(c);
   auto vqkv = rand_bf16(size_t(T * W), seed, -2.f, 2.f);
   auto vdo = rand_bf16(size_t(T * qd), seed + 1);
   DevMat qkv(DType::bf16, T, W), out(DType::bf16, T, qd), dout(DType::bf16, T, qd),
