@@ -9,11 +9,15 @@
 // dS to bf16 for the tensor-core products (as FlashAttention does): 1e-2 relative L2 for the
 // gradients, 5e-3 for out; lse is f32 from f32 sums: 1e-5.
 #include <cstdlib>
+#include <map>
 #include <numeric>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cudnn_attention.h"
+#include "backend/cuda/dq_acc_layout.h"
 #include "attention_test_util.h"
 #include "cuda_test_util.h"
 #include "scoped_env.h"
@@ -195,6 +199,52 @@ TEST(CudaAttention, AtomicBackward) {
   run_atomic_case({8, 2, 128, {200, 64, 1, 17}}, 13);
   run_atomic_case({32, 8, 128, {512, 300}}, 14);
   run_atomic_case({8, 4, 128, {300, 77, 129, 1, 128, 127, 191, 192, 193}}, 15);
+}
+
+// The one-pass backward's dQ accumulator layout (dq_acc_layout.h; host only, runs in CI).
+// Inside a tile, the float4 slots cover each of the 64 x D values exactly once.
+TEST(CudaAttentionLayout, AccumulatorSlotsCoverTheTileOnce) {
+  for (int D : {64, 128}) {
+    SCOPED_TRACE("D " + std::to_string(D));
+    std::vector<int> seen(size_t(64 * D), 0);
+    for (int f = 0; f < 16 * D; ++f) {
+      const cuda::attn::AccSlot at = cuda::attn::dq_acc_slot(f);
+      ASSERT_TRUE(at.row >= 0 && at.row + 8 < 64 && at.col >= 0 && at.col + 1 < D)
+          << "slot " << f << " at (" << at.row << ", " << at.col << ")";
+      for (int r : {at.row, at.row + 8})
+        for (int c : {at.col, at.col + 1}) ++seen[size_t(r * D + c)];
+    }
+    for (int i = 0; i < 64 * D; ++i)
+      ASSERT_EQ(seen[size_t(i)], 1) << "row " << i / D << " column " << i % D;
+  }
+}
+
+// Across a packed batch, every (head, sequence, 64-row tile) gets its own 64 rows, aligned to
+// 64 rows (the copy engine's 16-byte rule for the per-row arrays), inside the accumulator.
+TEST(CudaAttentionLayout, AccumulatorTilesAreDisjointAndAligned) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n_seqs = 1 + int(rng() % 9), heads = 1 + int(rng() % 4);
+    std::vector<int64_t> cu{0};
+    for (int s = 0; s < n_seqs; ++s) cu.push_back(cu.back() + 1 + int64_t(rng() % 300));
+    const int64_t T = cu.back(), rows = cuda::attn::dq_acc_rows(T, n_seqs);
+    std::map<int64_t, std::string> tiles;  // first row -> which tile
+    for (int h = 0; h < heads; ++h)
+      for (int s = 0; s < n_seqs; ++s)
+        for (int q0 = 0; q0 < cu[size_t(s) + 1] - cu[size_t(s)]; q0 += 64) {
+          const int64_t r = cuda::attn::dq_acc_row(rows, h, s, cu[size_t(s)], q0);
+          const std::string name = "head " + std::to_string(h) + " sequence " +
+                                   std::to_string(s) + " rows " + std::to_string(q0);
+          ASSERT_EQ(r % 64, 0) << name;
+          ASSERT_TRUE(r >= int64_t(h) * rows && r + 64 <= int64_t(h + 1) * rows) << name;
+          ASSERT_TRUE(tiles.emplace(r, name).second) << name;
+        }
+    int64_t end = -1;  // tiles start 64-aligned, so distinct starts are disjoint tiles
+    for (const auto& [r, name] : tiles) {
+      ASSERT_GE(r, end) << name;
+      end = r + 64;
+    }
+  }
 }
 
 // SF_ATTN_WS is read as unset (the default), 0 or 1; another value is an Error naming the

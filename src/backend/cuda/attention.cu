@@ -238,20 +238,8 @@ __global__ void attn_delta_kernel(AttnArgs p, int n_heads) {
   if (w >= p.T * n_heads) return;
   const int64_t t = w / n_heads;
   const int h = int(w - t * n_heads);
-  const bf16* o = p.out + t * p.ldo + h * D;
-  const bf16* d = p.dout + t * p.lddo + h * D;
-  float acc = 0.f;
-#pragma unroll
-  for (int c = lane * 2; c < D; c += 64) {
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + c));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d + c));
-    acc += a.x * b.x + a.y * b.y;
-  }
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    reinterpret_cast<float*>(p.o + t * p.ld_o)[h] = acc;
-    if (p.delta != nullptr) p.delta[int64_t(h) * p.T + t] = acc;
-  }
+  const float acc = row_delta<D>(p.out + t * p.ldo + h * D, p.dout + t * p.lddo + h * D, lane);
+  if (lane == 0) reinterpret_cast<float*>(p.o + t * p.ld_o)[h] = acc;
 }
 
 // dk, dv for one key tile of one kv head; grid (key tiles, sequences, kv heads). Query tiles of
@@ -652,9 +640,16 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 
 bool attention_backward_atomic_runs() { return use_wgmma(); }
 
-// The f32 dQ accumulator [T, Hq * D], then delta [Hq, T] for the warp-specialised kernel.
+// The f32 dQ accumulator (Hq x dq_acc_rows x D, dq_acc_layout.h), then the warp-specialised
+// kernel's lse and delta rows (Hq x dq_acc_rows each).
+namespace {
+size_t dq_acc_floats(int64_t T, const AttentionShape& sh) {
+  return size_t(sh.n_heads) * size_t(attn::dq_acc_rows(T, sh.n_seqs)) * size_t(sh.head_dim);
+}
+}  // namespace
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& sh) {
-  return size_t(T) * size_t(sh.n_heads) * size_t(sh.head_dim + 1) * sizeof(float);
+  const size_t rows = size_t(sh.n_heads) * size_t(attn::dq_acc_rows(T, sh.n_seqs));
+  return (dq_acc_floats(T, sh) + 2 * rows) * sizeof(float);
 }
 
 void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout, Mat out,
@@ -673,11 +668,12 @@ void launch_attention_backward_atomic(cudaStream_t s, Mat dq, Mat dk, Mat dv, Ma
            workspace_bytes);
   if (q.rows == 0 || sh.max_seqlen == 0) return;
   a.dq_acc = workspace;
-  a.ldacc = int64_t(sh.n_heads) * sh.head_dim;
-  a.delta = workspace + q.rows * a.ldacc;
+  a.acc_rows = attn::dq_acc_rows(q.rows, sh.n_seqs);
+  a.acc_lse = workspace + dq_acc_floats(q.rows, sh);
+  a.acc_delta = a.acc_lse + sh.n_heads * a.acc_rows;
   const bool ws = use_ws_backward();
-  CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(q.rows * a.ldacc) * sizeof(float), s));
-  launch_delta(s, a, sh);
+  CUDA_CHECK(cudaMemsetAsync(workspace, 0, dq_acc_floats(q.rows, sh) * sizeof(float), s));
+  if (!ws) launch_delta(s, a, sh);  // (the wgmma form reads delta from the stash)
   backward_atomic_sm90(s, a, sh, ws);
 }
 

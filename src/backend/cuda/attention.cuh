@@ -47,15 +47,16 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 // The backward in one pass with atomic dQ, where the wgmma kernels run
 // (attention_backward_atomic_runs): one dk/dv kernel also computes dQ = dS K from the dS it
 // already has (5 tensor-core products per tile pair against 7) and adds it into an f32
-// accumulator in `workspace` (attention_backward_atomic_workspace_bytes: T x Hq x (D + 1) x 4
-// bytes, 16-byte aligned), then one pass writes dq. dk and dv repeat bit for bit; dq's f32 sums
-// arrive in a varying order, so its bits may differ from run to run (as cuDNN's fast backward).
-// The pass is the warp-specialised kernel (attention_sm90_ws_bwd.cu: TMA producer, two
-// consumer warpgroups); set_attention_ws_backward(false) runs the wgmma dk/dv kernel's form of
-// it instead (tests, A/B benchmarks) and it returns whether the former now runs.
-// Status: not yet passed on a GPU (its first run, on an H100, hit an illegal instruction in
-// the warp-specialised kernel; the wgmma form ran, 0.85-1.05x the deterministic backward, but
-// was not checked), so nothing calls it but CudaAttention.AtomicBackward
+// accumulator in `workspace` (attention_backward_atomic_workspace_bytes: Hq x (T + 64 x
+// sequences) x D + Hq x T floats, 16-byte aligned; dq_acc_layout.h), then one pass writes dq.
+// dk and dv repeat bit for bit; dq's f32 sums arrive in a varying order, so its bits may differ
+// from run to run (as cuDNN's fast backward). The pass is the warp-specialised kernel
+// (attention_sm90_ws_bwd.cu: a TMA producer warp, a dQ writer warp that bulk-adds each item's
+// dQ tile, two consumer warpgroups); set_attention_ws_backward(false) runs the wgmma dk/dv
+// kernel's form of it instead (tests, A/B benchmarks) and it returns whether the former now
+// runs. Status: not yet passed on a GPU (the first warp-specialised form hit an illegal
+// instruction on an H100; the wgmma form ran, 0.85-1.05x the deterministic backward, but was
+// not checked), so nothing calls it but CudaAttention.AtomicBackward
 // (SF_TEST_ATOMIC_BACKWARD=1) and bench_cuda_kernels --impl native-atomic / native-atomic-wgmma.
 bool attention_backward_atomic_runs();
 bool set_attention_ws_backward(bool on);

@@ -294,23 +294,15 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
     dkdv_item<BQ>(items, it, gi, q0);
     const int nq = min(BQ, len - q0);
     const uint32_t qs = smem_addr(Qbuf + buf * QE), dos = smem_addr(dObuf + buf * QE);
-    const float* lse_s = lse_buf + buf * BQ;
-    const float* dl_s = dl_buf + buf * BQ;
     // Warpgroup 1 also runs the items wholly before its keys (masked to zero, adding nothing):
     // skipping them behind a warpgroup-uniform branch made the kernels 5% slower.
     uint32_t b[4][4];
     dkdv_item_products<D, KB>(dkf, dvf, b, ks, vs, qs, dos, kw0, krow0, q0, nq, t4, p.scale_log2,
-                              [&](float (&lse_c)[16], float (&dl_c)[16]) {
+                              smem_addr(lse_buf + buf * BQ), smem_addr(dl_buf + buf * BQ), [&] {
       if (it + 1 < n_items) prefetch(it + 1, buf ^ 1);  // while the MMAs run (as in dq)
-#pragma unroll
-      for (int c = 0; c < 16; ++c) {
-        const int qi = (c >> 1) * 8 + 2 * t4 + (c & 1);
-        lse_c[c] = lse_s[qi] * kLog2e;
-        dl_c[c] = dl_s[qi];
-      }
     });
     if constexpr (ATOMIC_DQ) {
-      store_ds_t<KB>(dSt, b, wgi * 64 + warp * 16, lane);
+      store_ds_t<KB>(smem_addr(dSt), b, wgi * 64 + warp * 16, lane);
       wg::fence_proxy_async();  // the stores, visible to the MMAs' async proxy
       if constexpr (D == 128) {
         __syncthreads();  // both warpgroups' dS^T rows are in (the previous item's were read)
@@ -322,8 +314,8 @@ __global__ void __launch_bounds__(WGS * kThreads, 3 - WGS) attn_dkdv_wgmma_kerne
       float dq[32];
       dq_item_product<D>(dq, smem_addr(dSt), smem_addr(Ks), wgi);
       const int h = hk * p.group + gi;
-      add_dq_rows(p.dq_acc + int64_t(start + q0) * p.ldacc + h * D, p.ldacc, dq, warp * 16, nq,
-                  D == 128 ? wgi * 64 : 0, lane);
+      float* tile = p.dq_acc + dq_acc_row(p.acc_rows, h, blk.seq, start, q0) * D;
+      add_dq_frags(tile + (D == 128 ? wgi * 64 * 64 : 0), dq, threadIdx.x & 127);
     } else {
       wg::wait<0>();
     }
@@ -382,18 +374,25 @@ void backward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh
 }
 
 // dq = scale * acc, as bf16 (8 columns a thread; Hq * D is a multiple of 64).
-__global__ void dq_from_acc_kernel(AttnArgs p, int64_t cols) {
-  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
-  if (i >= p.T * cols) return;
-  const int64_t t = i / cols, c = i - t * cols;
-  float v[8];
-  load8(p.dq_acc + t * p.ldacc + c, v);
-  uint4 out;
-  out.x = pack_bf16(v[0] * p.scale, v[1] * p.scale);
-  out.y = pack_bf16(v[2] * p.scale, v[3] * p.scale);
-  out.z = pack_bf16(v[4] * p.scale, v[5] * p.scale);
-  out.w = pack_bf16(v[6] * p.scale, v[7] * p.scale);
-  *reinterpret_cast<uint4*>(p.o + t * p.ld_o + c) = out;
+template <int D>
+__global__ void __launch_bounds__(256) dq_from_acc_kernel(AttnArgs p) {
+  const int q0 = blockIdx.x * kAccTileRows, seq = blockIdx.y, h = blockIdx.z;
+  const int start = p.cu[seq], nq = min(kAccTileRows, p.cu[seq + 1] - start - q0);
+  if (nq <= 0) return;
+  const float4* tile =
+      reinterpret_cast<const float4*>(p.dq_acc + dq_acc_row(p.acc_rows, h, seq, start, q0) * D);
+  bf16* dq = p.o + int64_t(start + q0) * p.ld_o + h * D;
+#pragma unroll
+  for (int f = threadIdx.x; f < 16 * D; f += 256) {
+    const float4 v = tile[f];
+    const AccSlot at = dq_acc_slot(f);
+    if (at.row < nq)
+      *reinterpret_cast<uint32_t*>(dq + int64_t(at.row) * p.ld_o + at.col) =
+          pack_bf16(v.x * p.scale, v.y * p.scale);
+    if (at.row + 8 < nq)
+      *reinterpret_cast<uint32_t*>(dq + int64_t(at.row + 8) * p.ld_o + at.col) =
+          pack_bf16(v.z * p.scale, v.w * p.scale);
+  }
 }
 
 }  // namespace
@@ -402,8 +401,9 @@ void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShap
   if (ws) backward_ws_sm90(s, a, sh);
   else if (sh.head_dim == 64) dkdv_sm90<64, 2, true>(s, a, sh);
   else dkdv_sm90<128, 2, true>(s, a, sh);
-  const int64_t cols = int64_t(sh.n_heads) * sh.head_dim, threads = a.T * cols / 8;
-  dq_from_acc_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(a, cols);
+  const dim3 grid((sh.max_seqlen + kAccTileRows - 1) / kAccTileRows, sh.n_seqs, sh.n_heads);
+  if (sh.head_dim == 64) dq_from_acc_kernel<64><<<grid, 256, 0, s>>>(a);
+  else dq_from_acc_kernel<128><<<grid, 256, 0, s>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

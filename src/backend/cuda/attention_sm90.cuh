@@ -12,9 +12,9 @@ struct AttnArgs;
 void forward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 void backward_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 // The one-pass backward with atomic dQ (attention.cuh's launch_attention_backward_atomic):
-// expects delta written (the stash; a.delta too for ws) and a.dq_acc zeroed; ends by writing
-// dq from it. ws: the warp-specialised kernel (attention_sm90_ws_bwd.cu), else the wgmma
-// dk/dv kernel's atomic form.
+// expects a.dq_acc zeroed and, for the wgmma form, the delta stash written; ends by writing dq
+// from the accumulator. ws: the warp-specialised kernel (attention_sm90_ws_bwd.cu; it writes
+// its own lse and delta rows first), else the wgmma dk/dv kernel's atomic form.
 void backward_atomic_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh, bool ws);
 void backward_ws_sm90(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh);
 // The warp-specialised forward (attention_sm90_ws.cu): TMA producer warp, mbarrier ring, two

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/dq_acc_layout.h"
 #include "backend/cuda/wgmma.cuh"
 
 namespace sf::cuda::attn {
@@ -34,10 +35,10 @@ struct AttnArgs {
   bf16* dv;
   int64_t ld_o, lddk, lddv;
   float* lse;        // [Hq, T]
-  float* dq_acc;     // backward with atomic dQ: f32 [T, Hq*D] (row stride ldacc), zeroed
-  int64_t ldacc;
-  float* delta;      // backward with atomic dQ: [Hq, T] f32, dout . out (written by the delta
-                     // kernel beside its stash)
+  float* dq_acc;     // backward with atomic dQ: f32 tiles (dq_acc_layout.h), zeroed
+  int64_t acc_rows;  // its rows per head (dq_acc_rows)
+  float* acc_lse;    // the warp-specialised backward: lse and delta (dout . out) per row, in
+  float* acc_delta;  // the accumulator's rows, 0 past each sequence's end
   const int32_t* cu;
   int64_t T;
   int group;         // Hq / Hkv
@@ -294,23 +295,52 @@ __device__ __forceinline__ void finish_forward_rows(const AttnArgs& p, const flo
                 inv[1], lane);
 }
 
+// ---- backward statistics ----------------------------------------------------------------------
+
+// delta = dout . out over one (token, head) row, by one warp (every lane returns it): the one
+// order of summation of every backward, so that their dk and dv can agree bit for bit.
+template <int D>
+__device__ __forceinline__ float row_delta(const bf16* o, const bf16* d, int lane) {
+  float acc = 0.f;
+#pragma unroll
+  for (int c = lane * 2; c < D; c += 64) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o + c));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d + c));
+    acc += a.x * b.x + a.y * b.y;
+  }
+  return warp_sum(acc);
+}
+
 // ---- the wgmma backwards' dk/dv item (attention_sm90*.cu) -----------------------------------
 
-// One (query head, 64-row query tile) item for a warpgroup's 64 keys, shared by both wgmma
+// Thread t4's 16 query columns (2 t4 + 8 i, + 1) of a 64-float row of statistics in shared
+// memory at `at`, x mul: ld.shared.v2, volatile so that it stays after the wait before it.
+__device__ __forceinline__ void load_col_stats(float (&v)[16], uint32_t at, int t4, float mul) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(v[2 * i]), "=f"(v[2 * i + 1])
+                 : "r"(at + uint32_t(8 * i + 2 * t4) * 4));
+    v[2 * i] *= mul;
+    v[2 * i + 1] *= mul;
+  }
+}
+
+// One (query head, 64-row query tile) item for a warpgroup's 64 keys, shared by the wgmma
 // backwards so that their dk and dv agree bit for bit: S^T = K Q^T and dP^T = V dO^T (K, V: the
 // warpgroup's rows of KROWS-row sw128 tiles at ks, vs; Q, dO: 64-row tiles at qs, dos), then
-// stats(lse_c, dl_c) while those run (this thread's 16 query columns' lse in log2 units and
-// delta; the caller may issue its next copies there), P^T (zero where the key is after the
-// query or the query is past nq), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q.
-// Returns with dK's product issued, not waited for; b holds dS^T as A fragments. kw0: the
-// warpgroup's first key, krow0: its accumulator row g's key, both within the sequence; t4:
-// lane % 4.
-template <int D, int KROWS, class Stats>
+// hook() while those run (the caller may issue its next copies there), P^T (zero where the key
+// is after the query or the query is past nq), dV += P^T dO, dS^T = P^T (dP^T - delta),
+// dK += dS^T Q. The item's 64 lse (natural log) and delta are f32 rows in shared memory at
+// lse_s, dl_s, read where they are used (their registers live briefly). Returns with dK's
+// product issued, not waited for; b holds dS^T as A fragments. kw0: the warpgroup's first key,
+// krow0: its accumulator row g's key, both within the sequence; t4: lane % 4.
+template <int D, int KROWS, class Hook>
 __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&dvf)[D / 2],
                                                    uint32_t (&b)[4][4], uint32_t ks, uint32_t vs,
                                                    uint32_t qs, uint32_t dos, int kw0, int krow0,
                                                    int q0, int nq, int t4, float scale_log2,
-                                                   Stats&& stats) {
+                                                   uint32_t lse_s, uint32_t dl_s, Hook&& hook) {
   constexpr int BQ = 64;
   float st[32], dp[32];
   wg::fence();
@@ -322,15 +352,18 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
   for (int kk = 0; kk < D / 16; ++kk)  // dP^T = V dO^T
     wg::mma_ss_n64(dp, wg::desc_k<KROWS>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
   wg::commit();
-  float lse_c[16], dl_c[16];
-  stats(lse_c, dl_c);
+  hook();
   wg::wait<1>();  // S^T is ready
-  // P^T = exp(scale * s - lse); only the diagonal and the last query tile need the mask
-  // (warpgroup-uniform test). Rows past nq hold zero-filled or another sequence's rows: any
-  // finite junk there is overwritten.
+  {
+    // P^T = exp(scale * s - lse); only the diagonal and the last query tile need the mask
+    // (warpgroup-uniform test). Rows past nq hold zero-filled or another sequence's rows: any
+    // finite junk there is overwritten.
+    float lse_c[16];
+    load_col_stats(lse_c, lse_s, t4, kLog2e);
 #pragma unroll
-  for (int i = 0; i < 32; ++i)
-    st[i] = exp2_ftz(fmaf(st[i], scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+    for (int i = 0; i < 32; ++i)
+      st[i] = exp2_ftz(fmaf(st[i], scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
+  }
   if (kw0 + 63 > q0 || nq < BQ) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
@@ -348,8 +381,12 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
   }
   wg::commit();
   wg::wait<1>();  // dP^T is ready (groups complete in order)
+  {
+    float dl_c[16];
+    load_col_stats(dl_c, dl_s, t4, 1.f);
 #pragma unroll
-  for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);
+    for (int i = 0; i < 32; ++i) dp[i] = st[i] * (dp[i] - dl_c[((i >> 2) << 1) | (i & 1)]);
+  }
   wg::acc64_to_a(b, dp);
   wg::fence();
 #pragma unroll
@@ -363,10 +400,10 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
 // ---- the atomic backwards' dQ (attention_sm90*.cu) ------------------------------------------
 
 // Writes a warp's dS^T A fragments (wgmma.cuh's register layout: keys r0 + g (+8), queries
-// 16 kb + 2 t (+1, +8)) into a sw128 [ROWS keys, 64 queries] tile; conflict-free (the swizzle
-// spreads the eight rows' chunks over all banks).
+// 16 kb + 2 t (+1, +8)) into a sw128 [ROWS keys, 64 queries] tile at shared address `tile`;
+// conflict-free (the swizzle spreads the eight rows' chunks over all banks).
 template <int ROWS>
-__device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4], int r0,
+__device__ __forceinline__ void store_ds_t(uint32_t tile, const uint32_t (&b)[4][4], int r0,
                                            int lane) {
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -374,7 +411,8 @@ __device__ __forceinline__ void store_ds_t(bf16* tile, const uint32_t (&b)[4][4]
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int row = r0 + g + 8 * (r & 1), col = 16 * kb + 8 * (r >> 1) + 2 * t4;
-      *reinterpret_cast<uint32_t*>(tile + wg::sw128<ROWS>(row, col >> 3) + (col & 7)) = b[kb][r];
+      const uint32_t at = tile + uint32_t(wg::sw128<ROWS>(row, col >> 3) + (col & 7)) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(b[kb][r]) : "memory");
     }
 }
 
@@ -402,27 +440,28 @@ __device__ __forceinline__ void dq_item_product(float (&dq)[32], uint32_t ds, ui
   wg::pin(dq);
 }
 
-// Adds a warp's [16 query rows, 64 columns] dQ accumulator (columns col0 ..) into the f32
-// accumulator in global memory (REDG.ADD.F32x2: two columns per atomic), rows from r0 on,
-// rows >= nq skipped. acc points at the tile's first row and the head's first column.
-__device__ __forceinline__ void add_dq_rows(float* acc, int64_t ld, const float (&d)[32], int r0,
-                                            int nq, int col0, int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
+// A warpgroup's [64 queries, 64 columns] dQ product (thread t's 32 accumulators) in the
+// accumulator tile's order (dq_acc_layout.h): float4 j of thread t at (j * 128 + t) * 4 floats
+// from `block`, the tile's column block the product belongs to.
+// Into shared memory (a warp's 32 float4 per j are 512 contiguous bytes: no bank conflicts):
+__device__ __forceinline__ void store_dq_frags(uint32_t block, const float (&d)[32], int t) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = r0 + g + 8 * half;
-    if (r >= nq) continue;
-    float* row = acc + int64_t(r) * ld + col0 + 2 * t4;
+  for (int j = 0; j < 8; ++j)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(block + uint32_t(j * 128 + t) * 16),
+                 "f"(d[4 * j]), "f"(d[4 * j + 1]), "f"(d[4 * j + 2]), "f"(d[4 * j + 3])
+                 : "memory");
+}
+// Or added into the global accumulator (RED.ADD.F32x4: one atomic per float4):
+__device__ __forceinline__ void add_dq_frags(float* block, const float (&d)[32], int t) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < 8; ++j) {
+    float* at = block + (j * 128 + t) * 4;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float2*>(row + 8 * j),
-                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]));
+    atomicAdd(reinterpret_cast<float4*>(at),
+              make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
 #else  // (compiled for the other archs' passes, never run there)
-      atomicAdd(row + 8 * j, d[4 * j + 2 * half]);
-      atomicAdd(row + 8 * j + 1, d[4 * j + 2 * half + 1]);
+    for (int e = 0; e < 4; ++e) atomicAdd(at + e, d[4 * j + e]);
 #endif
-    }
   }
 }
 
@@ -458,12 +497,13 @@ struct KeyBlock {
   int start, len;  // as QueryBlock
   int hk;          // kv head; its query heads are hk * group .. hk * group + group - 1
   int k0;          // the tile's first key, within the sequence
+  int seq;         // the sequence's index in the batch
 };
 template <int KB>
 __device__ __forceinline__ KeyBlock key_block(const AttnArgs& p) {
   const BlockTile bt = heavy_first();
   const int start = p.cu[bt.seq];
-  return {start, p.cu[bt.seq + 1] - start, bt.head, bt.rank * KB};
+  return {start, p.cu[bt.seq + 1] - start, bt.head, bt.rank * KB, bt.seq};
 }
 
 // The dq kernels' row statistics. delta = dout . out for the tile's rows into dl_s[r], r <
