@@ -353,13 +353,14 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
     wg::mma_ss_n64(dp, wg::desc_k<KROWS>(vs, kk), wg::desc_k<BQ>(dos, kk), kk > 0);
   wg::commit();
   hook();
-  wg::wait<1>();  // S^T is ready
   {
     // P^T = exp(scale * s - lse); only the diagonal and the last query tile need the mask
     // (warpgroup-uniform test). Rows past nq hold zero-filled or another sequence's rows: any
-    // finite junk there is overwritten.
+    // finite junk there is overwritten. (lse is read under S^T's product, delta only once it
+    // is needed: the registers are scarcest around dV's product.)
     float lse_c[16];
     load_col_stats(lse_c, lse_s, t4, kLog2e);
+    wg::wait<1>();  // S^T is ready
 #pragma unroll
     for (int i = 0; i < 32; ++i)
       st[i] = exp2_ftz(fmaf(st[i], scale_log2, -lse_c[((i >> 2) << 1) | (i & 1)]));
