@@ -19,7 +19,9 @@
 // 2.5x the forward; each attention row names its implementation (native, native-ws = native
 // with the warp-specialised forward (Hopper only), native-atomic = native-ws with the one-pass
 // backward that adds dQ with atomics (launch_attention_backward_atomic; its warp-specialised
-// kernel), native-atomic-wgmma = the same pass by the wgmma dk/dv kernel, cudnn = cuDNN with
+// kernel), native-atomic-wgmma = the same pass by the wgmma dk/dv kernel,
+// native-ws+cudnn-nondet = our warp-specialised forward with cuDNN's atomic backward (a split
+// the engine could route; both sides keep lse [Hq, T] in natural log), cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
@@ -189,6 +191,7 @@ struct AttentionImpl {
                            // "native" is the wgmma forward, for the two side by side
   bool atomic_dq = false;  // our backward with atomic dQ (launch_attention_backward_atomic),
   bool ws_backward = true; // by its warp-specialised kernel (else the wgmma dk/dv kernel's form)
+  bool cudnn_backward = false;  // the forward as `impl` says, the backward cuDNN's atomic one
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
@@ -196,6 +199,9 @@ const AttentionImpl kAttentionImpls[] = {
     {"native-atomic", cuda::AttentionImpl::native, false, false, false, false, true, true},
     {"native-atomic-wgmma", cuda::AttentionImpl::native, false, false, false, false, true, true,
      false},
+    // Our warp-specialised forward beside cuDNN's fastest backward (the lse contract is shared).
+    {"native-ws+cudnn-nondet", cuda::AttentionImpl::native, false, false, false, false, true,
+     false, true, true},
     {"cudnn", cuda::AttentionImpl::cudnn, true},
     {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
     {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
@@ -254,6 +260,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     // The atomic-dQ rows only when named: not yet passed on a GPU (attention.cuh), and a fault
     // would end the whole run.
     if (im.atomic_dq && (g_impl != im.name || !cuda::attention_backward_atomic_runs())) continue;
+    if (im.cudnn_backward && !cuda::cudnn_attention_available()) continue;
     cuda::set_attention_ws_backward(im.ws_backward);
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
@@ -261,7 +268,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     sh.host_cu_seqlens = im.uniform ? nullptr : cu.data();
     // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
     auto ran = [&](int64_t before) {
-      if (im.impl == cuda::AttentionImpl::native) return std::string(im.name);
+      if (cuda::attention_impl() == cuda::AttentionImpl::native) return std::string(im.name);
       b.sync();
       return cuda::cudnn_attention_stats().executions > before ? std::string(im.name)
                                                                : im.name + std::string(">native");
@@ -270,6 +277,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     const double ms = time_ms(b.raw, [&] { be.attention_forward(s, out, lse, q, k, v, sh, dcu); },
                               reps);
     const std::string fwd_impl = ran(e0);
+    if (im.cudnn_backward) cuda::set_attention_impl(cuda::AttentionImpl::cudnn);
     e0 = cuda::cudnn_attention_stats().executions;
     const size_t ws_bytes =
         im.atomic_dq ? cuda::attention_backward_atomic_workspace_bytes(T, sh) : 0;
