@@ -373,7 +373,8 @@ void backward_sm90_d(cudaStream_t s, const AttnArgs& a, const AttentionShape& sh
   dq_sm90<D, 2>(s, a, sh);
 }
 
-// dq = scale * acc, as bf16 (8 columns a thread; Hq * D is a multiple of 64).
+// dq = scale x the accumulator, as bf16: a block per (64-row tile, sequence, query head), each
+// thread a few of the tile's float4 slots (dq_acc_slot), rows past the sequence's end skipped.
 template <int D>
 __global__ void __launch_bounds__(256) dq_from_acc_kernel(AttnArgs p) {
   const int q0 = blockIdx.x * kAccTileRows, seq = blockIdx.y, h = blockIdx.z;

@@ -314,7 +314,7 @@ __device__ __forceinline__ float row_delta(const bf16* o, const bf16* d, int lan
 // ---- the wgmma backwards' dk/dv item (attention_sm90*.cu) -----------------------------------
 
 // Thread t4's 16 query columns (2 t4 + 8 i, + 1) of a 64-float row of statistics in shared
-// memory at `at`, x mul: ld.shared.v2, volatile so that it stays after the wait before it.
+// memory at `at`, x mul: ld.shared.v2, volatile so that it keeps its place among the waits.
 __device__ __forceinline__ void load_col_stats(float (&v)[16], uint32_t at, int t4, float mul) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -332,7 +332,7 @@ __device__ __forceinline__ void load_col_stats(float (&v)[16], uint32_t at, int 
 // hook() while those run (the caller may issue its next copies there), P^T (zero where the key
 // is after the query or the query is past nq), dV += P^T dO, dS^T = P^T (dP^T - delta),
 // dK += dS^T Q. The item's 64 lse (natural log) and delta are f32 rows in shared memory at
-// lse_s, dl_s, read where they are used (their registers live briefly). Returns with dK's
+// lse_s, dl_s (lse read under S^T's product, delta only where it is used). Returns with dK's
 // product issued, not waited for; b holds dS^T as A fragments. kw0: the warpgroup's first key,
 // krow0: its accumulator row g's key, both within the sequence; t4: lane % 4.
 template <int D, int KROWS, class Hook>
