@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/dq_acc_layout.h"
 #include "attention_test_util.h"
@@ -148,6 +149,8 @@ void run_atomic_case_with(const AttnCase& c, uint64_t seed, const std::string& k
     const Mat dq = g.m.col_block(0, qd), dk = g.m.col_block(qd, kvd),
               dv = g.m.col_block(qd + kvd, kvd);
     cudaStream_t st = CudaBackend::cuda_stream(gs());
+    // NaN in every workspace byte: what the pass reads must be what it wrote (or zeroed).
+    if (atomic) CUDA_CHECK(cudaMemsetAsync(ws->data(), 0xff, ws_bytes, st));
     if (atomic)
       cuda::launch_attention_backward_atomic(st, dq, dk, dv, dout.m, out.m, lse.m.as<float>(), q,
                                              k, v, sh, dcu.ptr(),
