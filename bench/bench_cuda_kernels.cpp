@@ -20,8 +20,8 @@
 // with the warp-specialised forward (Hopper only), native-atomic = native-ws with the one-pass
 // backward that adds dQ with atomics (launch_attention_backward_atomic; its warp-specialised
 // kernel), native-atomic-wgmma = the same pass by the wgmma dk/dv kernel,
-// native-ws+cudnn-nondet = our warp-specialised forward with cuDNN's atomic backward (a split
-// the engine could route; both sides keep lse [Hq, T] in natural log), cudnn = cuDNN with
+// native-ws+cudnn-nondet = our warp-specialised forward with cuDNN's atomic backward
+// (SF_ATTN=split), cudnn = cuDNN with
 // the deterministic backward, cudnn-nondet = cuDNN's atomic backward; both run the dense graph
 // where every sequence fills its length bucket, as the fixed-length shapes do, and are given
 // the host's lengths, as the engine gives them; cudnn-nondet-packed = the atomic backward
@@ -191,7 +191,6 @@ struct AttentionImpl {
                            // "native" is the wgmma forward, for the two side by side
   bool atomic_dq = false;  // our backward with atomic dQ (launch_attention_backward_atomic),
   bool ws_backward = true; // by its warp-specialised kernel (else the wgmma dk/dv kernel's form)
-  bool cudnn_backward = false;  // the forward as `impl` says, the backward cuDNN's atomic one
 };
 const AttentionImpl kAttentionImpls[] = {
     {"native", cuda::AttentionImpl::native, true},
@@ -199,9 +198,8 @@ const AttentionImpl kAttentionImpls[] = {
     {"native-atomic", cuda::AttentionImpl::native, false, false, false, false, true, true},
     {"native-atomic-wgmma", cuda::AttentionImpl::native, false, false, false, false, true, true,
      false},
-    // Our warp-specialised forward beside cuDNN's fastest backward (the lse contract is shared).
-    {"native-ws+cudnn-nondet", cuda::AttentionImpl::native, false, false, false, false, true,
-     false, true, true},
+    // SF_ATTN=split: our warp-specialised forward beside cuDNN's fastest backward.
+    {"native-ws+cudnn-nondet", cuda::AttentionImpl::split, false, false, false, false, true},
     {"cudnn", cuda::AttentionImpl::cudnn, true},
     {"cudnn-nondet-packed", cuda::AttentionImpl::cudnn, false, true},
     {"cudnn-nondet-uniform", cuda::AttentionImpl::cudnn, false, false, true},
@@ -250,7 +248,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
   const double fwd_flops = 4.0 * D * H * sum_sq / 2.0;
   const int reps = fwd_flops > 2e13 ? 5 : 20;  // the 64K / 128K rows run for seconds
   for (const AttentionImpl& im : kAttentionImpls) {
-    if (im.impl == cuda::AttentionImpl::cudnn && !cuda::cudnn_attention_available()) continue;
+    if (im.impl != cuda::AttentionImpl::native && !cuda::cudnn_attention_available()) continue;
     if (!g_impl.empty() && g_impl != im.name) continue;
     // equal sequences: one dense part either way
     if ((im.uniform || im.by_tokens) && all_equal) continue;
@@ -260,15 +258,14 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     // The atomic-dQ rows only when named: not yet passed on a GPU (attention.cuh), and a fault
     // would end the whole run.
     if (im.atomic_dq && (g_impl != im.name || !cuda::attention_backward_atomic_runs())) continue;
-    if (im.cudnn_backward && !cuda::cudnn_attention_available()) continue;
     cuda::set_attention_ws_backward(im.ws_backward);
     cuda::set_attention_impl(im.impl);
     cuda::set_attention_deterministic(im.deterministic);
     cuda::set_cudnn_dense_graphs(!im.packed);
     sh.host_cu_seqlens = im.uniform ? nullptr : cu.data();
     // The name of what ran: a cuDNN refusal runs our kernels (its executions do not move).
-    auto ran = [&](int64_t before) {
-      if (cuda::attention_impl() == cuda::AttentionImpl::native) return std::string(im.name);
+    auto ran = [&](int64_t before, bool backward) {
+      if (!cuda::cudnn_runs_pass(im.impl, backward)) return std::string(im.name);
       b.sync();
       return cuda::cudnn_attention_stats().executions > before ? std::string(im.name)
                                                                : im.name + std::string(">native");
@@ -276,8 +273,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     int64_t e0 = cuda::cudnn_attention_stats().executions;
     const double ms = time_ms(b.raw, [&] { be.attention_forward(s, out, lse, q, k, v, sh, dcu); },
                               reps);
-    const std::string fwd_impl = ran(e0);
-    if (im.cudnn_backward) cuda::set_attention_impl(cuda::AttentionImpl::cudnn);
+    const std::string fwd_impl = ran(e0, false);
     e0 = cuda::cudnn_attention_stats().executions;
     const size_t ws_bytes =
         im.atomic_dq ? cuda::attention_backward_atomic_workspace_bytes(T, sh) : 0;
@@ -290,7 +286,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
       else
         be.attention_backward(s, dq, dk, dv, dout, out, lse, q, k, v, sh, dcu);
     }, reps);
-    const std::string bwd_impl = ran(e0);
+    const std::string bwd_impl = ran(e0, true);
     add_flops(cat("attention forward [", fwd_impl, "]"), shape, fwd_flops, ms);
     add_flops(cat("attention backward [", bwd_impl, "]"), shape, 2.5 * fwd_flops, msb);
     add_flops(cat("attention fwd+bwd [", fwd_impl == bwd_impl ? fwd_impl

@@ -150,13 +150,20 @@ void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& 
 // H200's forward + backward at 8K and longer, FLOPs counted as HardwareModel counts them:
 // slideformer's kernels 275 TFLOP/s (the default), cuDNN's forward with its atomic backward
 // 530, cuDNN's forward with our deterministic backward 350 (14th session, docs/BENCHMARKS.md).
-// Returns the implementation in words, for the plan's hardware line.
+// Split (slideformer's forward, cuDNN's backward) is planned at cuDNN's figures: its forward
+// is not slower than cuDNN's from 8K tokens at D 128 (docs/BENCHMARKS.md), and the backward is
+// cuDNN's with its workspace. Returns the implementation in words, for the plan's hardware line.
 std::string set_attention_rate(HardwareModel& hw) {
-  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return "attention: slideformer's kernels";
+  const cuda::AttentionImpl impl = cuda::attention_impl();
+  if (impl == cuda::AttentionImpl::native) return "attention: slideformer's kernels";
   const bool det = cuda::attention_deterministic();
   hw.attention_flops = det ? 350e12 : 530e12;
   hw.attention_workspace = !det;
   hw.attention_flops_no_workspace = det ? 0 : 350e12;
+  if (impl == cuda::AttentionImpl::split)
+    return det ? "attention: slideformer's forward, cuDNN's deterministic backward where it has "
+                 "one, else slideformer's"
+               : "attention: slideformer's forward, cuDNN's backward";
   return det ? "attention: cuDNN forward, slideformer's deterministic backward" : "attention: cuDNN";
 }
 #endif

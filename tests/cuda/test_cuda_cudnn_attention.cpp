@@ -25,6 +25,7 @@
 #include "backend/cuda/cudnn_library.h"
 #include "attention_test_util.h"
 #include "cuda_test_util.h"
+#include "scoped_env.h"
 
 namespace sf::test {
 namespace {
@@ -577,6 +578,69 @@ TEST(CudnnAttention, ImplementationSwitch) {
   std::printf("[CUDNN] attention implementation where cudnn is asked for: %s\n",
               cuda::attention_impl_name(got));
   cuda::set_attention_impl(prev);
+}
+
+// SF_ATTN=split: our forward (cuDNN's executions do not move) with cuDNN's backward, each bit
+// for bit what the pass's own implementation gives.
+TEST(CudnnAttention, SplitRunsOurForwardAndCudnnBackward) {
+  SF_REQUIRE_GPU();
+  if (!cuda::cudnn_attention_available()) GTEST_SKIP() << cuda::cudnn_attention_unavailable_reason();
+  const AttentionImpl prev = cuda::attention_impl();
+  const Problem p({8, 2, 128, {300, 77, 129}}, 21);
+  const int64_t e0 = cuda::cudnn_attention_stats().executions;
+  const Fwd fs = run_forward(p, AttentionImpl::split);
+  gs().synchronize();
+  EXPECT_EQ(cuda::cudnn_attention_stats().executions, e0) << "split ran cuDNN's forward";
+  const Bwd bs = run_backward(p, fs, AttentionImpl::split);
+  gs().synchronize();
+  EXPECT_EQ(cuda::cudnn_attention_stats().executions, e0 + 1) << "split did not run cuDNN's backward";
+  const Fwd fn = run_forward(p, AttentionImpl::native);
+  const Bwd bc = run_backward(p, fn, AttentionImpl::cudnn);
+  expect_bitwise("split forward out = native's", fs.out.download(), fn.out.download());
+  expect_bitwise("split forward lse = native's", fs.lse.download(), fn.lse.download());
+  expect_bitwise("split backward = cuDNN's from the same forward", bs.dqkv.download(),
+                 bc.dqkv.download());
+  EXPECT_EQ(cuda::set_attention_impl(prev), prev);
+}
+
+// SF_ATTN takes native, cudnn or split (no GPU needed: this runs in CI, where cuDNN attention is
+// unavailable and cudnn / split are an Error naming the variable).
+TEST(CudnnAttentionEnv, SfAttnTakesNativeCudnnOrSplit) {
+  const bool cudnn = cuda::cudnn_attention_available();
+  {
+    ScopedEnv env("SF_ATTN", "native");
+    EXPECT_EQ(cuda::attention_impl_setting(), AttentionImpl::native);
+  }
+  {
+    ScopedEnv env("SF_ATTN", std::nullopt);
+    EXPECT_EQ(cuda::attention_impl_setting(), cudnn ? AttentionImpl::cudnn : AttentionImpl::native);
+  }
+  for (const char* v : {"cudnn", "split"}) {
+    ScopedEnv env("SF_ATTN", v);
+    if (cudnn) {
+      EXPECT_EQ(cuda::attention_impl_setting(),
+                std::string(v) == "split" ? AttentionImpl::split : AttentionImpl::cudnn);
+      continue;
+    }
+    try {
+      cuda::attention_impl_setting();
+      ADD_FAILURE() << "SF_ATTN=" << v << " was accepted without cuDNN";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("SF_ATTN=") + v +
+                                           ", but cuDNN attention is unavailable"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ScopedEnv env("SF_ATTN", "flash");
+  try {
+    cuda::attention_impl_setting();
+    ADD_FAILURE() << "SF_ATTN=flash was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SF_ATTN=flash is not an attention implementation"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -302,12 +302,12 @@ void CudaBackend::rope_backward(Stream& s, Mat dx, int n_heads, int head_dim,
   cuda::launch_rope(raw(s), dx, n_heads, head_dim, pos, inv_freq, true);
 }
 
-// Attention: cuDNN's fused kernels where selected (cuda::attention_impl) and cuDNN builds a
-// plan for the shape, else ours. The cuDNN path's workspace belongs to the stream (counted like
+// Attention: cuDNN's fused kernels where selected for the pass (cuda::attention_impl,
+// cudnn_runs_pass) and cuDNN builds a plan for the shape, else ours. The cuDNN path's workspace belongs to the stream (counted like
 // any buffer) and grows to the largest call; growing waits for the stream's work first.
 namespace {
 bool run_cudnn_attention(CudaBackend& be, Stream& s, const cuda::CudnnAttentionCall& c) {
-  if (cuda::attention_impl() != cuda::AttentionImpl::cudnn) return false;
+  if (!cuda::cudnn_runs_pass(cuda::attention_impl(), c.backward)) return false;
   const size_t bytes = cuda::cudnn_attention_workspace_bytes(c);
   if (bytes == 0) return false;
   auto& st = dynamic_cast<CudaBackend::StreamImpl&>(s);

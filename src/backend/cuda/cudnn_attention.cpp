@@ -45,35 +45,49 @@
 namespace sf::cuda {
 
 const char* attention_impl_name(AttentionImpl impl) {
-  return impl == AttentionImpl::cudnn ? "cudnn" : "native";
+  switch (impl) {
+    case AttentionImpl::cudnn: return "cudnn";
+    case AttentionImpl::split: return "split";
+    default: return "native";
+  }
+}
+
+AttentionImpl attention_impl_setting() {
+  const char* e = std::getenv("SF_ATTN");
+  const std::string want = e == nullptr ? "" : e;
+  SF_REQUIRE(want.empty() || want == "native" || want == "cudnn" || want == "split", "SF_ATTN=",
+             want, " is not an attention implementation: use native (slideformer's kernels), "
+             "cudnn (cuDNN's) or split (slideformer's forward, cuDNN's backward)");
+  if (want == "native") return AttentionImpl::native;
+  const bool cudnn = cudnn_attention_available();
+  SF_REQUIRE(want.empty() || cudnn, "SF_ATTN=", want, ", but cuDNN attention is unavailable: ",
+             cudnn_attention_unavailable_reason(), ". Unset SF_ATTN (or SF_ATTN=native) to run "
+             "slideformer's own attention kernels");
+  SF_REQUIRE(!cudnn || want == "split" || ws_forward_setting() != WsForward::required,
+             "SF_ATTN_WS=1 picks among slideformer's own attention kernels, but cuDNN runs "
+             "attention here: add SF_ATTN=native (or SF_ATTN=split for the forward), or unset "
+             "SF_ATTN_WS");
+  if (!cudnn) return AttentionImpl::native;
+  return want == "split" ? AttentionImpl::split : AttentionImpl::cudnn;
 }
 
 namespace {
-std::atomic<int> g_impl{-1};  // -1: not decided yet
+std::atomic<int> g_impl{-1};  // -1: not decided yet, else an AttentionImpl
 }  // namespace
 
 AttentionImpl attention_impl() {
   int v = g_impl.load();
   if (v < 0) {
-    const char* e = std::getenv("SF_ATTN");
-    const std::string want = e == nullptr ? "" : e;
-    SF_REQUIRE(want.empty() || want == "native" || want == "cudnn", "SF_ATTN=", want,
-               " is not an attention implementation: use native or cudnn");
-    const bool cudnn = want == "native" ? false : cudnn_attention_available();
-    SF_REQUIRE(want != "cudnn" || cudnn, "SF_ATTN=cudnn, but cuDNN attention is unavailable: ",
-               cudnn_attention_unavailable_reason(), ". Unset SF_ATTN (or SF_ATTN=native) to run "
-               "slideformer's own attention kernels");
-    SF_REQUIRE(!cudnn || ws_forward_setting() != WsForward::required,
-               "SF_ATTN_WS=1 picks among slideformer's own attention kernels, but cuDNN runs "
-               "attention here: add SF_ATTN=native, or unset SF_ATTN_WS");
-    v = cudnn ? 1 : 0;
+    v = int(attention_impl_setting());
     g_impl.store(v);
   }
-  return v == 1 ? AttentionImpl::cudnn : AttentionImpl::native;
+  return AttentionImpl(v);
 }
 
 AttentionImpl set_attention_impl(AttentionImpl impl) {
-  g_impl.store(impl == AttentionImpl::cudnn && cudnn_attention_available() ? 1 : 0);
+  g_impl.store(int(impl != AttentionImpl::native && !cudnn_attention_available()
+                       ? AttentionImpl::native
+                       : impl));
   return attention_impl();
 }
 
@@ -146,7 +160,8 @@ std::string device_problem() {
 
 // Why the cuDNN path cannot run, decided once. A device it cannot serve needs no library (and
 // no note) unless SF_CUDNN_LIB names one, which is then checked anyway (an Error if bad). Where
-// only the library is missing, one note on stderr, unless SF_ATTN=cudnn turns it into an Error.
+// only the library is missing, one note on stderr, unless SF_ATTN=cudnn (or split) turns it into
+// an Error.
 const std::string& unavailable_reason() {
   static const std::string why = [] {
     const std::string dev = device_problem();
@@ -156,8 +171,8 @@ const std::string& unavailable_reason() {
     if (!dev.empty() || info.loaded) return dev;
     if (!cudnn_attention_built())
       return cat(info.why, ": rebuild with cuDNN 9's headers (>= 9.6) in the CUDA toolkit");
-    const char* attn = std::getenv("SF_ATTN");
-    if (attn == nullptr || std::string(attn) != "cudnn")
+    const char* attn = std::getenv("SF_ATTN");  // (cudnn and split make it an Error instead)
+    if (attn == nullptr || (std::string(attn) != "cudnn" && std::string(attn) != "split"))
       std::fprintf(stderr, "%s\n", cudnn_unavailable_note(info).c_str());
     return cat("cuDNN is not loaded (", info.why, "): set SF_CUDNN_LIB=/path/to/libcudnn.so.9 "
                "or install cuDNN 9");

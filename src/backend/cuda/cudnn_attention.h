@@ -41,8 +41,15 @@
 
 namespace sf::cuda {
 
-enum class AttentionImpl { native, cudnn };
+// Which kernels run attention: slideformer's (native), cuDNN's fused ones (cudnn), or
+// slideformer's forward with cuDNN's backward (split: both keep lse [Hq, T] in natural log, so
+// either backward takes either forward's statistics).
+enum class AttentionImpl { native, cudnn, split };
 const char* attention_impl_name(AttentionImpl impl);
+// Whether `impl` sends a forward (backward = false) or a backward call to cuDNN.
+constexpr bool cudnn_runs_pass(AttentionImpl impl, bool backward) {
+  return impl == AttentionImpl::cudnn || (impl == AttentionImpl::split && backward);
+}
 
 // Whether the cuDNN path can run here: device 0 has compute capability 9.x, the build has
 // cuDNN >= 9.6 headers and cuDNN 9.x >= 9.6 loads at run time (cudnn_library.h: int64 ragged
@@ -53,11 +60,13 @@ bool cudnn_attention_available();
 // Why not ("" where available): the device, the build or the library, with the fix.
 std::string cudnn_attention_unavailable_reason();
 
-// The implementation the calls that follow use. The default: SF_ATTN=native|cudnn if set
-// (another value is an Error; cudnn where unavailable is an Error saying why), else cudnn where
-// available, else native. set_attention_impl is for tests and A/B benchmarks (no call in
-// flight); it returns the implementation now in effect (native where cudnn was asked for but
-// is unavailable).
+// The implementation the calls that follow use. The default: SF_ATTN=native|cudnn|split if set
+// (another value is an Error; cudnn or split where cuDNN is unavailable is an Error saying
+// why), else cudnn where available, else native. attention_impl_setting() reads SF_ATTN anew
+// (attention_impl() reads it once). set_attention_impl is for tests and A/B benchmarks (no call
+// in flight); it returns the implementation now in effect (native where cudnn or split was
+// asked for but cuDNN is unavailable).
+AttentionImpl attention_impl_setting();
 AttentionImpl attention_impl();
 AttentionImpl set_attention_impl(AttentionImpl impl);
 
