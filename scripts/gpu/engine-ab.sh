@@ -12,7 +12,9 @@
 # Env: SF_BENCH (one shape per line, as `gpu.sh engine`: "<size> <layers|0> <batch> <seq>
 #   <gpu-memory> [further bench flags]"; default the 8B and its 8-layer cut at batch 32 x 1024,
 #   24 GiB), SF_AB_ROUNDS (default 2), SF_BENCH_STEPS (default 12), SF_BENCH_TIMEOUT (seconds
-#   per run, default 420), SF_TRACE_STEPS=1 (the engine's host timeline in each log).
+#   per run, default 420), SF_TRACE_STEPS=1 (the engine's host timeline in each log),
+#   SF_AB_ENV_A / SF_AB_ENV_B (NAME=VALUE words set for that side's runs only: one build with
+#   and without a switch, e.g. `SF_AB_ENV_B=SF_ATTN=split scripts/gpu.sh engine-ab $B $B`).
 # Logs under $OUT (default ./gpu_engine_ab_out): <shape>_A1.log, <shape>_B1.log, ... (the
 # shape named as `gpu.sh engine` names its logs), runs.tsv (one line per run) and
 # engine_ab_summary.txt (what is printed).
@@ -25,6 +27,11 @@ A=$1 B=$2
 for d in "$A" "$B"; do
   [ -x "$d/bin/slideformer" ] ||
     die "$d/bin/slideformer is not an executable (lay a pack out with scripts/gpu.sh unpack DIR NAME)"
+done
+read -r -a env_a <<< "${SF_AB_ENV_A:-}"
+read -r -a env_b <<< "${SF_AB_ENV_B:-}"
+for kv in "${env_a[@]}" "${env_b[@]}"; do
+  [[ $kv =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || die "SF_AB_ENV_A / SF_AB_ENV_B word '$kv' is not NAME=VALUE"
 done
 ROUNDS=${SF_AB_ROUNDS:-2}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "SF_AB_ROUNDS=$ROUNDS is not a positive count"
@@ -46,7 +53,7 @@ S="$OUT/engine_ab_summary.txt"
 say() { echo "$*" | tee -a "$S"; }
 TSV="$OUT/runs.tsv"
 printf 'shape\tside\tround\trc\ttokens/s\tsteady_tokens/s\tpeak_gpu_GiB\tpeak_rss_GiB\n' > "$TSV"
-say "A = $(cat "$A/COMMIT" 2>/dev/null || echo "$A"), B = $(cat "$B/COMMIT" 2>/dev/null || echo "$B"), $ROUNDS rounds"
+say "A = $(cat "$A/COMMIT" 2>/dev/null || echo "$A")${env_a[*]:+ (${env_a[*]})}, B = $(cat "$B/COMMIT" 2>/dev/null || echo "$B")${env_b[*]:+ (${env_b[*]})}, $ROUNDS rounds"
 
 # result_fields LOG: the RESULT line's tokens/s, steady_tokens/s, peak_gpu_GiB, peak_rss_GiB,
 # tab-separated ("-" for each when the run printed no RESULT line).
@@ -67,9 +74,11 @@ for r in $(seq "$ROUNDS"); do
     name=$(bench_shape_name "$size" "$layers" "$batch" "$seq" "$mem" "$extra")
     label="$size layers=$layers ${batch}x$seq $mem${extra:+ $extra}"
     for side in A B; do
-      dir=$A; [ "$side" = B ] && dir=$B
+      dir=$A vars=("${env_a[@]}")
+      [ "$side" = B ] && dir=$B vars=("${env_b[@]}")
       log="$OUT/${name}_$side$r.log"
-      bench_shape "$dir/bin/slideformer" "$log" "$size" "$layers" "$batch" "$seq" "$mem" "$extra"
+      (for kv in "${vars[@]}"; do export "$kv"; done
+       bench_shape "$dir/bin/slideformer" "$log" "$size" "$layers" "$batch" "$seq" "$mem" "$extra")
       rc=$?
       [ "$rc" -ne 0 ] && say "$side run $r of $label failed (rc $rc): $(tail -1 "$log")"
       printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$side" "$r" "$rc" "$(result_fields "$log")" >> "$TSV"
