@@ -18,18 +18,8 @@
 #   that deadlocks must not eat the device call), SF_AB_TIMEOUT (seconds per run, default 120).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=${1:?usage: scripts/gpu.sh attention-bwd BUILD_DIR [64|128]...}
-shift
-dims=("$@")
-[ ${#dims[@]} -eq 0 ] && dims=(128 64)
-for d in "${dims[@]}"; do
-  case $d in
-    64 | 128) ;;
-    *) echo "attention-bwd: head dimension '$d': the rows are D 64 and D 128" >&2; exit 2 ;;
-  esac
-done
-[ -x "$BUILD/bin/bench_cuda_kernels" ] ||
-  { echo "attention-bwd: no $BUILD/bin/bench_cuda_kernels (scripts/gpu.sh unpack)" >&2; exit 2; }
+. scripts/gpu/attention_args.sh
+attention_args attention-bwd "$@"
 OUT=${OUT:-$PWD/gpu_attention_bwd_out}
 mkdir -p "$OUT"
 read -r -a impls <<< "${SF_IMPLS:-native-atomic native-ws+cudnn-nondet cudnn-nondet native}"

@@ -21,21 +21,11 @@
 #   torch_D<d>_<r>.log, fa3_D<d>_<r>.log (with SF_FA3_LIB) and *_D<d>_percall.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=${1:?usage: scripts/gpu.sh attention-vs-torch BUILD_DIR [64|128]...}
-shift
-dims=("$@")
-[ ${#dims[@]} -eq 0 ] && dims=(128 64)
-for d in "${dims[@]}"; do
-  case $d in
-    64 | 128) ;;
-    *) echo "attention-vs-torch: head dimension '$d': the rows are D 64 and D 128" >&2; exit 2 ;;
-  esac
-done
+. scripts/gpu/attention_args.sh
+attention_args attention-vs-torch "$@"
 fa3_lib=${SF_FA3_LIB:-}
 [ -z "$fa3_lib" ] || [ -f "$fa3_lib" ] ||
   { echo "attention-vs-torch: SF_FA3_LIB=$fa3_lib: no such file (bench/fa3_jax_ref.py's header)" >&2; exit 2; }
-[ -x "$BUILD/bin/bench_cuda_kernels" ] ||
-  { echo "attention-vs-torch: no $BUILD/bin/bench_cuda_kernels (scripts/gpu.sh unpack)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu_attention_out}
 mkdir -p "$OUT"
 span=${SF_SPAN_MS:-20}
