@@ -326,6 +326,18 @@ __device__ __forceinline__ void load_col_stats(float (&v)[16], uint32_t at, int 
   }
 }
 
+// acc [64 keys, D] += A [64 keys, 64 queries] (registers: four k-fragments of 16 queries) x the
+// [64 queries, D] tile at shared address `tile` (MN-major): issued, not committed.
+template <int D>
+__device__ __forceinline__ void add_rs_product(float (&acc)[D / 2], const uint32_t (&a)[4][4],
+                                               uint32_t tile) {
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    if constexpr (D == 128) wg::mma_rs_n128_tb(acc, a[kb], wg::desc_mn<64>(tile, kb));
+    else wg::mma_rs_n64_tb(acc, a[kb], wg::desc_mn<64>(tile, kb));
+  }
+}
+
 // One (query head, 64-row query tile) item for a warpgroup's 64 keys, shared by the wgmma
 // backwards so that their dk and dv agree bit for bit: S^T = K Q^T and dP^T = V dO^T (K, V: the
 // warpgroup's rows of KROWS-row sw128 tiles at ks, vs; Q, dO: 64-row tiles at qs, dos), then
@@ -375,11 +387,7 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
   uint32_t a[4][4];
   wg::acc64_to_a(a, st);
   wg::fence();
-#pragma unroll
-  for (int kb = 0; kb < BQ / 16; ++kb) {  // dV += P^T dO
-    if constexpr (D == 128) wg::mma_rs_n128_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
-    else wg::mma_rs_n64_tb(dvf, a[kb], wg::desc_mn<BQ>(dos, kb));
-  }
+  add_rs_product<D>(dvf, a, dos);  // dV += P^T dO
   wg::commit();
   wg::wait<1>();  // dP^T is ready (groups complete in order)
   {
@@ -390,11 +398,7 @@ __device__ __forceinline__ void dkdv_item_products(float (&dkf)[D / 2], float (&
   }
   wg::acc64_to_a(b, dp);
   wg::fence();
-#pragma unroll
-  for (int kb = 0; kb < BQ / 16; ++kb) {  // dK += dS^T Q
-    if constexpr (D == 128) wg::mma_rs_n128_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
-    else wg::mma_rs_n64_tb(dkf, b[kb], wg::desc_mn<BQ>(qs, kb));
-  }
+  add_rs_product<D>(dkf, b, qs);  // dK += dS^T Q
   wg::commit();
 }
 
