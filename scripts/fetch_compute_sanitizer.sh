@@ -13,19 +13,15 @@ DIR=${1:-.sanitizer}
 WHEEL=nvidia_cuda_sanitizer_api-13.5.25-py3-none-manylinux_2_25_x86_64.whl
 WHEEL_SHA256=5df2efbdf605a812c6bac07600dd3d801cb9d334a30376113a6f1e2bc0679f54
 
-sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+. scripts/pinned_wheel.sh
 if sha_ok "$DIR/$WHEEL" "$WHEEL_SHA256"; then
   echo "fetch_compute_sanitizer: $DIR/$WHEEL is present"
   exit 0
 fi
-command -v sha256sum >/dev/null || { echo "fetch_compute_sanitizer: sha256sum is missing" >&2; exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --platform manylinux_2_25_x86_64 -d "$TMP" nvidia-cuda-sanitizer-api==13.5.25 ||
-  { echo "fetch_compute_sanitizer: pip could not download nvidia-cuda-sanitizer-api 13.5.25" >&2; exit 1; }
-sha_ok "$TMP/$WHEEL" "$WHEEL_SHA256" ||
-  { echo "fetch_compute_sanitizer: $WHEEL does not have sha256 $WHEEL_SHA256" >&2; exit 1; }
+fetch_pinned_wheel fetch_compute_sanitizer "$TMP" nvidia-cuda-sanitizer-api 13.5.25 \
+  manylinux_2_25_x86_64 "$WHEEL" "$WHEEL_SHA256"
 mkdir -p "$DIR"
 mv "$TMP/$WHEEL" "$DIR/$WHEEL"
 echo "fetch_compute_sanitizer: wrote $DIR/$WHEEL"

@@ -16,21 +16,16 @@ MEMBER=dew_flash_attn/libdew_flash_attn3.so
 LIB_SHA256=ed43984d52482fc6aff4229452638f0047c6fc208580cbe8328732cb400dbf9d
 LIB=$DIR/$(basename "$MEMBER")
 
-sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+. scripts/pinned_wheel.sh
 if sha_ok "$LIB" "$LIB_SHA256"; then
   echo "fetch_fa3_baseline: $LIB is present"
   exit 0
 fi
-for tool in unzip sha256sum; do
-  command -v "$tool" >/dev/null || { echo "fetch_fa3_baseline: $tool is missing" >&2; exit 1; }
-done
+command -v unzip >/dev/null || { echo "fetch_fa3_baseline: unzip is missing" >&2; exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --platform manylinux_2_28_x86_64 -d "$TMP" dew-flash-attn-cu13==0.3.6 ||
-  { echo "fetch_fa3_baseline: pip could not download dew-flash-attn-cu13 0.3.6" >&2; exit 1; }
-sha_ok "$TMP/$WHEEL" "$WHEEL_SHA256" ||
-  { echo "fetch_fa3_baseline: $WHEEL does not have sha256 $WHEEL_SHA256" >&2; exit 1; }
+fetch_pinned_wheel fetch_fa3_baseline "$TMP" dew-flash-attn-cu13 0.3.6 manylinux_2_28_x86_64 \
+  "$WHEEL" "$WHEEL_SHA256"
 mkdir -p "$DIR"
 unzip -q -p "$TMP/$WHEEL" "$MEMBER" > "$LIB.part"
 sha_ok "$LIB.part" "$LIB_SHA256" ||
