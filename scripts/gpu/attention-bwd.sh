@@ -26,7 +26,7 @@ read -r -a impls <<< "${SF_IMPLS:-native-atomic native-ws+cudnn-nondet cudnn-non
 span=${SF_SPAN_MS:-20}
 limit=${SF_AB_TIMEOUT:-120}
 
-SF_TEST_ATOMIC_BACKWARD=1 SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT" \
+SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT" \
   bash scripts/gpu/sanitize.sh "$BUILD" 'CudaAttention.AtomicBackward' memcheck ||
   { echo "attention-bwd: the one-pass backward's test failed under memcheck: $OUT/sanitize.log"; exit 1; }
 

@@ -5,9 +5,8 @@
 # (scripts/fetch_compute_sanitizer.sh, here); this unpacks it with python3's zipfile.
 # Usage: scripts/gpu.sh sanitize BUILD [gtest-filter] [tool]
 #   BUILD: a build layout (scripts/gpu.sh unpack); filter default 'CudaAttention*';
-#   tool: memcheck (default), racecheck, synccheck, initcheck. Extra env (e.g.
-#   SF_TEST_ATOMIC_BACKWARD=1) passes through to the tests. Log: $OUT/sanitize.log; its last
-#   lines are printed.
+#   tool: memcheck (default), racecheck, synccheck, initcheck. Extra env (e.g. SF_CUDNN_LIB)
+#   passes through to the tests. Log: $OUT/sanitize.log; its last lines are printed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:?usage: scripts/gpu.sh sanitize BUILD [gtest-filter] [tool]}

@@ -8,7 +8,6 @@
 // Tolerances: out/dq/dk/dv are bf16 (one rounding, ~1.1e-3 RMS) and the GPU also rounds P and
 // dS to bf16 for the tensor-core products (as FlashAttention does): 1e-2 relative L2 for the
 // gradients, 5e-3 for out; lse is f32 from f32 sums: 1e-5.
-#include <cstdlib>
 #include <map>
 #include <numeric>
 #include <random>
@@ -186,16 +185,8 @@ void run_atomic_case(const AttnCase& c, uint64_t seed) {
   if (cuda::set_attention_ws_backward(true)) run_atomic_case_with(c, seed, "warp-specialised");
 }
 
-// Opt-in (SF_TEST_ATOMIC_BACKWARD=1) until it passes on a GPU: its first run (an H100, 28th
-// session) hit an illegal instruction in the warp-specialised kernel, and a fault leaves the
-// process's CUDA context unusable for every test after it. Run it alone, first:
-//   SF_TEST_ATOMIC_BACKWARD=1 test_cuda --gtest_filter=CudaAttention.AtomicBackward
 TEST(CudaAttention, AtomicBackward) {
   SF_REQUIRE_GPU();
-  const char* on = std::getenv("SF_TEST_ATOMIC_BACKWARD");
-  if (on == nullptr || std::string(on) != "1")
-    GTEST_SKIP() << "the atomic-dQ backward has not passed on a GPU yet; "
-                    "SF_TEST_ATOMIC_BACKWARD=1 runs it";
   if (!cuda::set_attention_wgmma(true)) GTEST_SKIP() << "the atomic backward needs wgmma";
   run_atomic_case({4, 2, 64, {1, 65, 130, 22}}, 11);
   run_atomic_case({6, 3, 64, {1, 2, 63, 64, 65, 127, 129, 257}}, 12);

@@ -54,10 +54,9 @@ void launch_attention_backward(cudaStream_t s, Mat dq, Mat dk, Mat dv, Mat dout,
 // (attention_sm90_ws_bwd.cu: a TMA producer warp, a dQ writer warp that bulk-adds each item's
 // dQ tile, two consumer warpgroups); set_attention_ws_backward(false) runs the wgmma dk/dv
 // kernel's form of it instead (tests, A/B benchmarks) and it returns whether the former now
-// runs. Status: not yet passed on a GPU (the first warp-specialised form hit an illegal
-// instruction on an H100; the wgmma form ran, 0.85-1.05x the deterministic backward, but was
-// not checked), so nothing calls it but CudaAttention.AtomicBackward
-// (SF_TEST_ATOMIC_BACKWARD=1) and bench_cuda_kernels --impl native-atomic / native-atomic-wgmma.
+// runs. Correct on an H100 (CudaAttention.AtomicBackward, memcheck-clean) but 0.54-0.94x of
+// cuDNN's backward there (docs/BENCHMARKS.md), so the backend does not call it: only the test
+// and bench_cuda_kernels --impl native-atomic / native-atomic-wgmma do.
 bool attention_backward_atomic_runs();
 bool set_attention_ws_backward(bool on);
 size_t attention_backward_atomic_workspace_bytes(int64_t T, const AttentionShape& shape);
