@@ -255,8 +255,7 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     cuda::set_cudnn_packed_batch(im.by_tokens ? cuda::PackedBatch::by_tokens
                                               : cuda::PackedBatch::by_count);
     if (cuda::set_attention_ws_forward(im.ws_forward) != im.ws_forward) continue;  // no wgmma
-    // The atomic-dQ rows only when named: not yet passed on a GPU (attention.cuh), and a fault
-    // would end the whole run.
+    // The atomic-dQ rows only when named: no path of the backend runs them (attention.cuh).
     if (im.atomic_dq && (g_impl != im.name || !cuda::attention_backward_atomic_runs())) continue;
     cuda::set_attention_ws_backward(im.ws_backward);
     cuda::set_attention_impl(im.impl);

@@ -150,9 +150,10 @@ void set_device_budget(const ExecutorRequest& req, BackendKind backend, Budget& 
 // H200's forward + backward at 8K and longer, FLOPs counted as HardwareModel counts them:
 // slideformer's kernels 275 TFLOP/s (the default), cuDNN's forward with its atomic backward
 // 530, cuDNN's forward with our deterministic backward 350 (14th session, docs/BENCHMARKS.md).
-// Split (slideformer's forward, cuDNN's backward) is planned at cuDNN's figures: its forward
-// is not slower than cuDNN's from 8K tokens at D 128 (docs/BENCHMARKS.md), and the backward is
-// cuDNN's with its workspace. Returns the implementation in words, for the plan's hardware line.
+// Split (slideformer's forward, cuDNN's backward) is planned at cuDNN's figures: the backward,
+// most of the time, is cuDNN's with its workspace; the forward runs 1.01-1.16x cuDNN's at D 128
+// from 8K tokens but 0.74-0.98x at D 64 and 0.83-0.93x below 8K (H100, docs/BENCHMARKS.md),
+// so the plan is a few percent optimistic there. Returns the implementation in words, for the plan's hardware line.
 std::string set_attention_rate(HardwareModel& hw) {
   const cuda::AttentionImpl impl = cuda::attention_impl();
   if (impl == cuda::AttentionImpl::native) return "attention: slideformer's kernels";

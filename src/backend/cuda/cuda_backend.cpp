@@ -303,8 +303,9 @@ void CudaBackend::rope_backward(Stream& s, Mat dx, int n_heads, int head_dim,
 }
 
 // Attention: cuDNN's fused kernels where selected for the pass (cuda::attention_impl,
-// cudnn_runs_pass) and cuDNN builds a plan for the shape, else ours. The cuDNN path's workspace belongs to the stream (counted like
-// any buffer) and grows to the largest call; growing waits for the stream's work first.
+// cudnn_runs_pass) and cuDNN builds a plan for the shape, else ours. The cuDNN path's workspace
+// belongs to the stream (counted like any buffer) and grows to the largest call; growing waits
+// for the stream's work first.
 namespace {
 bool run_cudnn_attention(CudaBackend& be, Stream& s, const cuda::CudnnAttentionCall& c) {
   if (!cuda::cudnn_runs_pass(cuda::attention_impl(), c.backward)) return false;
