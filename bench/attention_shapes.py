@@ -7,12 +7,15 @@ HEADS = ((32, 8, 128), (64, 16, 64))  # (query heads, kv heads, D)
 TOKENS = 16384
 
 
-def shapes(head_dim=None):
-    """(L, sequences, query heads, kv heads, D) of every row, or of one head dimension's."""
+LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def shapes(head_dim=None, seq=None):
+    """(L, sequences, query heads, kv heads, D) of every row, or of one head dimension's, or of
+    one length's (seq: bench_cuda_kernels --seq)."""
     for H, KV, D in HEADS:
         if head_dim is not None and D != head_dim:
             continue
-        for L in (1024, 2048, 4096, 8192, 16384):
-            yield L, TOKENS // L, H, KV, D
-        for L in (32768, 65536, 131072):
-            yield L, 1, H, KV, D
+        for L in LENGTHS:
+            if seq is None or L == seq:
+                yield L, max(1, TOKENS // L), H, KV, D

@@ -2,10 +2,12 @@
 // 8 KV heads, head_dim 128, FFN 14336, vocab 128256, 16K tokens per call).
 //
 // Usage: bench_cuda_kernels [--quick] [--csv FILE] [--only GROUP] [--span-ms T] [--impl NAME]
+//                           [--seq L]
 // --span-ms T: each timed region enqueues as many calls back to back as fill T ms (at least
 // one) and reports the time per call, so that no host overhead between calls is counted: what
 // a call costs inside a stream the host keeps ahead of, as in training. Default 0: one call.
 // --impl NAME: the attention rows run only that implementation (native, cudnn, cudnn-nondet...).
+// --seq L: the attention rows of sequence length L only (one row to profile, e.g. under ncu).
 // Groups: copy norm rope swiglu elementwise adamw embedding gemm attention varlen lm_head, and
 // gemm_algos (not in the default run): every cuBLASLt candidate of the layer GEMMs, timed;
 // plans / plans:count / plans:tokens (not in the default run): cuDNN's plan building over a
@@ -62,6 +64,7 @@ bool g_quick = false;
 std::string g_only;  // run only the benchmark groups whose name contains this
 double g_span_ms = 0;  // --span-ms
 std::string g_impl;    // --impl
+int64_t g_seq = 0;     // --seq (0: every length)
 bool want(const char* group) { return g_only.empty() || std::string(group).find(g_only) != std::string::npos; }
 bool runs_attention_rows() { return want("attention") || g_only.rfind("attention:", 0) == 0; }
 bool runs_varlen_rows() { return want("varlen") || g_only.rfind("varlen:", 0) == 0; }
@@ -327,8 +330,8 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
 // "--only attention:D64" (or D128) runs one head dimension's rows.
 void attention_rows(Bench& b) {
   for (auto [H, KV, D] : head_shapes("attention:D")) {
-    for (int64_t L : {1024, 2048, 4096, 8192, 16384}) attention_shape(b, L, 16384 / L, H, KV, D);
-    for (int64_t L : {32768, 65536, 131072}) attention_shape(b, L, 1, H, KV, D);
+    for (int64_t L : {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072})
+      if (g_seq == 0 || L == g_seq) attention_shape(b, L, std::max<int64_t>(1, 16384 / L), H, KV, D);
   }
 }
 
@@ -659,6 +662,15 @@ int main(int argc, char** argv) {
       if (end == argv[i] || *end != '\0' || !(sf::g_span_ms >= 0)) {
         std::fprintf(stderr, "bench_cuda_kernels: --span-ms '%s' is not a number of ms >= 0\n",
                      argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) {
+      char* end = nullptr;
+      sf::g_seq = std::strtoll(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || sf::g_seq < 1024 || sf::g_seq > 131072 ||
+          (sf::g_seq & (sf::g_seq - 1))) {
+        std::fprintf(stderr, "bench_cuda_kernels: --seq '%s': the attention rows' lengths are "
+                             "the powers of two 1024 .. 131072\n", argv[i]);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--impl") && i + 1 < argc) {

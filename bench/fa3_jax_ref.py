@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from attention_shapes import HEADS, shapes  # bench_cuda_kernels' rows (same folder)
+from attention_shapes import HEADS, LENGTHS, shapes  # bench_cuda_kernels' rows (same folder)
 
 FWD, BWD = "dew_flash3_mha_fwd", "dew_flash3_mha_bwd"
 
@@ -147,6 +147,7 @@ def main():
     ap.add_argument("--span-ms", type=float, default=20.0,
                     help="regions of calls back to back filling this many ms (0: one call)")
     ap.add_argument("--quick", action="store_true", help="5 regions per row, not 11")
+    ap.add_argument("--seq", type=int, choices=LENGTHS, help="the rows of this length only")
     ap.add_argument("--check-only", action="store_true", help="the correctness check alone")
     args = ap.parse_args()
     if args.span_ms < 0:
@@ -164,7 +165,7 @@ def main():
         return
     fwd, bwd = jax.jit(forward), jax.jit(backward)
     regions = 5 if args.quick else 11
-    for L, B, H, KV, D in shapes(args.head_dim):
+    for L, B, H, KV, D in shapes(args.head_dim, args.seq):
         q, k, v, do = inputs(B, L, H, KV, D)
         o, lse = jax.block_until_ready(fwd(q, k, v))
         flops = 4.0 * D * H * B * L * L / 2

@@ -7,7 +7,7 @@
 # header states its arguments, env variables and logs.
 set -uo pipefail
 here=$(dirname "$0")
-verbs=(pack unpack check engine footprint train-check quality try ab engine-ab attention-vs-torch attention-bwd sanitize)
+verbs=(pack unpack check engine footprint train-check quality try ab engine-ab attention-vs-torch attention-bwd attention-profile sanitize)
 
 # One line per verb: its arguments, then what it does.
 summary() {
@@ -24,6 +24,7 @@ summary() {
     engine-ab) echo "A_DIR B_DIR|slideformer bench SF_BENCH of two builds interleaved" ;;
     attention-vs-torch) echo "BUILD [D...]|our attention (D 64, 128) against torch's fastest SDPA, interleaved" ;;
     attention-bwd) echo "BUILD [D...]|the one-pass backward: its test under memcheck, then our implementations vs torch cuDNN" ;;
+    attention-profile) echo "BUILD D SEQ|ncu on one attention row's backward: ours, cuDNN's, FA3's" ;;
     sanitize) echo "BUILD [filter] [tool]|GPU tests under compute-sanitizer (carried wheel, .sanitizer/)" ;;
   esac
 }

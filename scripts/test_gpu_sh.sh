@@ -18,7 +18,7 @@ rc_is() { local want=$1; shift; "$@" > "$T/out" 2> "$T/err"; [ $? -eq "$want" ];
 
 for f in scripts/gpu.sh scripts/gpu/*.sh; do check "bash -n $f" bash -n "$f"; done
 scripts/gpu.sh help > "$T/help"
-for v in pack unpack check engine train-check try ab engine-ab; do
+for v in pack unpack check engine train-check try ab engine-ab attention-profile; do
   check "help lists $v" grep -qE "^  $v( |$)" "$T/help"
 done
 check "unknown verb exits 2" rc_is 2 scripts/gpu.sh frobnicate
@@ -30,6 +30,10 @@ check "... and names the missing binary" has "$T/err" "$T/none1/bin/slideformer"
 check "attention-vs-torch with a missing SF_FA3_LIB exits 2" rc_is 2 \
   env SF_FA3_LIB="$T/no.so" scripts/gpu.sh attention-vs-torch "$T/none1"
 check "... and names the library" has "$T/err" "SF_FA3_LIB=$T/no.so: no such file"
+check "attention-profile with a head dimension of 32 exits 2" rc_is 2 \
+  scripts/gpu.sh attention-profile "$T/none1" 32 8192
+check "... and names the head dimensions" has "$T/err" "D '32': 64 or 128"
+check "attention-profile without a length exits 2" rc_is 2 scripts/gpu.sh attention-profile "$T/none1" 64
 
 # Two fake builds. Each run's numbers: base + 100 * round, B's tokens/s 1% higher; B's second
 # round on the 8-layer shape fails without a RESULT line.

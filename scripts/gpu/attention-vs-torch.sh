@@ -21,11 +21,11 @@
 #   torch_D<d>_<r>.log, fa3_D<d>_<r>.log (with SF_FA3_LIB) and *_D<d>_percall.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu/attention_args.sh
-attention_args attention-vs-torch "$@"
 fa3_lib=${SF_FA3_LIB:-}
 [ -z "$fa3_lib" ] || [ -f "$fa3_lib" ] ||
   { echo "attention-vs-torch: SF_FA3_LIB=$fa3_lib: no such file (bench/fa3_jax_ref.py's header)" >&2; exit 2; }
+. scripts/gpu/attention_args.sh
+attention_args attention-vs-torch "$@"
 OUT=${OUT:-$PWD/gpu_attention_out}
 mkdir -p "$OUT"
 span=${SF_SPAN_MS:-20}
