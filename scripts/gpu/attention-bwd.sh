@@ -15,7 +15,10 @@
 # Under $OUT (default ./gpu_attention_bwd_out): sanitize.log, attention_bwd.md (what is
 # printed), attention_bwd_logs.tgz (ours_<impl>_D<d>.log, torch_D<d>.log).
 # Env: SF_IMPLS, SF_SPAN_MS, SF_SANITIZE_TIMEOUT (seconds, default 180: a barrier protocol
-#   that deadlocks must not eat the device call), SF_AB_TIMEOUT (seconds per run, default 120).
+#   that deadlocks must not eat the device call), SF_AB_TIMEOUT (seconds per run, default 120),
+#   SF_BWD_BUILDS="name=dir ..." (other commits' layouts, scripts/gpu.sh unpack DIR NAME): each
+#   one's test under memcheck, then, where it passed, its native-atomic rows beside BUILD's, as
+#   column native-atomic@name (sanitize_<name>.log).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/attention_args.sh
@@ -30,12 +33,33 @@ SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT" \
   bash scripts/gpu/sanitize.sh "$BUILD" 'CudaAttention.AtomicBackward' memcheck ||
   { echo "attention-bwd: the one-pass backward's test failed under memcheck: $OUT/sanitize.log"; exit 1; }
 
+read -r -a others <<< "${SF_BWD_BUILDS:-}"
+passed=()
+for o in "${others[@]}"; do
+  name=${o%%=*} dir=${o#*=}
+  [ -x "$dir/bin/bench_cuda_kernels" ] || { echo "attention-bwd: $name: no $dir/bin/bench_cuda_kernels"; continue; }
+  if SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT/san_$name" \
+    bash scripts/gpu/sanitize.sh "$dir" 'CudaAttention.AtomicBackward' memcheck; then
+    passed+=("$o")
+  else
+    echo "attention-bwd: $name's one-pass backward failed its test under memcheck: its rows are left out"
+  fi
+  mv "$OUT/san_$name/sanitize.log" "$OUT/sanitize_$name.log" 2>/dev/null
+  rm -rf "$OUT/san_$name"
+done
+
 export PYTHONUNBUFFERED=1
 for d in "${dims[@]}"; do
   for im in "${impls[@]}"; do
     timeout "$limit" "$BUILD/bin/bench_cuda_kernels" --quick --only "attention:D$d" \
       --span-ms "$span" --impl "$im" > "$OUT/ours_${im}_D$d.log" 2>&1 ||
       echo "ours $im D$d failed: $(tail -1 "$OUT/ours_${im}_D$d.log")"
+  done
+  for o in "${passed[@]}"; do
+    name=${o%%=*} dir=${o#*=} log="$OUT/ours_native-atomic@${o%%=*}_D$d.log"
+    timeout "$limit" "$dir/bin/bench_cuda_kernels" --quick --only "attention:D$d" \
+      --span-ms "$span" --impl native-atomic > "$log" 2>&1 ||
+      echo "ours native-atomic@$name D$d failed: $(tail -1 "$log")"
   done
   timeout "$limit" python3 bench/torch_attention_ref.py --quick --head-dim "$d" \
     --span-ms "$span" --backend cudnn > "$OUT/torch_D$d.log" 2>&1 ||
