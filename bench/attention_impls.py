@@ -19,6 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention_vs_torch import fastest, ours_rows, shape_key, torch_rows  # noqa: E402
 
 
+def ws_text(r):
+    return f"{r['ws']:.0f} MiB" if "ws" in r else "- MiB"
+
+
 def table(out):
     lines = []
     dims = sorted({int(m.group(1)) for m in (re.search(r"_D(\d+)\.log$", p) for p in
@@ -32,7 +36,8 @@ def table(out):
             if os.path.exists(os.path.join(out, f"torch_D{d}.log")) else {}
         shapes = sorted({s for rows in impls.values() for s in rows}, key=shape_key)
         names = list(impls)
-        lines.append(f"D {d}: fwd+bwd TFLOP/s (backward in brackets); ratio = ours / torch")
+        lines.append(f"D {d}: fwd+bwd TFLOP/s (backward; its workspace in MiB, beside the "
+                     "tensors); ratio = ours / torch")
         lines.append("| shape | " + " | ".join(names) + " | torch | " +
                      " | ".join(f"{n} / torch" for n in names) + " |")
         lines.append("| --- |" + " ---: |" * (2 * len(names) + 1))
@@ -40,10 +45,11 @@ def table(out):
             cells = []
             for n in names:
                 r = impls[n].get(s, {})
-                cells.append(f"{r['fb']:.1f} ({r.get('bwd', 0):.1f})" if "fb" in r else "-")
+                cells.append(f"{r['fb']:.1f} ({r.get('bwd', 0):.1f}; {ws_text(r)})"
+                             if "fb" in r else "-")
             t = fastest(torch[s])[1] if s in torch else {}
             tb = t.get("fb")
-            cells.append(f"{tb:.1f} ({t.get('bwd', 0):.1f})" if tb else "-")
+            cells.append(f"{tb:.1f} ({t.get('bwd', 0):.1f}; {ws_text(t)})" if tb else "-")
             for n in names:
                 r = impls[n].get(s, {})
                 cells.append(f"{r['fb'] / tb:.3f}x" if tb and "fb" in r else "-")

@@ -25,12 +25,22 @@ TORCH = re.compile(r"^torch\s+sdpa (\w+) (forward|backward|fwd\+bwd) \(([^)]+)\)
 FA3 = re.compile(r"^fa3\s+(forward|backward|fwd\+bwd) \(gqa\)\s+(seq .*?D \d+)\s+[\d.]+ ms\s+"
                  r"([\d.]+) TFLOP/s")
 DIRS = {"forward": "fwd", "backward": "bwd", "fwd+bwd": "fb"}
+# The backward's workspace (device memory beside its tensors), both sides.
+OURS_WS = re.compile(r"^attention bwd workspace \[([^\]]+)\]\s+(seq .*?D \d+)\s+[\d.]+\s+"
+                     r"([\d.]+) MiB")
+TORCH_WS = re.compile(r"^torch\s+sdpa (\w+) bwd workspace \(([^)]+)\)\s+(seq .*?D \d+)\s+"
+                      r"([\d.]+) MiB")
 
 
 def ours_rows(path):
-    """{shape: {"fwd"|"bwd"|"fb": TFLOP/s, "impl": name}} of one bench_cuda_kernels log."""
+    """{shape: {"fwd"|"bwd"|"fb": TFLOP/s, "ws": MiB, "impl": name}} of one bench_cuda_kernels
+    log."""
     rows = {}
     for line in open(path, errors="replace"):
+        w = OURS_WS.match(line)
+        if w:
+            rows.setdefault(w.group(2).strip(), {})["ws"] = float(w.group(3))
+            continue
         m = OURS.match(line)
         if m:
             r = rows.setdefault(m.group(3).strip(), {})
@@ -43,9 +53,15 @@ def ours_rows(path):
 
 
 def torch_rows(path):
-    """{shape: {backend: {"fwd"|"bwd"|"fb": TFLOP/s, "tag": gqa|kv expanded}}} of one log."""
+    """{shape: {backend: {"fwd"|"bwd"|"fb": TFLOP/s, "ws": MiB, "tag": gqa|kv expanded}}} of
+    one log."""
     rows = {}
     for line in open(path, errors="replace"):
+        w = TORCH_WS.match(line)
+        if w:
+            rows.setdefault(w.group(3).strip(), {}).setdefault(w.group(1), {})["ws"] = \
+                float(w.group(4))
+            continue
         m = TORCH.match(line)
         if m:
             b = rows.setdefault(m.group(4).strip(), {}).setdefault(m.group(1), {})
@@ -106,8 +122,9 @@ def table(out):
         pc = (ours_rows(pc_o), torch_rows(pc_t)) if os.path.exists(pc_t) else ({}, {})
         lines.append("| seq x seqs | flash / efficient / cuDNN (one pass) | torch's fastest | "
                      "ours | torch | ratio (range) | fwd ratio | bwd ratio | one call per region |"
+                     " bwd workspace MiB, ours / torch |"
                      + (" FA3 | ours / FA3 (range) |" if with_fa3 else ""))
-        lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
                      + (" ---: | ---: |" if with_fa3 else ""))
         for shape in sorted(every, key=shape_key):
             one = " / ".join(f"{every[shape][b]['fb']:.1f}" if b in every[shape] else "-"
@@ -117,7 +134,7 @@ def table(out):
                 if shape in o and shape in t and "fb" in o[shape]:
                     per.append((o[shape], fastest(t[shape])))
             if not per:
-                lines.append(f"| {shape} | {one} | - | - | - | - | - | - | - |"
+                lines.append(f"| {shape} | {one} | - | - | - | - | - | - | - | - |"
                              + (fa3_cells(shape, ours, fa3) if with_fa3 else ""))
                 continue
             med = statistics.median
@@ -131,10 +148,12 @@ def table(out):
                       f"{o1['fb'] / fastest(t1)[1]['fb']:.3f}x" if o1 and t1 and "fb" in o1 else "-")
             names = sorted({f"{p[1][0]} ({p[1][1]['tag']})" for p in per})
             impls = sorted({p[0]["impl"] for p in per})
+            ws = (f"{per[0][0]['ws']:.0f} / {per[0][1][1]['ws']:.0f}"
+                  if "ws" in per[0][0] and "ws" in per[0][1][1] else "-")
             lines.append(f"| {shape.split(',')[0]} | {one} | {', '.join(names)} | {o_fb:.1f} "
                          f"[{', '.join(impls)}] | {t_fb:.1f} | **{med(ratios):.3f}x** "
                          f"({min(ratios):.3f}-{max(ratios):.3f}) | {fwd:.3f} | {bwd:.3f} | {single} |"
-                         + (fa3_cells(shape, ours, fa3) if with_fa3 else ""))
+                         f" {ws} |" + (fa3_cells(shape, ours, fa3) if with_fa3 else ""))
         lines.append("")
     return "\n".join(lines)
 

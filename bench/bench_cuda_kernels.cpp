@@ -159,6 +159,10 @@ void add_bw(const std::string& op, const std::string& shape, double bytes, doubl
 void add_flops(const std::string& op, const std::string& shape, double flops, double ms) {
   g_rows.push_back({op, shape, "TFLOP/s", ms, flops / ms / 1e9, -1});
 }
+// Device memory an op needs beside its inputs and outputs (its workspace), in MiB.
+void add_mib(const std::string& op, const std::string& shape, size_t bytes) {
+  g_rows.push_back({op, shape, "MiB", 0, double(bytes) / double(1 << 20), -1});
+}
 
 // Random q/k/v (one packed [T, (H + 2 KV) D] buffer, as the layer's fused projection leaves
 // them), out, dout, lse, and the gradients' views, for attention calls of T tokens.
@@ -219,6 +223,23 @@ std::string attention_impl_names() {
   for (const AttentionImpl& im : kAttentionImpls)
     out += (out.empty() ? "" : ", ") + std::string(im.name);
   return out;
+}
+
+// The device memory a backward of the row's implementation needs beside its tensors: the
+// one-pass backward's accumulator, cuDNN's workspace for the call (the backend's stream
+// allocates as much), none for our two-kernel backward (it keeps its row sums in dq).
+size_t backward_workspace(const AttentionImpl& im, bool cudnn_ran, size_t onepass_bytes,
+                          const AttentionTensors& at, const AttentionShape& sh,
+                          const int32_t* dcu) {
+  if (im.atomic_dq) return onepass_bytes;
+  if (!cuda::cudnn_runs_pass(im.impl, true) || !cudnn_ran) return 0;
+  cuda::CudnnAttentionCall c;
+  c.q = at.q, c.k = at.k, c.v = at.v, c.out = at.out, c.lse = at.lse;
+  c.dq = at.dq, c.dk = at.dk, c.dv = at.dv, c.dout = at.dout;
+  c.cu_seqlens = dcu;
+  c.shape = sh;
+  c.backward = true;
+  return cuda::cudnn_attention_workspace_bytes(c);
 }
 
 // One packed attention call (sequences of `lens` tokens, H/KV heads of D) with each
@@ -294,6 +315,8 @@ void attention_call(Bench& b, const std::vector<int64_t>& lens, int64_t H, int64
     add_flops(cat("attention fwd+bwd [", fwd_impl == bwd_impl ? fwd_impl
                                                               : fwd_impl + "+" + bwd_impl, "]"),
               shape, 3.5 * fwd_flops, ms + msb);
+    add_mib(cat("attention bwd workspace [", bwd_impl, "]"), shape,
+            backward_workspace(im, bwd_impl == im.name, ws_bytes, at, sh, dcu));
   }
   cuda::set_attention_impl(cuda::cudnn_attention_available() ? cuda::AttentionImpl::cudnn
                                                              : cuda::AttentionImpl::native);

@@ -77,6 +77,24 @@ def row(op, shape, ms, flops):
           flush=True)
 
 
+def backward_workspace(grad, o):
+    """MiB the backward grad(o) allocates beyond its gradients (its workspace: bench_cuda_kernels'
+    'attention bwd workspace' rows count the same)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    g = grad(o)
+    torch.cuda.synchronize()
+    out = sum(x.numel() * x.element_size() for x in g)
+    extra = torch.cuda.max_memory_allocated() - base - out
+    del g
+    return max(extra, 0) / 2**20
+
+
+def ws_row(op, shape, mib):
+    print(f"torch  {op:<44} {shape:<34} {mib:10.1f} MiB", flush=True)
+
+
 def run_once(backend, q, k, v, gqa):
     """Forward then backward once (does the backend take this shape and this GQA mode?)."""
     with sdpa_kernel(backend):
@@ -112,10 +130,13 @@ def time_backend(name, backend, L, B, H, KV, D, reps):
         ms = timed(fwd, reps)
         o = fwd()
         do = draw(*o.shape, grad=True)
-        msb = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), reps)
+        grad = lambda o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)  # noqa: E731
+        msb = timed(lambda: grad(o), reps)
+        mib = backward_workspace(grad, o)
     row(f"sdpa {name} forward ({tag})", shape, ms, fwd_flops)
     row(f"sdpa {name} backward ({tag})", shape, msb, 2.5 * fwd_flops)
     row(f"sdpa {name} fwd+bwd ({tag})", shape, ms + msb, 3.5 * fwd_flops)
+    ws_row(f"sdpa {name} bwd workspace ({tag})", shape, mib)
 
 
 def varlen_mix(total, max_len, seed):
@@ -160,9 +181,11 @@ def time_way(way, shape, make, flops, reps):
     ms = timed(fwd, reps)
     o = fwd()
     msb = timed(lambda: grad(o), reps)
+    mib = backward_workspace(grad, o)
     row(f"{way} forward", shape, ms, flops)
     row(f"{way} backward", shape, msb, 2.5 * flops)
     row(f"{way} fwd+bwd", shape, ms + msb, 3.5 * flops)
+    ws_row(f"{way} bwd workspace", shape, mib)
 
 
 def leaf(t):
