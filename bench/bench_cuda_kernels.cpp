@@ -354,7 +354,8 @@ void attention_shape(Bench& b, int64_t L, int64_t n_seqs, int64_t H, int64_t KV,
 void attention_rows(Bench& b) {
   for (auto [H, KV, D] : head_shapes("attention:D")) {
     for (int64_t L : {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072})
-      if (g_seq == 0 || L == g_seq) attention_shape(b, L, std::max<int64_t>(1, 16384 / L), H, KV, D);
+      if (g_seq == 0 || L == g_seq)
+        attention_shape(b, L, std::max<int64_t>(1, 16384 / L), H, KV, D);
   }
 }
 
@@ -708,6 +709,11 @@ int main(int argc, char** argv) {
                            "'%s' (see the file's header)\n", argv[i]);
       return 2;
     }
+  }
+  if (sf::g_seq != 0 && sf::g_only.rfind("attention", 0) != 0) {
+    std::fprintf(stderr, "bench_cuda_kernels: --seq picks among the fixed-length attention rows: "
+                         "give --only attention (or attention:D64 / attention:D128) with it\n");
+    return 2;
   }
   if (!sf::g_impl.empty() && !sf::runs_attention_rows() && !sf::runs_varlen_rows()) {
     std::fprintf(stderr, "bench_cuda_kernels: --impl picks among the attention rows, and --only "
