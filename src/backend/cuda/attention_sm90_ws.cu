@@ -21,6 +21,12 @@ namespace {
 
 // Two stages: a third (225 KiB at D 128) measured no faster at D 128 and 2-7% slower at D 64.
 constexpr int kWsBQ = 128, kWsBK = 128, kWsStages = 2, kWsThreads = 3 * kThreads;
+// Registers per thread of the producer warpgroup and of each consumer. setmaxnreg moves
+// registers within the block's own allocation (168 a thread at 384 threads): an increase that
+// allocation cannot grant waits forever.
+constexpr int kWsProducerRegs = 24, kWsConsumerRegs = 240;
+static_assert(kWsProducerRegs + 2 * kWsConsumerRegs <= 3 * 168,
+              "the register split must fit the block's allocation at __launch_bounds__(384, 1)");
 
 // Shared memory: Q [128, D], then the ring's K and V tiles [128, D] each, every tile sw128
 // (wgmma.cuh; TMA's 128B swizzle writes that layout, 64 columns a box); then the barriers.
@@ -142,14 +148,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int wgi = threadIdx.x >> 7;  // 0: producer, 1-2: consumers
 
   if (wgi == 0) {
-    tma::regs_dec<24>();
+    tma::regs_dec<kWsProducerRegs>();
     if (threadIdx.x == 0)
       produce<D>(sm, bar_q, ring, &tq, &tk, &tv, h * D, hk * D, start + q0,
                  start, nkb);
     return;
   }
 
-  tma::regs_inc<240>();
+  tma::regs_inc<kWsConsumerRegs>();
   const int cw = wgi - 1;  // consumer warpgroup: rows q0 + 64 cw ..
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
