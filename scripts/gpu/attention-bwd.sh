@@ -29,8 +29,11 @@ read -r -a impls <<< "${SF_IMPLS:-native-atomic native-ws+cudnn-nondet cudnn-non
 span=${SF_SPAN_MS:-20}
 limit=${SF_AB_TIMEOUT:-120}
 
-SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT" \
-  bash scripts/gpu/sanitize.sh "$BUILD" 'CudaAttention.AtomicBackward' memcheck ||
+memcheck() {  # BUILD OUT_DIR: the one-pass backward's test under memcheck, log in OUT_DIR
+  SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$2" \
+    bash scripts/gpu/sanitize.sh "$1" 'CudaAttention.AtomicBackward' memcheck
+}
+memcheck "$BUILD" "$OUT" ||
   { echo "attention-bwd: the one-pass backward's test failed under memcheck: $OUT/sanitize.log"; exit 1; }
 
 read -r -a others <<< "${SF_BWD_BUILDS:-}"
@@ -38,8 +41,7 @@ passed=()
 for o in "${others[@]}"; do
   name=${o%%=*} dir=${o#*=}
   [ -x "$dir/bin/bench_cuda_kernels" ] || { echo "attention-bwd: $name: no $dir/bin/bench_cuda_kernels"; continue; }
-  if SF_TEST_TIMEOUT=${SF_SANITIZE_TIMEOUT:-180} OUT="$OUT/san_$name" \
-    bash scripts/gpu/sanitize.sh "$dir" 'CudaAttention.AtomicBackward' memcheck; then
+  if memcheck "$dir" "$OUT/san_$name"; then
     passed+=("$o")
   else
     echo "attention-bwd: $name's one-pass backward failed its test under memcheck: its rows are left out"
@@ -56,7 +58,8 @@ for d in "${dims[@]}"; do
       echo "ours $im D$d failed: $(tail -1 "$OUT/ours_${im}_D$d.log")"
   done
   for o in "${passed[@]}"; do
-    name=${o%%=*} dir=${o#*=} log="$OUT/ours_native-atomic@${o%%=*}_D$d.log"
+    name=${o%%=*} dir=${o#*=}
+    log="$OUT/ours_native-atomic@${name}_D$d.log"
     timeout "$limit" "$dir/bin/bench_cuda_kernels" --quick --only "attention:D$d" \
       --span-ms "$span" --impl native-atomic > "$log" 2>&1 ||
       echo "ours native-atomic@$name D$d failed: $(tail -1 "$log")"

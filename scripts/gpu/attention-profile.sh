@@ -35,10 +35,10 @@ profile() {
   echo "attention-profile: $name -> $(basename "$base").ncu-rep"
 }
 
+# Ours: the one-pass kernel (attn_bwd_ws); cuDNN's: its backward kernels (names with "bprop" /
+# "dgrad" / "bwd").
+regex='attn_bwd|bprop|Bprop|dgrad|bwd|Bwd'
 for im in "${impls[@]}"; do
-  # Ours: the one-pass kernel (attn_bwd_ws); cuDNN's: its backward kernels (names with
-  # "bprop" / "dgrad" / "bwd").
-  regex='attn_bwd|bprop|Bprop|dgrad|bwd|Bwd'
   profile "$im" "$regex" 0 3 "$BUILD/bin/bench_cuda_kernels" --quick --only "attention:D$D" \
     --seq "$SEQ" --impl "$im"
 done
